@@ -1,0 +1,7 @@
+//! `capstan crds`: the CRDs of every kind capstan handles, as one YAML stream.
+
+/// Prints the CRDs to stdout.
+pub fn run() -> anyhow::Result<i32> {
+    print!("{}", crate::api::crds::to_yaml()?);
+    Ok(0)
+}

@@ -1,0 +1,41 @@
+//! The command line: one file per subcommand. `main.rs` only wires arguments here.
+
+pub mod cluster;
+pub mod crds;
+
+use clap::{Parser, Subcommand};
+
+/// capstan: GitOps for ordered, node-level kernel-module upgrades on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "capstan", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run or manage the embedded Kubernetes cluster.
+    Cluster(cluster::ClusterArgs),
+    /// Print capstan's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
+    Crds,
+}
+
+/// Runs a parsed command line; the exit code is the process's.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Cluster(args) => cluster::run(args).await,
+        Command::Crds => crds::run(),
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: info for capstan).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("capstan=info,warn"));
+    // A second initialisation (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

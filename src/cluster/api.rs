@@ -1,0 +1,1004 @@
+//! What the API server does with each verb, independent of HTTP: create, update, patch
+//! (four types), delete with finalizers, grace and propagation, and list with selectors
+//! and paging. The HTTP layer parses requests into these calls; in-process code may call
+//! them directly.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use jiff::Timestamp;
+use serde_json::{Map, Value, json};
+
+use super::defaults;
+use super::errors::ApiError;
+use super::events_v1;
+use super::patch::{apply, json as json_patch, merge, strategic};
+use super::resources::{CRD_STORAGE, Conversion, Registry, Resource};
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{ObjectKey, Store, StoredObject, Write};
+use super::validate;
+use crate::clock::{Clock, rfc3339};
+
+/// The body of a PATCH, by content type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    /// `application/json-patch+json`
+    Json,
+    /// `application/merge-patch+json`
+    Merge,
+    /// `application/strategic-merge-patch+json`
+    Strategic,
+    /// `application/apply-patch+yaml` (server-side apply)
+    Apply,
+}
+
+/// Options every write verb takes.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: run every step but the write.
+    pub dry_run: bool,
+    /// `fieldManager`, or the manager derived from the client's user agent.
+    pub field_manager: Option<String>,
+    /// `force` for server-side apply.
+    pub force: bool,
+    /// The manager recorded when the client names none (upstream: the user agent's program name).
+    pub default_manager: Option<String>,
+}
+
+/// `propagationPolicy` of a delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Propagation {
+    #[default]
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// Options of a delete.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub dry_run: bool,
+    pub grace_period_seconds: Option<i64>,
+    pub propagation: Option<Propagation>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+}
+
+/// What a delete did.
+pub enum Deleted {
+    /// The object is gone; this was its last state.
+    Now(Value),
+    /// The object is marked for deletion (finalizers or grace period) and still exists.
+    Pending(Value),
+}
+
+/// Selection and paging of a list or watch.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    pub label_selector: Option<LabelSelector>,
+    pub field_selector: Option<FieldSelector>,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+impl ListOptions {
+    /// Whether an object (by its projection) is selected.
+    pub fn selects(&self, projection: &Value) -> bool {
+        let labels = projection
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object);
+        let empty = Map::new();
+        self.label_selector
+            .as_ref()
+            .is_none_or(|s| s.matches(labels.unwrap_or(&empty)))
+            && self.field_selector.as_ref().is_none_or(|s| s.matches(projection))
+    }
+}
+
+/// One page of a list, objects already in the served version.
+pub struct ListPage {
+    pub items: Vec<Bytes>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: usize,
+}
+
+/// The API server's semantics over the store.
+pub struct Api {
+    pub store: Arc<Store>,
+    pub registry: Arc<Registry>,
+    pub clock: Arc<dyn Clock>,
+}
+
+const DEFAULT_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+impl Api {
+    pub fn new(store: Arc<Store>, registry: Arc<Registry>, clock: Arc<dyn Clock>) -> Self {
+        let api = Api {
+            store,
+            registry,
+            clock,
+        };
+        api.restore_crds();
+        api
+    }
+
+    /// Creates the namespaces every cluster has, if missing.
+    pub fn ensure_default_namespaces(&self) -> Result<(), ApiError> {
+        let Some(namespaces) = self.registry.get("", "v1", "namespaces") else {
+            return Ok(());
+        };
+        for name in DEFAULT_NAMESPACES {
+            let key = ObjectKey::new("namespaces", "", name);
+            if self.store.get(&key).is_none() {
+                let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+                self.create(&namespaces, "", namespace, &WriteOptions::default())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves again the CRDs found in a restored store.
+    fn restore_crds(&self) {
+        let page = self.store.list(CRD_STORAGE, None, None, None, &|_| true);
+        for crd in page.items {
+            self.registry.register_crd(&crd.value());
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn key(resource: &Resource, namespace: &str, name: &str) -> ObjectKey {
+        let namespace = if resource.namespaced { namespace } else { "" };
+        ObjectKey::new(&resource.storage, namespace, name)
+    }
+
+    /// The stored object as `resource`'s version shows it.
+    pub fn present(&self, resource: &Resource, stored: &StoredObject) -> Bytes {
+        let same_version = stored.projection.get("apiVersion").and_then(Value::as_str)
+            == Some(resource.api_version().as_str());
+        if resource.conversion == Conversion::None && same_version {
+            return stored.bytes.clone();
+        }
+        let object = self.present_value(resource, stored.value());
+        Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
+    }
+
+    fn present_value(&self, resource: &Resource, object: Value) -> Value {
+        match resource.conversion {
+            Conversion::EventsV1 => events_v1::from_core(object),
+            Conversion::None => {
+                let mut object = object;
+                object["apiVersion"] = json!(resource.api_version());
+                object
+            }
+        }
+    }
+
+    /// Converts an object in `resource`'s served version to its stored form.
+    fn intake(&self, resource: &Resource, object: Value) -> Value {
+        match resource.conversion {
+            Conversion::EventsV1 => events_v1::to_core(object),
+            Conversion::None => object,
+        }
+    }
+
+    /// GET of one object.
+    pub fn get(&self, resource: &Resource, namespace: &str, name: &str) -> Result<Bytes, ApiError> {
+        let stored = self
+            .store
+            .get(&Self::key(resource, namespace, name))
+            .ok_or_else(|| ApiError::not_found(resource, name))?;
+        Ok(self.present(resource, &stored))
+    }
+
+    /// GET of one object, parsed.
+    pub fn get_value(&self, resource: &Resource, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let bytes = self.get(resource, namespace, name)?;
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(e.to_string()))
+    }
+
+    /// LIST of one namespace (or all, with `None`).
+    pub fn list(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<ListPage, ApiError> {
+        let after = options
+            .continue_token
+            .as_deref()
+            .map(decode_continue)
+            .transpose()?;
+        let namespace = namespace.filter(|_| resource.namespaced);
+        let page = self.store.list(
+            &resource.storage,
+            namespace,
+            after.as_ref(),
+            options.limit.filter(|l| *l > 0),
+            &|o| options.selects(&o.projection),
+        );
+        Ok(ListPage {
+            items: page.items.iter().map(|o| self.present(resource, o)).collect(),
+            resource_version: page.resource_version,
+            continue_token: page.next.map(|position| encode_continue(page.resource_version, &position)),
+            remaining: page.remaining,
+        })
+    }
+
+    /// LIST, parsed (for in-process callers).
+    pub fn list_values(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Vec<Value>, ApiError> {
+        self.list(resource, namespace, options)?
+            .items
+            .iter()
+            .map(|b| serde_json::from_slice(b).map_err(|e| ApiError::internal(e.to_string())))
+            .collect()
+    }
+
+    /// POST: creates an object in `namespace`.
+    pub fn create(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        let mut object = self.intake(resource, self.checked_body(resource, body)?);
+        self.place(resource, namespace, &mut object)?;
+        let name = self.assign_name(resource, &mut object)?;
+        if resource.namespaced {
+            self.check_namespace_open(namespace)?;
+        }
+        let now = self.now();
+        prepare_create(resource, &mut object, now);
+        defaults::apply(resource, &mut object);
+        validate::object(resource, &object)?;
+        let manager = manager_of(options);
+        let object = apply::track_update(None, &object, &manager, resource.schema.as_ref(), &rfc3339(now), None);
+        if options.dry_run {
+            return Ok(self.present_value(resource, object));
+        }
+        let key = Self::key(resource, namespace, &name);
+        let stored = self
+            .store
+            .transact(&key, |current| match current {
+                Some(_) => Err(ApiError::already_exists(resource, &name)),
+                None => Ok(Write::Put(object)),
+            })?
+            .ok_or_else(|| ApiError::internal("create stored nothing"))?;
+        self.after_write(resource, &stored);
+        Ok(self.present_value(resource, stored.value()))
+    }
+
+    /// PUT: replaces an object (or its status, with `subresource` "status").
+    pub fn update(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        subresource: Option<&str>,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        let mut object = self.intake(resource, self.checked_body(resource, body)?);
+        self.place(resource, namespace, &mut object)?;
+        let body_name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let manager = manager_of(options);
+        self.write_existing(resource, namespace, name, options.dry_run, |current| {
+            check_precondition(resource, name, current, &object)?;
+            let next = self.normalize_update(resource, current, object, subresource)?;
+            let now = rfc3339(self.now());
+            Ok(apply::track_update(Some(current), &next, &manager, resource.schema.as_ref(), &now, subresource))
+        })
+    }
+
+    /// PATCH of any type. Server-side apply creates the object when it does not exist.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        patch: Value,
+        options: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        if patch_type == PatchType::Strategic && resource.custom.is_some() {
+            return Err(ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml \
+                 (strategic merge patch is not supported for {})",
+                resource.group_resource()
+            )));
+        }
+        let manager = manager_of(options);
+        if patch_type == PatchType::Apply {
+            if options.field_manager.is_none() {
+                return Err(ApiError::bad_request(
+                    "PATCH requests with apply patch type require field manager",
+                ));
+            }
+            let applied = self.intake(resource, self.checked_body(resource, patch)?);
+            let applied_name = applied.pointer("/metadata/name").and_then(Value::as_str);
+            if applied_name != Some(name) {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({}) does not match the name on the URL ({name})",
+                    applied_name.unwrap_or("")
+                )));
+            }
+            let key = Self::key(resource, namespace, name);
+            if self.store.get(&key).is_none() {
+                return self.apply_create(resource, namespace, name, applied, options, &manager);
+            }
+            let applied = reset_fields(resource, applied, subresource);
+            return self.write_existing(resource, namespace, name, options.dry_run, |current| {
+                check_precondition(resource, name, current, &applied)?;
+                let now = rfc3339(self.now());
+                let merged = apply::apply(
+                    Some(current),
+                    &applied,
+                    &manager,
+                    options.force,
+                    resource.schema.as_ref(),
+                    &now,
+                    subresource,
+                )
+                .map_err(|e| apply_error(resource, name, e))?;
+                self.normalize_update(resource, current, merged, subresource)
+            });
+        }
+        self.write_existing(resource, namespace, name, options.dry_run, |current| {
+            let served = self.present_value(resource, current.clone());
+            let patched = match patch_type {
+                PatchType::Merge => {
+                    let mut target = served;
+                    merge::merge_patch(&mut target, &patch);
+                    target
+                }
+                PatchType::Json => json_patch::json_patch(&served, &patch)
+                    .map_err(|e| ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())]))?,
+                PatchType::Strategic => strategic::strategic_merge_patch(&served, &patch, resource.schema.as_ref())
+                    .map_err(|e| ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())]))?,
+                PatchType::Apply => unreachable_patch()?,
+            };
+            let patched = self.intake(resource, patched);
+            check_precondition(resource, name, current, &patched)?;
+            let next = self.normalize_update(resource, current, patched, subresource)?;
+            let now = rfc3339(self.now());
+            Ok(apply::track_update(Some(current), &next, &manager, resource.schema.as_ref(), &now, subresource))
+        })
+    }
+
+    fn apply_create(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        applied: Value,
+        options: &WriteOptions,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
+        let mut object = applied;
+        self.place(resource, namespace, &mut object)?;
+        if resource.namespaced {
+            self.check_namespace_open(namespace)?;
+        }
+        let now = self.now();
+        let mut object = apply::apply(None, &object, manager, options.force, resource.schema.as_ref(), &rfc3339(now), None)
+            .map_err(|e| apply_error(resource, name, e))?;
+        prepare_create(resource, &mut object, now);
+        defaults::apply(resource, &mut object);
+        validate::object(resource, &object)?;
+        if options.dry_run {
+            return Ok(self.present_value(resource, object));
+        }
+        let key = Self::key(resource, namespace, name);
+        let stored = self
+            .store
+            .transact(&key, |current| match current {
+                // Lost a race with another creator: let the client retry as an update.
+                Some(_) => Err(ApiError::conflict(resource, name, "the object was created concurrently; retry")),
+                None => Ok(Write::Put(object)),
+            })?
+            .ok_or_else(|| ApiError::internal("apply stored nothing"))?;
+        self.after_write(resource, &stored);
+        Ok(self.present_value(resource, stored.value()))
+    }
+
+    /// Runs `change` on the current object atomically; stores the result unless it is
+    /// unchanged, and finishes a deletion whose last finalizer the change removed.
+    fn write_existing(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
+        change: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let key = Self::key(resource, namespace, name);
+        let mut outcome: Option<Value> = None;
+        let stored = self.store.transact(&key, |current| -> Result<Write, ApiError> {
+            let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
+            let current_value = current.value();
+            let next = change(&current_value)?;
+            if without_managed_fields(&next) == without_managed_fields(&current_value) {
+                outcome = Some(current_value);
+                return Ok(Write::Keep);
+            }
+            if dry_run {
+                outcome = Some(next);
+                return Ok(Write::Keep);
+            }
+            if deletion_complete(&next) {
+                outcome = Some(next);
+                return Ok(Write::Delete);
+            }
+            Ok(Write::Put(next))
+        })?;
+        match (stored, outcome) {
+            (Some(stored), None) => {
+                self.after_write(resource, &stored);
+                Ok(self.present_value(resource, stored.value()))
+            }
+            (_, Some(value)) => {
+                if !dry_run && deletion_complete(&value) {
+                    self.after_delete(resource, &value);
+                }
+                Ok(self.present_value(resource, value))
+            }
+            (None, None) => Err(ApiError::not_found(resource, name)),
+        }
+    }
+
+    /// Turns a client's full object into the next stored state of `current`: the parts
+    /// the server owns (identity, status or spec depending on the subresource) are kept.
+    fn normalize_update(
+        &self,
+        resource: &Resource,
+        current: &Value,
+        mut next: Value,
+        subresource: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let name = current.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        if subresource == Some("status") {
+            let status = next.get("status").cloned();
+            let managed = next.pointer("/metadata/managedFields").cloned();
+            next = current.clone();
+            match status {
+                Some(status) => next["status"] = status,
+                None => {
+                    if let Some(map) = next.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+            if let Some(managed) = managed {
+                next["metadata"]["managedFields"] = managed;
+            }
+        } else if resource.has_status {
+            match current.get("status") {
+                Some(status) => next["status"] = status.clone(),
+                None => {
+                    if let Some(map) = next.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+        }
+        for field in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"] {
+            match current.pointer(&format!("/metadata/{field}")) {
+                Some(v) => next["metadata"][field] = v.clone(),
+                None => {
+                    if let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) {
+                        meta.remove(field);
+                    }
+                }
+            }
+        }
+        next["metadata"]["name"] = current["metadata"]["name"].clone();
+        if let Some(ns) = current.pointer("/metadata/namespace") {
+            next["metadata"]["namespace"] = ns.clone();
+        }
+        next["apiVersion"] = current["apiVersion"].clone();
+        next["kind"] = current["kind"].clone();
+        if current.pointer("/metadata/deletionTimestamp").is_some() {
+            let had: Vec<&Value> = finalizers(current).collect();
+            if let Some(added) = finalizers(&next).find(|f| !had.contains(f)) {
+                return Err(ApiError::invalid(
+                    &resource.kind,
+                    name,
+                    &[(
+                        "metadata.finalizers".into(),
+                        format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [{}]", added.as_str().unwrap_or("")),
+                    )],
+                ));
+            }
+        }
+        defaults::apply(resource, &mut next);
+        validate::update(resource, current, &next)?;
+        let generation = current.pointer("/metadata/generation").and_then(Value::as_i64);
+        if let Some(generation) = generation {
+            let bump = resource.tracks_generation() && spec_of(current) != spec_of(&next);
+            next["metadata"]["generation"] = json!(generation + i64::from(bump));
+        }
+        Ok(next)
+    }
+
+    /// DELETE of one object.
+    pub fn delete(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let key = Self::key(resource, namespace, name);
+        let now = self.now();
+        let mut step: Option<DeleteStep> = None;
+        let stored = self.store.transact(&key, |current| -> Result<Write, ApiError> {
+            let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
+            let object = current.value();
+            check_delete_preconditions(resource, name, &object, options)?;
+            let decided = deletion(resource, object, options, now);
+            let write = match (&decided, options.dry_run) {
+                (_, true) | (DeleteStep::Unchanged(_), _) => Write::Keep,
+                (DeleteStep::Remove(_), false) => Write::Delete,
+                (DeleteStep::Mark(object), false) => Write::Put(object.clone()),
+            };
+            step = Some(decided);
+            Ok(write)
+        })?;
+        match step {
+            Some(DeleteStep::Remove(object)) => {
+                if !options.dry_run {
+                    self.after_delete(resource, &object);
+                }
+                Ok(Deleted::Now(self.present_value(resource, object)))
+            }
+            Some(DeleteStep::Mark(object)) => {
+                let object = match (&stored, options.dry_run) {
+                    (Some(stored), false) => stored.value(),
+                    _ => object,
+                };
+                Ok(Deleted::Pending(self.present_value(resource, object)))
+            }
+            Some(DeleteStep::Unchanged(object)) => Ok(Deleted::Pending(self.present_value(resource, object))),
+            None => Err(ApiError::not_found(resource, name)),
+        }
+    }
+
+    /// DELETE of every selected object of a namespace (deletecollection).
+    pub fn delete_collection(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        list: &ListOptions,
+        options: &DeleteOptions,
+    ) -> Result<Vec<Value>, ApiError> {
+        let mut deleted = Vec::new();
+        for object in self.list_values(resource, namespace, list)? {
+            let meta = &object["metadata"];
+            let ns = meta["namespace"].as_str().unwrap_or("");
+            let name = meta["name"].as_str().unwrap_or("");
+            match self.delete(resource, ns, name, options) {
+                Ok(Deleted::Now(o) | Deleted::Pending(o)) => deleted.push(o),
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Serves a CRD's kinds once it is stored.
+    fn after_write(&self, resource: &Resource, stored: &StoredObject) {
+        if resource.storage == CRD_STORAGE {
+            self.registry.register_crd(&stored.value());
+        }
+    }
+
+    fn after_delete(&self, resource: &Resource, object: &Value) {
+        if resource.storage == CRD_STORAGE {
+            let group = object.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
+            let plural = object.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
+            let storage = format!("{plural}.{group}");
+            self.registry.unregister_crd(&storage);
+            self.purge(&storage);
+        }
+    }
+
+    /// Removes every object of a bucket (the custom resources of a deleted CRD).
+    fn purge(&self, storage: &str) {
+        let page = self.store.list(storage, None, None, None, &|_| true);
+        for object in page.items {
+            let meta = &object.projection["metadata"];
+            let key = ObjectKey::new(
+                storage,
+                meta["namespace"].as_str().unwrap_or(""),
+                meta["name"].as_str().unwrap_or(""),
+            );
+            if let Err(err) = self.store.transact::<ApiError>(&key, |_| Ok(Write::Delete)) {
+                tracing::warn!(%err, storage, "removing a custom resource of a deleted CRD");
+            }
+        }
+    }
+
+    /// Checks the body's kind and apiVersion against the endpoint.
+    fn checked_body(&self, resource: &Resource, body: Value) -> Result<Value, ApiError> {
+        let Value::Object(_) = body else {
+            return Err(ApiError::bad_request("the request body must be a JSON or YAML object"));
+        };
+        let mut body = body;
+        if let Some(kind) = body.get("kind").and_then(Value::as_str)
+            && !kind.is_empty()
+            && kind != resource.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind ({})",
+                resource.kind
+            )));
+        }
+        if let Some(api_version) = body.get("apiVersion").and_then(Value::as_str)
+            && !api_version.is_empty()
+            && api_version != resource.api_version()
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({api_version}) does not match the expected API version ({})",
+                resource.api_version()
+            )));
+        }
+        body["kind"] = json!(resource.kind);
+        body["apiVersion"] = json!(resource.api_version());
+        if !body.get("metadata").is_some_and(Value::is_object) {
+            body["metadata"] = json!({});
+        }
+        Ok(body)
+    }
+
+    /// Puts the object in the request's namespace (or none, for cluster-scoped kinds).
+    fn place(&self, resource: &Resource, namespace: &str, object: &mut Value) -> Result<(), ApiError> {
+        let meta = &mut object["metadata"];
+        if !resource.namespaced {
+            if let Some(map) = meta.as_object_mut() {
+                map.remove("namespace");
+            }
+            return Ok(());
+        }
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(ns) if !ns.is_empty() && ns != namespace => Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )),
+            _ => {
+                meta["namespace"] = json!(namespace);
+                Ok(())
+            }
+        }
+    }
+
+    fn assign_name(&self, resource: &Resource, object: &mut Value) -> Result<String, ApiError> {
+        let meta = &mut object["metadata"];
+        if let Some(name) = meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            return Ok(name.to_string());
+        }
+        match meta.get("generateName").and_then(Value::as_str) {
+            Some(prefix) if !prefix.is_empty() => {
+                let name = format!("{prefix}{}", random_suffix());
+                meta["name"] = json!(name);
+                Ok(name)
+            }
+            _ => Err(ApiError::invalid(
+                &resource.kind,
+                "",
+                &[("metadata.name".into(), "Required value: name or generateName is required".into())],
+            )),
+        }
+    }
+
+    fn check_namespace_open(&self, namespace: &str) -> Result<(), ApiError> {
+        let namespace_key = ObjectKey::new("namespaces", "", namespace);
+        let ns = self
+            .store
+            .get(&namespace_key)
+            .ok_or_else(|| ApiError::namespace_not_found(namespace))?;
+        if ns.projection.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::forbidden(format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The part of an apply configuration a subresource accepts: status only through
+/// `/status`, everything but status through the main resource (when the kind has one).
+fn reset_fields(resource: &Resource, mut applied: Value, subresource: Option<&str>) -> Value {
+    let Some(map) = applied.as_object_mut() else {
+        return applied;
+    };
+    match subresource {
+        Some("status") => map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")),
+        _ if resource.has_status => {
+            map.remove("status");
+        }
+        _ => {}
+    }
+    applied
+}
+
+fn unreachable_patch() -> Result<Value, ApiError> {
+    Err(ApiError::internal("apply patches are handled before this point"))
+}
+
+fn apply_error(resource: &Resource, name: &str, err: apply::ApplyError) -> ApiError {
+    match &err {
+        apply::ApplyError::Conflicts(conflicts) => {
+            let causes = conflicts
+                .iter()
+                .map(|c| json!({"reason": "FieldManagerConflict", "message": c.to_string(), "field": c.field}))
+                .collect();
+            ApiError::apply_conflict(resource, name, err.to_string(), causes)
+        }
+        apply::ApplyError::Invalid(reason) => {
+            ApiError::invalid(&resource.kind, name, &[("patch".into(), reason.clone())])
+        }
+    }
+}
+
+/// The manager a write is recorded under: `fieldManager`, else upstream's default for
+/// clients that name none.
+fn manager_of(options: &WriteOptions) -> String {
+    options
+        .field_manager
+        .clone()
+        .or_else(|| options.default_manager.clone())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Server-owned metadata of a new object.
+fn prepare_create(resource: &Resource, object: &mut Value, now: Timestamp) {
+    let meta = &mut object["metadata"];
+    if let Some(map) = meta.as_object_mut() {
+        for field in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+            map.remove(field);
+        }
+    }
+    meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
+    meta["creationTimestamp"] = json!(rfc3339(now));
+    if resource.tracks_generation() {
+        meta["generation"] = json!(1);
+    } else if let Some(map) = meta.as_object_mut() {
+        map.remove("generation");
+    }
+    if resource.has_status {
+        match resource.plural.as_str() {
+            // The kubelet registers a node with its status; a namespace's status is set by defaulting.
+            "nodes" | "namespaces" => {}
+            "pods" => object["status"] = json!({"phase": "Pending"}),
+            "customresourcedefinitions" => object["status"] = defaults::crd_status(object),
+            _ => {
+                if let Some(map) = object.as_object_mut() {
+                    map.remove("status");
+                }
+            }
+        }
+    }
+}
+
+fn check_precondition(resource: &Resource, name: &str, current: &Value, next: &Value) -> Result<(), ApiError> {
+    let wanted = next.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+    let have = current.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+    match wanted {
+        Some(wanted) if !wanted.is_empty() && Some(wanted) != have => Err(ApiError::stale(resource, name)),
+        _ => Ok(()),
+    }
+}
+
+fn check_delete_preconditions(
+    resource: &Resource,
+    name: &str,
+    object: &Value,
+    options: &DeleteOptions,
+) -> Result<(), ApiError> {
+    let meta = &object["metadata"];
+    if let Some(uid) = &options.precondition_uid
+        && meta["uid"].as_str() != Some(uid)
+    {
+        return Err(ApiError::conflict(
+            resource,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta["uid"].as_str().unwrap_or("")
+            ),
+        ));
+    }
+    if let Some(rv) = &options.precondition_resource_version
+        && meta["resourceVersion"].as_str() != Some(rv)
+    {
+        return Err(ApiError::conflict(
+            resource,
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                meta["resourceVersion"].as_str().unwrap_or("")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+enum DeleteStep {
+    Remove(Value),
+    Mark(Value),
+    Unchanged(Value),
+}
+
+/// What deleting `object` does now: remove it, or mark it and wait for finalizers, the
+/// namespace controller, or the kubelet's grace period.
+fn deletion(resource: &Resource, mut object: Value, options: &DeleteOptions, now: Timestamp) -> DeleteStep {
+    let propagation = options.propagation.unwrap_or_default();
+    let policy_finalizer = match propagation {
+        Propagation::Foreground => Some("foregroundDeletion"),
+        Propagation::Orphan => Some("orphan"),
+        Propagation::Background => None,
+    };
+    let already_deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+    let grace = pod_grace_period(resource, &object, options);
+    if already_deleting {
+        // A shorter grace period speeds up a pending pod deletion (`--grace-period=0 --force`).
+        let pending_grace = object.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+        if let (Some(grace), Some(pending)) = (grace, pending_grace)
+            && grace < pending
+        {
+            return shorten_grace(object, grace, now);
+        }
+        return DeleteStep::Unchanged(object);
+    }
+    if let Some(f) = policy_finalizer {
+        let list = object["metadata"]
+            .as_object_mut()
+            .map(|m| m.entry("finalizers").or_insert_with(|| json!([])));
+        if let Some(Value::Array(list)) = list
+            && !list.iter().any(|x| x == f)
+        {
+            list.push(json!(f));
+        }
+    }
+    let namespace_finalizers = resource.plural == "namespaces"
+        && object
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+    let has_finalizers = finalizers(&object).next().is_some();
+    let grace = grace.unwrap_or(0);
+    if !has_finalizers && !namespace_finalizers && grace == 0 {
+        return DeleteStep::Remove(object);
+    }
+    let meta = &mut object["metadata"];
+    meta["deletionTimestamp"] = json!(rfc3339(now + jiff::SignedDuration::from_secs(grace)));
+    meta["deletionGracePeriodSeconds"] = json!(grace);
+    if namespace_finalizers {
+        object["status"]["phase"] = json!("Terminating");
+    }
+    DeleteStep::Mark(object)
+}
+
+fn shorten_grace(mut object: Value, grace: i64, now: Timestamp) -> DeleteStep {
+    if grace == 0 && finalizers(&object).next().is_none() {
+        return DeleteStep::Remove(object);
+    }
+    object["metadata"]["deletionTimestamp"] = json!(rfc3339(now + jiff::SignedDuration::from_secs(grace)));
+    object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+    DeleteStep::Mark(object)
+}
+
+/// A pod bound to a node and not finished terminates gracefully; everything else goes at once.
+fn pod_grace_period(resource: &Resource, object: &Value, options: &DeleteOptions) -> Option<i64> {
+    if resource.plural != "pods" || !resource.group.is_empty() {
+        return options.grace_period_seconds.map(|_| 0);
+    }
+    let scheduled = object.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let phase = object.pointer("/status/phase").and_then(Value::as_str);
+    if !scheduled || matches!(phase, Some("Succeeded" | "Failed")) {
+        return Some(0);
+    }
+    let default = object
+        .pointer("/spec/terminationGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(30);
+    Some(options.grace_period_seconds.unwrap_or(default).max(0))
+}
+
+fn finalizers(object: &Value) -> impl Iterator<Item = &Value> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// An object marked for deletion whose finalizers are all gone, and whose grace period
+/// (pods) is not pending, is removed by the write that removed the last finalizer.
+fn deletion_complete(object: &Value) -> bool {
+    let meta = &object["metadata"];
+    meta.get("deletionTimestamp").is_some()
+        && finalizers(object).next().is_none()
+        && meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0
+        && object.pointer("/spec/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty)
+}
+
+fn without_managed_fields(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    object
+}
+
+/// Everything but metadata and status: what `generation` counts changes of.
+fn spec_of(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("metadata");
+        map.remove("status");
+    }
+    object
+}
+
+fn random_suffix() -> String {
+    use rand::Rng as _;
+    // Upstream's alphabet: no vowels (no words), no confusable characters.
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn encode_continue(resource_version: u64, position: &(String, String)) -> String {
+    let token = json!({"rv": resource_version, "ns": position.0, "name": position.1});
+    base64::engine::general_purpose::STANDARD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
+    let invalid = || ApiError::bad_request("continue key is not valid: the token was not issued by this server");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .map_err(|_| invalid())?;
+    let token: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+    let field = |f: &str| token.get(f).and_then(Value::as_str).map(str::to_string);
+    Ok((field("ns").ok_or_else(invalid)?, field("name").ok_or_else(invalid)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let position = ("default".to_string(), "pod-7".to_string());
+        let token = encode_continue(42, &position);
+        assert_eq!(decode_continue(&token).expect("decode"), position);
+        assert_eq!(decode_continue("%%%").map_err(|e| e.code), Err(400));
+    }
+
+    #[test]
+    fn generated_names_use_the_upstream_alphabet() {
+        let suffix = random_suffix();
+        assert_eq!(suffix.len(), 5);
+        assert!(suffix.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+    }
+}

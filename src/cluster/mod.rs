@@ -1,0 +1,255 @@
+//! The embedded cluster: a Kubernetes API server on loopback that the `kube` client and
+//! `kubectl` use like a real one, for capstan's default run and its tests.
+
+pub mod api;
+pub mod defaults;
+pub mod errors;
+pub mod events_v1;
+pub mod eviction;
+pub mod faults;
+pub mod gc;
+pub mod http;
+pub mod kubeconfig;
+pub mod openapi;
+pub mod patch;
+pub mod persist;
+pub mod resources;
+pub mod schema;
+pub mod selector;
+pub mod store;
+pub mod table;
+pub mod validate;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch as signal;
+use tokio::task::JoinHandle;
+
+use crate::clock::{Clock, SystemClock};
+use api::{Api, WriteOptions};
+use errors::ApiError;
+use faults::{FaultSettings, Faults};
+use resources::Registry;
+use store::{Store, StoreError};
+
+/// How to start an embedded cluster.
+#[derive(Clone)]
+pub struct ClusterOptions {
+    /// Where to listen; port 0 picks a free one. Loopback unless told otherwise.
+    pub listen: SocketAddr,
+    /// Durable state; in memory when `None`.
+    pub state_dir: Option<PathBuf>,
+    /// The bearer token clients must present; random when `None` (kept in the state dir).
+    pub token: Option<String>,
+    pub faults: FaultSettings,
+    /// How many changes watches can resume from.
+    pub history: usize,
+    pub clock: Arc<dyn Clock>,
+    /// Register capstan's CRDs at start.
+    pub capstan_crds: bool,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            state_dir: None,
+            token: None,
+            faults: FaultSettings::default(),
+            history: store::DEFAULT_HISTORY,
+            clock: Arc::new(SystemClock),
+            capstan_crds: true,
+        }
+    }
+}
+
+/// Why a cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("state dir: {0}")]
+    Store(#[from] StoreError),
+    #[error("listening on {address}: {source}")]
+    Listen {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("token file {path}: {source}")]
+    Token {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("registering built-in objects: {0}")]
+    Bootstrap(#[from] ApiError),
+    #[error("building a client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A running embedded cluster. Dropping it stops the server.
+pub struct EmbeddedCluster {
+    api: Arc<Api>,
+    address: SocketAddr,
+    token: String,
+    stop: signal::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl EmbeddedCluster {
+    /// Starts the API server and the controllers that belong to the control plane
+    /// (garbage collector, namespace controller).
+    pub async fn start(options: ClusterOptions) -> Result<Self, ClusterError> {
+        crate::install_crypto_provider();
+        let store = match &options.state_dir {
+            Some(dir) => Store::open(dir, options.history)?,
+            None => Store::in_memory(options.history),
+        };
+        let registry = Arc::new(Registry::with_builtins());
+        let api = Arc::new(Api::new(Arc::new(store), registry, options.clock.clone()));
+        api.ensure_default_namespaces()?;
+        if options.capstan_crds {
+            register_capstan_crds(&api)?;
+        }
+        let token = match (&options.token, &options.state_dir) {
+            (Some(token), _) => token.clone(),
+            (None, Some(dir)) => persistent_token(dir)?,
+            (None, None) => random_token(),
+        };
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .map_err(|source| ClusterError::Listen { address: options.listen, source })?;
+        let address = listener
+            .local_addr()
+            .map_err(|source| ClusterError::Listen { address: options.listen, source })?;
+        let server = Arc::new(http::Server {
+            api: api.clone(),
+            token: token.clone(),
+            address: address.to_string(),
+            faults: Faults::new(options.faults.clone()),
+        });
+        let (stop, mut stopped) = signal::channel(false);
+        let serve = tokio::spawn(async move {
+            let shutdown = async move {
+                // Either a stop request or the sender going away ends the server.
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(err) = axum::serve(listener, http::router(server))
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(%err, "embedded API server stopped");
+            }
+        });
+        let gc = tokio::spawn(gc::run(api.clone()));
+        Ok(EmbeddedCluster {
+            api,
+            address,
+            token,
+            stop,
+            tasks: vec![serve, gc],
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The API semantics, for in-process callers (simulation, tests).
+    pub fn api(&self) -> &Arc<Api> {
+        &self.api
+    }
+
+    /// A kubeconfig for this cluster.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig::render(&self.url(), &self.token)
+    }
+
+    /// A `kube` client that talks to this cluster over HTTP.
+    pub fn client(&self) -> Result<kube::Client, ClusterError> {
+        let url: ::http::Uri = self
+            .url()
+            .parse()
+            .map_err(|_| ClusterError::Bootstrap(ApiError::internal("cluster URL does not parse")))?;
+        let mut config = kube::Config::new(url);
+        config.default_namespace = "default".into();
+        config.auth_info.token = Some(self.token.clone().into());
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Stops the server and its controllers and waits for them.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks.drain(..) {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for EmbeddedCluster {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn register_capstan_crds(api: &Api) -> Result<(), ApiError> {
+    let Some(crds) = api.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions") else {
+        return Ok(());
+    };
+    for crd in crate::api::crds::all() {
+        let crd = serde_json::to_value(&crd).map_err(|e| ApiError::internal(e.to_string()))?;
+        let name = crd.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or("");
+        if api.get(&crds, "", name).is_err() {
+            let options = WriteOptions {
+                field_manager: Some("capstan".into()),
+                ..WriteOptions::default()
+            };
+            api.create(&crds, "", crd, &options)?;
+        }
+    }
+    Ok(())
+}
+
+fn random_token() -> String {
+    use rand::Rng as _;
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The token kept in the state dir, so kubeconfigs survive a restart.
+fn persistent_token(dir: &std::path::Path) -> Result<String, ClusterError> {
+    let path = dir.join("token");
+    let err = |source| ClusterError::Token { path: path.clone(), source };
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_string()),
+        Ok(_) => write_token(&path).map_err(err),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_token(&path).map_err(err),
+        Err(e) => Err(err(e)),
+    }
+}
+
+fn write_token(path: &std::path::Path) -> std::io::Result<String> {
+    let token = random_token();
+    std::fs::write(path, &token)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(token)
+}

@@ -1,0 +1,1705 @@
+//! Server-side apply and `metadata.managedFields` tracking, following
+//! structured-merge-diff: every write records which manager set which fields; an apply
+//! merges the manager's configuration into the object, removes what that manager
+//! applied before and no longer does, and refuses to change fields other managers own
+//! unless forced.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt;
+
+use serde_json::{Map, Value, json};
+
+use super::fieldset::{FieldSet, PathElement, path_text, same_value};
+use crate::cluster::schema::{FieldSchema, ListType};
+
+/// Metadata fields no manager owns: the object's identity and the server's bookkeeping.
+const UNTRACKED_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// How a manager wrote its fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// Server-side apply.
+    Apply,
+    /// Any other write: create, update, or a merge, JSON or strategic patch.
+    Update,
+}
+
+impl Operation {
+    /// The name `managedFields` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "Apply",
+            Operation::Update => "Update",
+        }
+    }
+}
+
+/// A field an apply would change that another manager owns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The manager that owns the field.
+    pub manager: String,
+    /// The field, in upstream notation: `.spec.replicas`, `.spec.containers[name="app"].image`.
+    pub field: String,
+    /// How the owner wrote the field.
+    pub operation: Operation,
+    /// The apiVersion the owner wrote the field with.
+    pub api_version: String,
+    /// The subresource the owner wrote through, if any.
+    pub subresource: Option<String>,
+}
+
+impl Conflict {
+    /// The owner as upstream names it in messages: `"kubectl-client-side-apply" using
+    /// apps/v1` for an update, `"kubectl"` for an apply, with `with subresource
+    /// "status"` after the name when written through one.
+    pub fn owner(&self) -> String {
+        let mut owner = format!("{:?}", self.manager);
+        if let Some(subresource) = &self.subresource {
+            owner.push_str(&format!(" with subresource {subresource:?}"));
+        }
+        if self.operation == Operation::Update {
+            owner.push_str(&format!(" using {}", self.api_version));
+        }
+        owner
+    }
+
+    // Upstream groups and sorts conflicts by the JSON that identifies the owner.
+    fn owner_identity(&self) -> String {
+        let mut identity = Map::new();
+        identity.insert("manager".into(), json!(self.manager));
+        identity.insert("operation".into(), json!(self.operation.as_str()));
+        if self.operation == Operation::Update {
+            identity.insert("apiVersion".into(), json!(self.api_version));
+        }
+        if let Some(subresource) = &self.subresource {
+            identity.insert("subresource".into(), json!(subresource));
+        }
+        Value::Object(identity).to_string()
+    }
+}
+
+/// The message of the conflict's status cause (whose `field` is [`Conflict::field`]).
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conflict with {}", self.owner())
+    }
+}
+
+/// Why an apply was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The apply would change fields other managers own; retry with force to take them.
+    #[error("{}", conflicts_message(.0))]
+    Conflicts(Vec<Conflict>),
+    /// The apply configuration or the stored managed fields cannot be used.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Upstream's message: one conflict inline, several grouped by owner.
+fn conflicts_message(conflicts: &[Conflict]) -> String {
+    if let [only] = conflicts {
+        return format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            only.owner(),
+            only.field
+        );
+    }
+    let mut groups: Vec<(String, String, Vec<&str>)> = Vec::new();
+    for conflict in conflicts {
+        let identity = conflict.owner_identity();
+        match groups.iter_mut().find(|group| group.0 == identity) {
+            Some(group) => group.2.push(&conflict.field),
+            None => groups.push((identity, conflict.owner(), vec![&conflict.field])),
+        }
+    }
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    let lines: Vec<String> = groups
+        .iter()
+        .flat_map(|(_, owner, fields)| {
+            std::iter::once(format!("conflicts with {owner}:"))
+                .chain(fields.iter().map(|field| format!("- {field}")))
+        })
+        .collect();
+    format!(
+        "Apply failed with {} conflicts: {}",
+        conflicts.len(),
+        lines.join("\n")
+    )
+}
+
+/// Server-side apply of `applied` (the configuration the client sent) by `manager`
+/// onto `live` (`None` when the object does not exist yet), recorded at `now` (RFC 3339)
+/// and through `subresource` if any. Returns the new object with its
+/// `metadata.managedFields` updated.
+///
+/// Fails with [`ApplyError::Conflicts`] when, without `force`, the apply changes fields
+/// other managers own, and with [`ApplyError::Invalid`] when `applied` is not an object,
+/// sets `metadata.managedFields`, or has a keyed list item without its key or
+/// duplicated, or when the live object's managed fields cannot be read.
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    schema: &dyn FieldSchema,
+    now: &str,
+    subresource: Option<&str>,
+) -> Result<Value, ApplyError> {
+    let config = apply_configuration(applied)?;
+    let mut walker = Walker::new(schema);
+    let applied_fields = tracked(&walker.applied_fields(&config)?);
+    let nothing = Value::Object(Map::new());
+    let base = live.unwrap_or(&nothing);
+    let mut entries = stored_entries(base)
+        .map_err(|err| ApplyError::Invalid(format!("failed to decode managed fields: {err}")))?;
+    let own = entries
+        .iter()
+        .position(|entry| entry.is(manager, Operation::Apply, subresource));
+
+    let merged = walker.merge(Some(base), &config);
+    let object = match own {
+        Some(index) => {
+            let still_owned = owned_besides(&entries, index).union(&applied_fields);
+            walker.prune(&merged, &entries[index].fields, &still_owned)
+        }
+        None => merged,
+    };
+
+    let changes = walker.changes(base, &object);
+    let written = changes.written();
+    let conflicts: Vec<Conflict> = entries
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| Some(*index) != own)
+        .flat_map(|(_, entry)| entry.conflicts(&written))
+        .collect();
+    if !force && !conflicts.is_empty() {
+        return Err(ApplyError::Conflicts(conflicts));
+    }
+    for (index, entry) in entries.iter_mut().enumerate() {
+        if Some(index) != own {
+            entry.give_up(&written, &changes.removed);
+        }
+    }
+
+    let api_version = text_at(&object, "/apiVersion");
+    let changed = live != Some(&object);
+    match own {
+        Some(index) => {
+            let entry = &mut entries[index];
+            entry.fields = applied_fields;
+            entry.api_version = api_version;
+            // Upstream stamps the time only when the apply changed the object.
+            if changed {
+                entry.time = Some(now.to_string());
+            }
+        }
+        None => entries.push(ManagedEntry {
+            manager: manager.to_string(),
+            operation: Operation::Apply,
+            api_version,
+            time: Some(now.to_string()),
+            subresource: subresource.map(str::to_string),
+            fields: applied_fields,
+        }),
+    }
+    entries.retain(|entry| !entry.fields.is_empty());
+    Ok(with_managed_fields(object, &entries))
+}
+
+/// Records a write other than an apply (create, update, merge/JSON/strategic patch) by
+/// `manager` from `old` (`None` on create) to `new`, at `now` (RFC 3339) and through
+/// `subresource` if any: fields `new` adds or changes become `manager`'s (an "Update"
+/// entry) and are taken from every other manager, and fields `new` drops are taken from
+/// every manager. Returns `new` with `metadata.managedFields` set.
+///
+/// Like upstream, managed fields the client edited in `new` are honoured (a single
+/// empty entry resets them), except through a subresource; unreadable ones fall back to
+/// those of `old`, and unreadable stored ones are dropped. Never fails.
+pub fn track_update(
+    old: Option<&Value>,
+    new: &Value,
+    manager: &str,
+    schema: &dyn FieldSchema,
+    now: &str,
+    subresource: Option<&str>,
+) -> Value {
+    let nothing = Value::Object(Map::new());
+    let old = old.unwrap_or(&nothing);
+    let mut entries = starting_entries(old, new, subresource.is_some());
+    let changes = Walker::new(schema).changes(old, new);
+    let written = changes.written();
+    for entry in &mut entries {
+        entry.give_up(&written, &changes.removed);
+    }
+    if !written.is_empty() {
+        let api_version = text_at(new, "/apiVersion");
+        match entries
+            .iter_mut()
+            .find(|entry| entry.is(manager, Operation::Update, subresource))
+        {
+            Some(entry) => {
+                entry.fields = entry.fields.union(&written);
+                entry.api_version = api_version;
+                entry.time = Some(now.to_string());
+            }
+            None => entries.push(ManagedEntry {
+                manager: manager.to_string(),
+                operation: Operation::Update,
+                api_version,
+                time: Some(now.to_string()),
+                subresource: subresource.map(str::to_string),
+                fields: written,
+            }),
+        }
+    }
+    entries.retain(|entry| !entry.fields.is_empty());
+    with_managed_fields(new.clone(), &entries)
+}
+
+/// The fields every entry but the one at `index` owns.
+fn owned_besides(entries: &[ManagedEntry], index: usize) -> FieldSet {
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(other, _)| *other != index)
+        .fold(FieldSet::default(), |owned, (_, entry)| {
+            owned.union(&entry.fields)
+        })
+}
+
+/// The configuration to apply, without its nulls (a null means no opinion); fails
+/// when it is not an object or sets managed fields, as upstream.
+fn apply_configuration(applied: &Value) -> Result<Value, ApplyError> {
+    if !applied.is_object() {
+        return Err(ApplyError::Invalid(
+            "the apply configuration must be a JSON object".to_string(),
+        ));
+    }
+    if applied
+        .pointer("/metadata/managedFields")
+        .is_some_and(|fields| !fields.is_null())
+    {
+        return Err(ApplyError::Invalid(
+            "metadata.managedFields must be nil".to_string(),
+        ));
+    }
+    Ok(without_nulls(applied))
+}
+
+fn without_nulls(value: &Value) -> Value {
+    match value {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .filter(|(_, value)| !value.is_null())
+                .map(|(name, value)| (name.clone(), without_nulls(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The string at `pointer`, or empty.
+fn text_at(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `set` without the fields no manager owns.
+fn tracked(set: &FieldSet) -> FieldSet {
+    let mut untracked = FieldSet::default();
+    untracked.insert(&[PathElement::field("apiVersion")]);
+    untracked.insert(&[PathElement::field("kind")]);
+    for name in UNTRACKED_METADATA {
+        untracked.insert(&[PathElement::field("metadata"), PathElement::field(name)]);
+    }
+    set.recursive_difference(&untracked)
+        .difference(&metadata_itself())
+}
+
+/// `.metadata` itself: every object has it and nobody owns or removes it.
+fn metadata_itself() -> FieldSet {
+    let mut set = FieldSet::default();
+    set.insert(&[PathElement::field("metadata")]);
+    set
+}
+
+/// One `metadata.managedFields` entry.
+#[derive(Clone, Debug)]
+struct ManagedEntry {
+    manager: String,
+    operation: Operation,
+    api_version: String,
+    time: Option<String>,
+    subresource: Option<String>,
+    fields: FieldSet,
+}
+
+impl ManagedEntry {
+    /// Whether this is the entry of `manager` writing by `operation` through `subresource`.
+    fn is(&self, manager: &str, operation: Operation, subresource: Option<&str>) -> bool {
+        self.manager == manager
+            && self.operation == operation
+            && self.subresource.as_deref() == subresource
+    }
+
+    /// Drops the fields another write `taken` over and those the object no longer has.
+    fn give_up(&mut self, taken: &FieldSet, removed: &FieldSet) {
+        self.fields = self.fields.difference(taken).difference(removed);
+    }
+
+    /// The fields of `written` this entry owns, as conflicts.
+    fn conflicts(&self, written: &FieldSet) -> Vec<Conflict> {
+        self.fields
+            .intersection(written)
+            .paths()
+            .iter()
+            .map(|path| Conflict {
+                manager: self.manager.clone(),
+                field: path_text(path),
+                operation: self.operation,
+                api_version: self.api_version.clone(),
+                subresource: self.subresource.clone(),
+            })
+            .collect()
+    }
+
+    /// Reads an entry; fails on an unknown operation or fields type, or bad `fieldsV1`.
+    fn decode(entry: &Value) -> Result<ManagedEntry, String> {
+        let text = |name: &str| entry.get(name).and_then(Value::as_str);
+        let operation = match text("operation") {
+            Some("Apply") => Operation::Apply,
+            Some("Update") => Operation::Update,
+            other => {
+                return Err(format!(
+                    "invalid operation {other:?} in a managed fields entry"
+                ));
+            }
+        };
+        match text("fieldsType") {
+            Some("FieldsV1") => {}
+            None | Some("") => return Err("missing fieldsType in a managed fields entry".into()),
+            Some(other) => {
+                return Err(format!(
+                    "invalid fieldsType {other:?} in a managed fields entry"
+                ));
+            }
+        }
+        let fields = match entry.get("fieldsV1") {
+            None | Some(Value::Null) => FieldSet::default(),
+            Some(fields) => FieldSet::from_fields_v1(fields)?,
+        };
+        Ok(ManagedEntry {
+            manager: text("manager").unwrap_or_default().to_string(),
+            operation,
+            api_version: text("apiVersion").unwrap_or_default().to_string(),
+            time: text("time").map(str::to_string),
+            subresource: text("subresource")
+                .filter(|subresource| !subresource.is_empty())
+                .map(str::to_string),
+            fields,
+        })
+    }
+
+    /// The entry in upstream's field order.
+    fn encode(&self) -> Value {
+        let mut entry = Map::new();
+        entry.insert("manager".into(), json!(self.manager));
+        entry.insert("operation".into(), json!(self.operation.as_str()));
+        entry.insert("apiVersion".into(), json!(self.api_version));
+        if let Some(time) = &self.time {
+            entry.insert("time".into(), json!(time));
+        }
+        entry.insert("fieldsType".into(), json!("FieldsV1"));
+        entry.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        if let Some(subresource) = &self.subresource {
+            entry.insert("subresource".into(), json!(subresource));
+        }
+        Value::Object(entry)
+    }
+}
+
+/// The entries stored in `object`; fails when they cannot be read.
+fn stored_entries(object: &Value) -> Result<Vec<ManagedEntry>, String> {
+    match object.pointer("/metadata/managedFields") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(entries)) => entries.iter().map(ManagedEntry::decode).collect(),
+        Some(other) => Err(format!("expected a list, got {other}")),
+    }
+}
+
+/// The entries an update starts from: those the client wrote into `new` when it wrote
+/// any (a single empty entry clears them), else the stored ones. Writes through a
+/// subresource cannot edit managed fields.
+fn starting_entries(old: &Value, new: &Value, through_subresource: bool) -> Vec<ManagedEntry> {
+    let stored = || stored_entries(old).unwrap_or_default();
+    if through_subresource {
+        return stored();
+    }
+    if new.pointer("/metadata/managedFields") == Some(&json!([{}])) {
+        return Vec::new();
+    }
+    match stored_entries(new) {
+        Ok(entries) if !entries.is_empty() => entries,
+        _ => stored(),
+    }
+}
+
+/// `object` with `metadata.managedFields` set to `entries`, or without it when none.
+fn with_managed_fields(mut object: Value, entries: &[ManagedEntry]) -> Value {
+    let Some(fields) = object.as_object_mut() else {
+        return object;
+    };
+    if entries.is_empty() {
+        if let Some(metadata) = fields.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.shift_remove("managedFields");
+        }
+        return object;
+    }
+    let metadata = fields
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(metadata) = metadata.as_object_mut() {
+        let encoded = entries.iter().map(ManagedEntry::encode).collect();
+        metadata.insert("managedFields".into(), Value::Array(encoded));
+    }
+    object
+}
+
+/// Fields added, changed and dropped between two versions of an object.
+#[derive(Debug, Default)]
+struct Changes {
+    added: FieldSet,
+    modified: FieldSet,
+    removed: FieldSet,
+}
+
+impl Changes {
+    /// A value compared whole.
+    fn leaf(&mut self, path: &[PathElement], old: Option<&Value>, new: Option<&Value>) {
+        match (old, new) {
+            (None, Some(_)) => self.added.insert(path),
+            (Some(_), None) => self.removed.insert(path),
+            (Some(old), Some(new)) if !same_value(old, new) => self.modified.insert(path),
+            _ => {}
+        }
+    }
+
+    /// An object, list or list item whose contents were compared: it was itself added
+    /// or dropped when it was missing on one side.
+    fn node(&mut self, path: &[PathElement], old: Option<&Value>, new: Option<&Value>) {
+        if old.is_none() {
+            self.added.insert(path);
+        }
+        if new.is_none() {
+            self.removed.insert(path);
+        }
+    }
+
+    fn tracked(self) -> Changes {
+        Changes {
+            added: tracked(&self.added),
+            modified: tracked(&self.modified),
+            removed: tracked(&self.removed),
+        }
+    }
+
+    /// The fields the write set.
+    fn written(&self) -> FieldSet {
+        self.added.union(&self.modified)
+    }
+}
+
+/// The identity of each item of a granular list, in order; fails on an item that is
+/// not an object or lacks a key field of a keyed list.
+fn item_elements(list_type: &ListType, items: &[Value]) -> Result<Vec<PathElement>, String> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            item_element(list_type, item).map_err(|err| format!("element {index}: {err}"))
+        })
+        .collect()
+}
+
+fn item_element(list_type: &ListType, item: &Value) -> Result<PathElement, String> {
+    let ListType::Map(keys) = list_type else {
+        return Ok(PathElement::Value(item.clone()));
+    };
+    let Value::Object(fields) = item else {
+        return Err(format!(
+            "expected an object in an associative list, got {item}"
+        ));
+    };
+    keys.iter()
+        .map(|key| {
+            fields
+                .get(key)
+                .filter(|value| !value.is_null())
+                .cloned()
+                .or_else(|| key_default(key))
+                .map(|value| (key.clone(), value))
+                .ok_or_else(|| {
+                    format!(
+                        "associative list with keys has an element that omits key field {key:?} \
+                         (and doesn't have default value)"
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(PathElement::key)
+}
+
+/// The default of a key field, which upstream takes from the schema: every built-in
+/// list keyed by `protocol` (container and service ports) defaults it to TCP.
+fn key_default(key: &str) -> Option<Value> {
+    (key == "protocol").then(|| json!("TCP"))
+}
+
+/// The first item element repeated in `elements`, if any.
+fn first_duplicate(elements: &[PathElement]) -> Option<&PathElement> {
+    let mut seen = BTreeSet::new();
+    elements.iter().find(|element| !seen.insert(*element))
+}
+
+/// Walks objects along with the schema, knowing where it is: field names for the
+/// schema and the path for field sets.
+struct Walker<'s> {
+    schema: &'s dyn FieldSchema,
+    names: Vec<String>,
+    path: Vec<PathElement>,
+}
+
+impl<'s> Walker<'s> {
+    fn new(schema: &'s dyn FieldSchema) -> Self {
+        Walker {
+            schema,
+            names: Vec::new(),
+            path: Vec::new(),
+        }
+    }
+
+    fn in_field<R>(&mut self, name: &str, visit: impl FnOnce(&mut Self) -> R) -> R {
+        self.names.push(name.to_string());
+        self.path.push(PathElement::field(name));
+        let result = visit(self);
+        self.names.pop();
+        self.path.pop();
+        result
+    }
+
+    fn in_item<R>(&mut self, element: PathElement, visit: impl FnOnce(&mut Self) -> R) -> R {
+        self.path.push(element);
+        let result = visit(self);
+        self.path.pop();
+        result
+    }
+
+    fn list_type(&self) -> ListType {
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        self.schema.list_type(&names)
+    }
+
+    /// The fields an apply configuration sets: every leaf, every item of a granular
+    /// list, and empty objects. Fails on keyed list items without their key or repeated.
+    fn applied_fields(&mut self, config: &Value) -> Result<FieldSet, ApplyError> {
+        let mut set = FieldSet::default();
+        if let Value::Object(fields) = config {
+            self.applied_object(fields, &mut set)?;
+        }
+        Ok(set)
+    }
+
+    fn applied_object(
+        &mut self,
+        fields: &Map<String, Value>,
+        set: &mut FieldSet,
+    ) -> Result<(), ApplyError> {
+        for (name, value) in fields {
+            self.in_field(name, |walker| walker.applied_value(value, set))?;
+        }
+        Ok(())
+    }
+
+    fn applied_value(&mut self, value: &Value, set: &mut FieldSet) -> Result<(), ApplyError> {
+        match value {
+            Value::Object(fields) if !fields.is_empty() => self.applied_object(fields, set),
+            Value::Array(items) => self.applied_list(items, set),
+            _ => {
+                set.insert(&self.path);
+                Ok(())
+            }
+        }
+    }
+
+    fn applied_list(&mut self, items: &[Value], set: &mut FieldSet) -> Result<(), ApplyError> {
+        let list_type = self.list_type();
+        if list_type == ListType::Atomic {
+            set.insert(&self.path);
+            return Ok(());
+        }
+        let invalid = |path: &[PathElement], reason: String| {
+            ApplyError::Invalid(format!("{}: {reason}", path_text(path)))
+        };
+        let elements = item_elements(&list_type, items).map_err(|err| invalid(&self.path, err))?;
+        if let Some(duplicate) = first_duplicate(&elements) {
+            return Err(invalid(
+                &self.path,
+                format!("duplicate entries for key {duplicate}"),
+            ));
+        }
+        for (element, item) in elements.into_iter().zip(items) {
+            self.in_item(element, |walker| {
+                set.insert(&walker.path);
+                match item {
+                    Value::Object(fields) if matches!(list_type, ListType::Map(_)) => {
+                        walker.applied_object(fields, set)
+                    }
+                    _ => Ok(()),
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `config` written over `live`: objects merge field by field, granular lists item
+    /// by item, anything else is replaced.
+    fn merge(&mut self, live: Option<&Value>, config: &Value) -> Value {
+        match (live, config) {
+            (Some(Value::Object(live)), Value::Object(config)) => {
+                let mut merged = live.clone();
+                for (name, value) in config {
+                    let value = self.in_field(name, |walker| walker.merge(live.get(name), value));
+                    merged.insert(name.clone(), value);
+                }
+                Value::Object(merged)
+            }
+            (Some(Value::Array(live)), Value::Array(config)) => self.merge_lists(live, config),
+            _ => config.clone(),
+        }
+    }
+
+    fn merge_lists(&mut self, live: &[Value], config: &[Value]) -> Value {
+        let list_type = self.list_type();
+        let unique = |items: &[Value]| {
+            item_elements(&list_type, items)
+                .ok()
+                .filter(|elements| first_duplicate(elements).is_none())
+        };
+        match (&list_type, unique(live), unique(config)) {
+            (ListType::Atomic, _, _) => Value::Array(config.to_vec()),
+            (_, Some(live_keys), Some(config_keys)) => {
+                Value::Array(self.merge_items(live, &live_keys, config, &config_keys))
+            }
+            // A live list whose items cannot be told apart is replaced whole.
+            _ => Value::Array(config.to_vec()),
+        }
+    }
+
+    /// Upstream's item order: items in both lists follow the configuration's order,
+    /// live-only items keep their place, configuration-only items come where the
+    /// configuration puts them.
+    fn merge_items(
+        &mut self,
+        live: &[Value],
+        live_keys: &[PathElement],
+        config: &[Value],
+        config_keys: &[PathElement],
+    ) -> Vec<Value> {
+        let mut shared = config_keys
+            .iter()
+            .filter(|key| live_keys.contains(key))
+            .collect::<VecDeque<_>>();
+        let mut next_shared = shared.pop_front();
+        let mut merged_config = BTreeSet::new();
+        let mut out = Vec::with_capacity(live.len().max(config.len()));
+        let (mut live_at, mut config_at) = (0, 0);
+        while live_at < live.len() || config_at < config.len() {
+            if live_at < live.len() && config_at < config.len() {
+                let key = &live_keys[live_at];
+                if *key == config_keys[config_at] {
+                    merged_config.insert(key);
+                    out.push(self.merge(Some(&live[live_at]), &config[config_at]));
+                    live_at += 1;
+                    config_at += 1;
+                    next_shared = shared.pop_front();
+                    continue;
+                }
+                // A shared item the configuration places later goes there instead.
+                if config_keys.contains(key) && next_shared.is_some_and(|next| next != key) {
+                    live_at += 1;
+                    continue;
+                }
+            }
+            if live_at < live.len() {
+                let key = &live_keys[live_at];
+                if !config_keys.contains(key) {
+                    out.push(live[live_at].clone());
+                    live_at += 1;
+                    continue;
+                }
+                if merged_config.contains(key) {
+                    live_at += 1;
+                    continue;
+                }
+            }
+            if config_at < config.len() {
+                let key = &config_keys[config_at];
+                merged_config.insert(key);
+                let live_item = live_keys
+                    .iter()
+                    .position(|live_key| live_key == key)
+                    .map(|index| &live[index]);
+                out.push(self.merge(live_item, &config[config_at]));
+                config_at += 1;
+                if next_shared == Some(key) {
+                    next_shared = shared.pop_front();
+                }
+            }
+        }
+        out
+    }
+
+    /// Drops from `merged` what `last_applied` held and `still_owned` does not, as
+    /// upstream's prune: a field kept by nobody goes with everything under it.
+    fn prune(&mut self, merged: &Value, last_applied: &FieldSet, still_owned: &FieldSet) -> Value {
+        let kept = still_owned.with_field_ancestors().union(&metadata_itself());
+        let doomed = last_applied.with_field_ancestors().difference(&kept);
+        self.remove(merged, &doomed)
+    }
+
+    /// `value` without the paths `doomed` holds (and everything under them).
+    fn remove(&mut self, value: &Value, doomed: &FieldSet) -> Value {
+        match value {
+            Value::Object(fields) => {
+                let mut kept = Map::new();
+                for (name, value) in fields {
+                    match doomed.child(&PathElement::field(name)) {
+                        Some(child) if child.is_member() => {}
+                        Some(child) => {
+                            let rest = self.in_field(name, |walker| walker.remove(value, child));
+                            kept.insert(name.clone(), rest);
+                        }
+                        None => {
+                            kept.insert(name.clone(), value.clone());
+                        }
+                    }
+                }
+                Value::Object(kept)
+            }
+            Value::Array(items) => self.remove_items(items, doomed),
+            other => other.clone(),
+        }
+    }
+
+    fn remove_items(&mut self, items: &[Value], doomed: &FieldSet) -> Value {
+        let list_type = self.list_type();
+        let elements = match list_type {
+            ListType::Atomic => None,
+            _ => item_elements(&list_type, items).ok(),
+        };
+        let Some(elements) = elements else {
+            return Value::Array(items.to_vec());
+        };
+        items
+            .iter()
+            .zip(elements)
+            .filter_map(|(item, element)| match doomed.child(&element) {
+                Some(child) if child.is_member() => None,
+                Some(child) => Some(self.remove(item, child)),
+                None => Some(item.clone()),
+            })
+            .collect()
+    }
+
+    /// What changed from `old` to `new`, in tracked fields only.
+    fn changes(&mut self, old: &Value, new: &Value) -> Changes {
+        let mut changes = Changes::default();
+        self.compare(Some(old), Some(new), &mut changes);
+        changes.tracked()
+    }
+
+    fn compare(&mut self, old: Option<&Value>, new: Option<&Value>, changes: &mut Changes) {
+        if let (Some(old), Some(new)) = (old, new)
+            && shape(old) != shape(new)
+        {
+            // A value that changed kind: the old one went, the new one came.
+            self.compare(Some(old), None, changes);
+            self.compare(None, Some(new), changes);
+            return;
+        }
+        match old.or(new) {
+            Some(Value::Object(_)) => self.compare_objects(old, new, changes),
+            Some(Value::Array(_)) => self.compare_lists(old, new, changes),
+            _ => changes.leaf(&self.path, old, new),
+        }
+    }
+
+    fn compare_objects(&mut self, old: Option<&Value>, new: Option<&Value>, changes: &mut Changes) {
+        let empty = Map::new();
+        let old_fields = old.and_then(Value::as_object).unwrap_or(&empty);
+        let new_fields = new.and_then(Value::as_object).unwrap_or(&empty);
+        // Empty objects on both sides are values of their own, as upstream.
+        if old_fields.is_empty() && new_fields.is_empty() {
+            changes.leaf(&self.path, old, new);
+            return;
+        }
+        for (name, old_value) in old_fields {
+            self.in_field(name, |walker| {
+                walker.compare(Some(old_value), new_fields.get(name), changes)
+            });
+        }
+        for (name, new_value) in new_fields {
+            if !old_fields.contains_key(name) {
+                self.in_field(name, |walker| {
+                    walker.compare(None, Some(new_value), changes)
+                });
+            }
+        }
+        changes.node(&self.path, old, new);
+    }
+
+    fn compare_lists(&mut self, old: Option<&Value>, new: Option<&Value>, changes: &mut Changes) {
+        let list_type = self.list_type();
+        let old_items = old.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        let new_items = new.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        // Empty lists on both sides are values of their own, as upstream.
+        if list_type == ListType::Atomic || (old_items.is_empty() && new_items.is_empty()) {
+            changes.leaf(&self.path, old, new);
+            return;
+        }
+        let identified = |items: &[Value]| item_elements(&list_type, items).ok();
+        let (Some(old_keys), Some(new_keys)) = (identified(old_items), identified(new_items))
+        else {
+            // Items that cannot be told apart: the list is compared whole.
+            changes.leaf(&self.path, old, new);
+            return;
+        };
+        // Upstream ignores repeated items after the first.
+        let first = |keys: &[PathElement], key: &PathElement| keys.iter().position(|k| k == key);
+        for (index, key) in old_keys.iter().enumerate() {
+            if first(&old_keys, key) != Some(index) {
+                continue;
+            }
+            let new_item = first(&new_keys, key).map(|at| &new_items[at]);
+            self.compare_item(&list_type, key, Some(&old_items[index]), new_item, changes);
+        }
+        for (index, key) in new_keys.iter().enumerate() {
+            if first(&new_keys, key) == Some(index) && first(&old_keys, key).is_none() {
+                self.compare_item(&list_type, key, None, Some(&new_items[index]), changes);
+            }
+        }
+        changes.node(&self.path, old, new);
+    }
+
+    fn compare_item(
+        &mut self,
+        list_type: &ListType,
+        key: &PathElement,
+        old: Option<&Value>,
+        new: Option<&Value>,
+        changes: &mut Changes,
+    ) {
+        self.in_item(key.clone(), |walker| match list_type {
+            ListType::Map(_) => walker.compare(old, new, changes),
+            _ => changes.leaf(&walker.path, old, new),
+        });
+    }
+}
+
+/// The kind of a value for comparison: object, list, or anything compared whole.
+fn shape(value: &Value) -> u8 {
+    match value {
+        Value::Object(_) => 0,
+        Value::Array(_) => 1,
+        _ => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::schema::BuiltinSchema;
+
+    const EARLIER: &str = "2024-05-01T10:00:00Z";
+    const NOW: &str = "2024-05-01T10:05:00Z";
+
+    fn deployment(spec: Value) -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": spec
+        })
+    }
+
+    fn container(name: &str, image: &str) -> Value {
+        json!({"name": name, "image": image})
+    }
+
+    fn with_containers(containers: Value) -> Value {
+        deployment(json!({"template": {"spec": {"containers": containers}}}))
+    }
+
+    fn apply_as(live: Option<&Value>, config: &Value, manager: &str) -> Result<Value, ApplyError> {
+        apply(live, config, manager, false, &BuiltinSchema, NOW, None)
+    }
+
+    /// The object after each manager applied its configuration in turn.
+    fn applied_in_turn(steps: &[(&str, Value)]) -> Value {
+        let mut live = None;
+        for (manager, config) in steps {
+            let next = apply(
+                live.as_ref(),
+                config,
+                manager,
+                false,
+                &BuiltinSchema,
+                EARLIER,
+                None,
+            );
+            live = Some(next.unwrap());
+        }
+        live.unwrap()
+    }
+
+    fn entries(object: &Value) -> Vec<ManagedEntry> {
+        stored_entries(object).unwrap()
+    }
+
+    /// The paths `manager` owns, in upstream notation, over all its entries.
+    fn owned(object: &Value, manager: &str) -> Vec<String> {
+        entries(object)
+            .iter()
+            .filter(|entry| entry.manager == manager)
+            .flat_map(|entry| entry.fields.paths())
+            .map(|path| path_text(&path))
+            .collect()
+    }
+
+    fn owners_of(object: &Value, field: &str) -> Vec<String> {
+        entries(object)
+            .iter()
+            .filter(|entry| {
+                entry
+                    .fields
+                    .paths()
+                    .iter()
+                    .any(|path| path_text(path) == field)
+            })
+            .map(|entry| entry.manager.clone())
+            .collect()
+    }
+
+    fn without_managed_fields(object: &Value) -> Value {
+        with_managed_fields(object.clone(), &[])
+    }
+
+    #[test]
+    fn first_apply_creates_the_object_and_owns_every_field() {
+        let config = deployment(json!({
+            "replicas": 3,
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [container("app", "nginx:1")]}
+            }
+        }));
+
+        let created = apply_as(None, &config, "kubectl").unwrap();
+
+        assert_eq!(without_managed_fields(&created), config);
+        assert_eq!(
+            created["metadata"]["managedFields"],
+            json!([{
+                "manager": "kubectl",
+                "operation": "Apply",
+                "apiVersion": "apps/v1",
+                "time": NOW,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {
+                    "f:replicas": {},
+                    "f:template": {
+                        "f:metadata": {"f:labels": {"f:app": {}}},
+                        "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {
+                            ".": {}, "f:image": {}, "f:name": {}
+                        }}}
+                    }
+                }}
+            }])
+        );
+    }
+
+    #[test]
+    fn reapplying_the_same_configuration_changes_nothing() {
+        let config = with_containers(json!([container("app", "nginx:1")]));
+        let live = applied_in_turn(&[("kubectl", config.clone())]);
+
+        let again = apply_as(Some(&live), &config, "kubectl").unwrap();
+
+        assert_eq!(again, live, "not even the entry's time moves");
+    }
+
+    #[test]
+    fn two_managers_applying_different_fields_each_own_theirs() {
+        let live = applied_in_turn(&[
+            ("alice", deployment(json!({"replicas": 3}))),
+            ("bob", deployment(json!({"minReadySeconds": 5}))),
+        ]);
+
+        assert_eq!(live["spec"], json!({"replicas": 3, "minReadySeconds": 5}));
+        assert_eq!(owned(&live, "alice"), [".spec.replicas"]);
+        assert_eq!(owned(&live, "bob"), [".spec.minReadySeconds"]);
+    }
+
+    #[test]
+    fn applying_a_field_another_manager_owns() {
+        struct Case {
+            scenario: &'static str,
+            theirs: i64,
+            mine: i64,
+            force: bool,
+            replicas: Option<i64>,
+            owners: &'static [&'static str],
+        }
+        let cases = [
+            Case {
+                scenario: "the same value is shared",
+                theirs: 3,
+                mine: 3,
+                force: false,
+                replicas: Some(3),
+                owners: &["alice", "bob"],
+            },
+            Case {
+                scenario: "a different value conflicts",
+                theirs: 3,
+                mine: 5,
+                force: false,
+                replicas: None,
+                owners: &[],
+            },
+            Case {
+                scenario: "force takes the field",
+                theirs: 3,
+                mine: 5,
+                force: true,
+                replicas: Some(5),
+                owners: &["bob"],
+            },
+        ];
+        for case in cases {
+            let live = applied_in_turn(&[("alice", deployment(json!({"replicas": case.theirs})))]);
+            let config = deployment(json!({"replicas": case.mine}));
+
+            let result = apply(
+                Some(&live),
+                &config,
+                "bob",
+                case.force,
+                &BuiltinSchema,
+                NOW,
+                None,
+            );
+
+            match (result, case.replicas) {
+                (Ok(object), Some(replicas)) => {
+                    assert_eq!(
+                        object["spec"]["replicas"],
+                        json!(replicas),
+                        "{}",
+                        case.scenario
+                    );
+                    assert_eq!(
+                        owners_of(&object, ".spec.replicas"),
+                        case.owners,
+                        "{}",
+                        case.scenario
+                    );
+                }
+                (Err(ApplyError::Conflicts(conflicts)), None) => {
+                    let message = ApplyError::Conflicts(conflicts.clone()).to_string();
+                    assert_eq!(
+                        message,
+                        r#"Apply failed with 1 conflict: conflict with "alice": .spec.replicas"#,
+                        "{}",
+                        case.scenario
+                    );
+                    assert_eq!(conflicts[0].manager, "alice");
+                    assert_eq!(conflicts[0].to_string(), r#"conflict with "alice""#);
+                }
+                (other, _) => panic!("{}: unexpected {other:?}", case.scenario),
+            }
+        }
+    }
+
+    #[test]
+    fn a_forced_apply_leaves_the_other_manager_its_other_fields() {
+        let live =
+            applied_in_turn(&[("alice", deployment(json!({"replicas": 3, "paused": false})))]);
+        let config = deployment(json!({"replicas": 5}));
+
+        let object = apply(Some(&live), &config, "bob", true, &BuiltinSchema, NOW, None).unwrap();
+
+        assert_eq!(owned(&object, "alice"), [".spec.paused"]);
+        assert_eq!(owned(&object, "bob"), [".spec.replicas"]);
+    }
+
+    #[test]
+    fn kubectl_create_then_a_differing_server_side_apply_conflicts() {
+        let created = track_update(
+            None,
+            &deployment(json!({"replicas": 3, "minReadySeconds": 10})),
+            "kubectl-client-side-apply",
+            &BuiltinSchema,
+            EARLIER,
+            None,
+        );
+
+        let err = apply_as(
+            Some(&created),
+            &deployment(json!({"replicas": 5})),
+            "kubectl",
+        )
+        .unwrap_err();
+
+        assert_eq!(
+            err.to_string(),
+            r#"Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using apps/v1: .spec.replicas"#
+        );
+        let ApplyError::Conflicts(conflicts) = err else {
+            panic!("expected conflicts");
+        };
+        assert_eq!(
+            conflicts,
+            [Conflict {
+                manager: "kubectl-client-side-apply".into(),
+                field: ".spec.replicas".into(),
+                operation: Operation::Update,
+                api_version: "apps/v1".into(),
+                subresource: None,
+            }]
+        );
+        assert_eq!(
+            conflicts[0].to_string(),
+            r#"conflict with "kubectl-client-side-apply" using apps/v1"#
+        );
+    }
+
+    #[test]
+    fn several_conflicts_are_grouped_by_owner_as_upstream_prints_them() {
+        let created = track_update(
+            None,
+            &deployment(json!({"replicas": 3, "minReadySeconds": 10})),
+            "kubectl-client-side-apply",
+            &BuiltinSchema,
+            EARLIER,
+            None,
+        );
+        let live = apply_as(
+            Some(&created),
+            &deployment(json!({"paused": true})),
+            "other",
+        )
+        .unwrap();
+        let config = deployment(json!({"replicas": 5, "minReadySeconds": 0, "paused": false}));
+
+        let err = apply_as(Some(&live), &config, "kubectl").unwrap_err();
+
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 3 conflicts: \
+             conflicts with \"kubectl-client-side-apply\" using apps/v1:\n\
+             - .spec.minReadySeconds\n\
+             - .spec.replicas\n\
+             conflicts with \"other\":\n\
+             - .spec.paused"
+        );
+    }
+
+    #[test]
+    fn a_field_dropped_from_the_configuration() {
+        // (scenario, does another manager also own minReadySeconds, how the field is dropped, kept?)
+        let cases = [
+            ("left out, owned by nobody else", false, None, false),
+            (
+                "set to null, owned by nobody else",
+                false,
+                Some(Value::Null),
+                false,
+            ),
+            ("left out, also owned by bob", true, None, true),
+        ];
+        for (scenario, shared, dropped_as, kept) in cases {
+            let mut steps = vec![(
+                "alice",
+                deployment(json!({"replicas": 3, "minReadySeconds": 5})),
+            )];
+            if shared {
+                steps.push(("bob", deployment(json!({"minReadySeconds": 5}))));
+            }
+            let live = applied_in_turn(&steps);
+            let mut spec = json!({"replicas": 3});
+            if let Some(value) = dropped_as {
+                spec["minReadySeconds"] = value;
+            }
+
+            let object = apply_as(Some(&live), &deployment(spec), "alice").unwrap();
+
+            assert_eq!(
+                object["spec"].get("minReadySeconds").is_some(),
+                kept,
+                "{scenario}"
+            );
+            assert_eq!(owned(&object, "alice"), [".spec.replicas"], "{scenario}");
+        }
+    }
+
+    #[test]
+    fn dropping_a_container_removes_only_that_container() {
+        let app = json!({"name": "app", "image": "app:1", "env": [
+            {"name": "A", "value": "1"},
+            {"name": "B", "value": "2"}
+        ]});
+        let live = applied_in_turn(&[(
+            "kubectl",
+            with_containers(json!([app, container("sidecar", "proxy:1")])),
+        )]);
+        // Another writer adds a container of its own.
+        let mut edited = live.clone();
+        edited["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(container("debug", "busybox"));
+        let live = track_update(
+            Some(&live),
+            &edited,
+            "kubectl-edit",
+            &BuiltinSchema,
+            EARLIER,
+            None,
+        );
+
+        let config = with_containers(json!([
+            {"name": "app", "image": "app:1", "env": [{"name": "A", "value": "1"}]}
+        ]));
+        let object = apply_as(Some(&live), &config, "kubectl").unwrap();
+
+        assert_eq!(
+            object["spec"]["template"]["spec"]["containers"],
+            json!([
+                {"name": "app", "image": "app:1", "env": [{"name": "A", "value": "1"}]},
+                container("debug", "busybox")
+            ])
+        );
+        assert_eq!(
+            owners_of(&object, r#".spec.template.spec.containers[name="debug"]"#),
+            ["kubectl-edit"]
+        );
+    }
+
+    #[test]
+    fn labels_are_owned_one_by_one() {
+        let labelled = |labels: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "cm", "labels": labels}})
+        };
+        let live = applied_in_turn(&[
+            ("alice", labelled(json!({"app": "web"}))),
+            ("bob", labelled(json!({"tier": "front"}))),
+        ]);
+        assert_eq!(
+            live["metadata"]["labels"],
+            json!({"app": "web", "tier": "front"})
+        );
+        assert_eq!(
+            entries(&live)[0].fields.to_fields_v1(),
+            json!({"f:metadata": {"f:labels": {"f:app": {}}}})
+        );
+
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}});
+        let object = apply_as(Some(&live), &config, "alice").unwrap();
+
+        assert_eq!(object["metadata"]["labels"], json!({"tier": "front"}));
+        assert_eq!(
+            owned(&object, "alice"),
+            Vec::<String>::new(),
+            "alice's entry is gone"
+        );
+        assert_eq!(entries(&object).len(), 1);
+    }
+
+    #[test]
+    fn status_subresource_entries_are_separate() {
+        let live = applied_in_turn(&[("ctl", deployment(json!({"replicas": 2})))]);
+        let status = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                            "metadata": {"name": "web"}, "status": {"readyReplicas": 2}});
+
+        let object = apply(
+            Some(&live),
+            &status,
+            "ctl",
+            false,
+            &BuiltinSchema,
+            NOW,
+            Some("status"),
+        )
+        .unwrap();
+        let object = apply_as(Some(&object), &deployment(json!({"replicas": 2})), "ctl").unwrap();
+
+        assert_eq!(
+            object["status"],
+            json!({"readyReplicas": 2}),
+            "the main apply leaves status alone"
+        );
+        let managed = &object["metadata"]["managedFields"];
+        assert_eq!(managed.as_array().unwrap().len(), 2);
+        assert_eq!(managed[1]["subresource"], "status");
+        assert_eq!(
+            managed[1]["fieldsV1"],
+            json!({"f:status": {"f:readyReplicas": {}}})
+        );
+        assert!(managed[0].get("subresource").is_none());
+
+        let mut updated = object.clone();
+        updated["status"]["readyReplicas"] = json!(1);
+        let updated = track_update(
+            Some(&object),
+            &updated,
+            "ctl",
+            &BuiltinSchema,
+            NOW,
+            Some("status"),
+        );
+        let managed = &updated["metadata"]["managedFields"];
+        assert_eq!(
+            managed.as_array().unwrap().len(),
+            2,
+            "the status apply lost its only field"
+        );
+        assert_eq!(managed[1]["operation"], "Update");
+        assert_eq!(managed[1]["subresource"], "status");
+    }
+
+    #[test]
+    fn finalizers_merge_as_a_set() {
+        let with_finalizers = |finalizers: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "cm", "finalizers": finalizers}})
+        };
+        let live = applied_in_turn(&[
+            ("alice", with_finalizers(json!(["a.example/one"]))),
+            (
+                "bob",
+                with_finalizers(json!(["b.example/two", "a.example/one"])),
+            ),
+        ]);
+
+        assert_eq!(
+            live["metadata"]["finalizers"],
+            json!(["b.example/two", "a.example/one"])
+        );
+        assert_eq!(
+            entries(&live)[1].fields.to_fields_v1(),
+            json!({"f:metadata": {"f:finalizers": {"v:\"a.example/one\"": {}, "v:\"b.example/two\"": {}}}})
+        );
+        assert_eq!(
+            owners_of(&live, r#".metadata.finalizers[="a.example/one"]"#),
+            ["alice", "bob"]
+        );
+
+        let object = apply_as(
+            Some(&live),
+            &with_finalizers(json!(["a.example/one"])),
+            "bob",
+        )
+        .unwrap();
+        assert_eq!(object["metadata"]["finalizers"], json!(["a.example/one"]));
+    }
+
+    #[test]
+    fn atomic_lists_are_replaced_whole() {
+        let pod = |tolerations: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                   "spec": {"tolerations": tolerations}})
+        };
+        let live = applied_in_turn(&[("alice", pod(json!([{"key": "a"}, {"key": "b"}])))]);
+        assert_eq!(
+            entries(&live)[0].fields.to_fields_v1(),
+            json!({"f:spec": {"f:tolerations": {}}})
+        );
+
+        let object = apply_as(Some(&live), &pod(json!([{"key": "c"}])), "alice").unwrap();
+        assert_eq!(object["spec"]["tolerations"], json!([{"key": "c"}]));
+
+        let err = apply_as(Some(&live), &pod(json!([{"key": "c"}])), "bob").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"Apply failed with 1 conflict: conflict with "alice": .spec.tolerations"#
+        );
+    }
+
+    #[test]
+    fn keyed_list_items_follow_the_configuration_order() {
+        let live = applied_in_turn(&[
+            (
+                "alice",
+                with_containers(json!([container("a", "1"), container("b", "1")])),
+            ),
+            ("bob", with_containers(json!([container("x", "1")]))),
+        ]);
+        assert_eq!(
+            live["spec"]["template"]["spec"]["containers"],
+            json!([
+                container("a", "1"),
+                container("b", "1"),
+                container("x", "1")
+            ])
+        );
+
+        let config = with_containers(json!([
+            container("b", "1"),
+            container("a", "1"),
+            container("c", "1")
+        ]));
+        let object = apply_as(Some(&live), &config, "alice").unwrap();
+
+        assert_eq!(
+            object["spec"]["template"]["spec"]["containers"],
+            json!([
+                container("b", "1"),
+                container("x", "1"),
+                container("a", "1"),
+                container("c", "1")
+            ]),
+            "shared items take the configuration's order around bob's, new ones come last"
+        );
+    }
+
+    #[test]
+    fn ports_without_a_protocol_are_keyed_as_tcp() {
+        let with_ports = |ports: Value| {
+            with_containers(json!([{"name": "app", "image": "app:1", "ports": ports}]))
+        };
+        let created = track_update(
+            None,
+            &with_ports(json!([{"containerPort": 80, "protocol": "TCP"}])),
+            "creator",
+            &BuiltinSchema,
+            EARLIER,
+            None,
+        );
+
+        let object = apply_as(
+            Some(&created),
+            &with_ports(json!([{"containerPort": 80}])),
+            "kubectl",
+        )
+        .unwrap();
+
+        let ports = &object["spec"]["template"]["spec"]["containers"][0]["ports"];
+        assert_eq!(ports, &json!([{"containerPort": 80, "protocol": "TCP"}]));
+        assert!(owned(&object, "kubectl").contains(
+            &r#".spec.template.spec.containers[name="app"].ports[containerPort=80,protocol="TCP"]"#.to_string()
+        ));
+    }
+
+    #[test]
+    fn unusable_configurations_are_invalid() {
+        let cases = [
+            (json!([1]), "the apply configuration must be a JSON object"),
+            (
+                json!({"metadata": {"name": "x", "managedFields": []}}),
+                "metadata.managedFields must be nil",
+            ),
+            (
+                with_containers(json!([{"image": "nginx"}])),
+                ".spec.template.spec.containers: element 0: associative list with keys has an \
+                 element that omits key field \"name\" (and doesn't have default value)",
+            ),
+            (
+                with_containers(json!([container("app", "1"), container("app", "2")])),
+                ".spec.template.spec.containers: duplicate entries for key [name=\"app\"]",
+            ),
+        ];
+        for (config, message) in cases {
+            match apply_as(None, &config, "kubectl") {
+                Err(ApplyError::Invalid(reason)) => assert_eq!(reason, message),
+                other => panic!("{config}: unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unreadable_stored_managed_fields_refuse_an_apply() {
+        let mut live = deployment(json!({"replicas": 1}));
+        live["metadata"]["managedFields"] =
+            json!([{"manager": "x", "operation": "Apply", "fieldsType": "FieldsV9"}]);
+
+        let err =
+            apply_as(Some(&live), &deployment(json!({"replicas": 2})), "kubectl").unwrap_err();
+
+        assert_eq!(
+            err.to_string(),
+            r#"failed to decode managed fields: invalid fieldsType "FieldsV9" in a managed fields entry"#
+        );
+    }
+
+    #[test]
+    fn creating_gives_the_creator_every_field() {
+        let object = deployment(json!({
+            "replicas": 1,
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [container("app", "nginx")]}
+            }
+        }));
+
+        let created = track_update(None, &object, "kubectl-create", &BuiltinSchema, NOW, None);
+
+        assert_eq!(without_managed_fields(&created), object);
+        assert_eq!(
+            created["metadata"]["managedFields"],
+            json!([{
+                "manager": "kubectl-create",
+                "operation": "Update",
+                "apiVersion": "apps/v1",
+                "time": NOW,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {
+                    ".": {},
+                    "f:replicas": {},
+                    "f:template": {
+                        ".": {},
+                        "f:metadata": {".": {}, "f:labels": {".": {}, "f:app": {}}},
+                        "f:spec": {".": {}, "f:containers": {
+                            ".": {},
+                            "k:{\"name\":\"app\"}": {".": {}, "f:image": {}, "f:name": {}}
+                        }}
+                    }
+                }}
+            }])
+        );
+    }
+
+    #[test]
+    fn an_update_moves_ownership_of_what_it_changes() {
+        // (scenario, new spec written by "editor", alice's fields after, editor's fields after)
+        let cases: [(&str, Value, &[&str], &[&str]); 4] = [
+            (
+                "a changed field moves to the editor",
+                json!({"replicas": 5, "paused": false}),
+                &[".spec.paused"],
+                &[".spec.replicas"],
+            ),
+            (
+                "a removed field leaves every manager",
+                json!({"replicas": 3}),
+                &[".spec.replicas"],
+                &[],
+            ),
+            (
+                "an added field goes to the editor only",
+                json!({"replicas": 3, "paused": false, "minReadySeconds": 4}),
+                &[".spec.paused", ".spec.replicas"],
+                &[".spec.minReadySeconds"],
+            ),
+            (
+                "an unchanged object records nothing",
+                json!({"replicas": 3, "paused": false}),
+                &[".spec.paused", ".spec.replicas"],
+                &[],
+            ),
+        ];
+        for (scenario, spec, alice, editor) in cases {
+            let live =
+                applied_in_turn(&[("alice", deployment(json!({"replicas": 3, "paused": false})))]);
+            let mut new = live.clone();
+            new["spec"] = spec;
+
+            let object = track_update(Some(&live), &new, "editor", &BuiltinSchema, NOW, None);
+
+            assert_eq!(owned(&object, "alice"), alice, "{scenario}");
+            assert_eq!(owned(&object, "editor"), editor, "{scenario}");
+        }
+    }
+
+    #[test]
+    fn an_update_after_the_editors_earlier_update_extends_its_entry() {
+        let live = track_update(
+            None,
+            &deployment(json!({"replicas": 1})),
+            "editor",
+            &BuiltinSchema,
+            EARLIER,
+            None,
+        );
+        let mut new = live.clone();
+        new["spec"]["paused"] = json!(true);
+
+        let object = track_update(Some(&live), &new, "editor", &BuiltinSchema, NOW, None);
+
+        let managed = object["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(managed.len(), 1);
+        assert_eq!(managed[0]["time"], NOW);
+        assert_eq!(
+            owned(&object, "editor"),
+            [".spec", ".spec.paused", ".spec.replicas"]
+        );
+    }
+
+    #[test]
+    fn clients_reset_managed_fields_with_one_empty_entry() {
+        let live = applied_in_turn(&[("alice", deployment(json!({"replicas": 3})))]);
+        let mut new = live.clone();
+        new["metadata"]["managedFields"] = json!([{}]);
+
+        let object = track_update(Some(&live), &new, "editor", &BuiltinSchema, NOW, None);
+
+        assert!(object["metadata"].get("managedFields").is_none());
+        assert_eq!(
+            without_managed_fields(&object),
+            without_managed_fields(&live)
+        );
+    }
+
+    #[test]
+    fn an_apply_that_changes_the_object_stamps_the_time() {
+        let live = applied_in_turn(&[("alice", deployment(json!({"replicas": 3})))]);
+        assert_eq!(live["metadata"]["managedFields"][0]["time"], EARLIER);
+
+        let object = apply_as(Some(&live), &deployment(json!({"replicas": 4})), "alice").unwrap();
+
+        assert_eq!(object["metadata"]["managedFields"][0]["time"], NOW);
+    }
+
+    #[test]
+    fn inputs_are_left_untouched() {
+        let live = applied_in_turn(&[("alice", deployment(json!({"replicas": 3})))]);
+        let config = deployment(json!({"replicas": 3, "paused": null}));
+        let (live_before, config_before) = (live.clone(), config.clone());
+
+        let _ = apply_as(Some(&live), &config, "bob");
+        let _ = track_update(Some(&live), &config, "bob", &BuiltinSchema, NOW, None);
+
+        assert_eq!(live, live_before);
+        assert_eq!(config, config_before);
+    }
+}

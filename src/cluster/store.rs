@@ -1,0 +1,541 @@
+//! The object store: every object of the cluster, a cluster-wide resourceVersion, the
+//! recent history that watches resume from, and (with a state dir) a write-ahead log.
+//!
+//! Objects are kept serialized: lists and watches send the stored bytes as they are,
+//! and a small projection (metadata and the selectable fields) answers selectors
+//! without parsing. Writes run one at a time under a lock, as etcd orders them.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use super::persist::{Persist, PersistError, Record};
+
+/// Where an object lives: its storage bucket, namespace ("" for cluster-scoped) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub storage: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(storage: &str, namespace: &str, name: &str) -> Self {
+        ObjectKey {
+            storage: storage.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// One stored object: its JSON bytes and the projection selectors look at.
+#[derive(Clone, Debug)]
+pub struct StoredObject {
+    pub resource_version: u64,
+    pub bytes: Bytes,
+    pub projection: Arc<Value>,
+}
+
+impl StoredObject {
+    fn new(object: &Value, resource_version: u64) -> Self {
+        // Serialising a Value cannot fail: its map keys are strings.
+        let bytes = Bytes::from(serde_json::to_vec(object).unwrap_or_default());
+        StoredObject {
+            resource_version,
+            bytes,
+            projection: Arc::new(project(object)),
+        }
+    }
+
+    /// The object, parsed.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> &str {
+        self.projection
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+}
+
+fn object_position(object: &StoredObject) -> (String, String) {
+    let meta = &object.projection["metadata"];
+    let field = |f: &str| meta[f].as_str().unwrap_or("").to_string();
+    (field("namespace"), field("name"))
+}
+
+/// Fields kept beside the bytes: metadata without managedFields, and the fields that
+/// field selectors and the built-in controllers filter on.
+fn project(object: &Value) -> Value {
+    let mut projection = Map::new();
+    if let Some(Value::Object(metadata)) = object.get("metadata") {
+        let metadata: Map<String, Value> = metadata
+            .iter()
+            .filter(|(k, _)| k.as_str() != "managedFields" && k.as_str() != "annotations")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        projection.insert("metadata".into(), Value::Object(metadata));
+    }
+    for (section, fields) in SELECTABLE {
+        let Some(Value::Object(source)) = object.get(*section) else {
+            continue;
+        };
+        let picked: Map<String, Value> = fields
+            .iter()
+            .filter_map(|f| source.get(*f).map(|v| ((*f).to_string(), v.clone())))
+            .collect();
+        if !picked.is_empty() {
+            projection.insert((*section).into(), Value::Object(picked));
+        }
+    }
+    for field in ["reason", "type", "kind", "apiVersion"] {
+        if let Some(v) = object.get(field).filter(|v| v.is_string()) {
+            projection.insert(field.into(), v.clone());
+        }
+    }
+    projection.into()
+}
+
+const SELECTABLE: &[(&str, &[&str])] = &[
+    (
+        "spec",
+        &["nodeName", "schedulerName", "restartPolicy", "unschedulable"],
+    ),
+    ("status", &["phase", "podIP"]),
+    ("involvedObject", &["kind", "name", "namespace", "uid"]),
+];
+
+/// What a watch sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as every watcher receives it.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub event: EventType,
+    pub key: ObjectKey,
+    pub object: StoredObject,
+    /// The projection before the change, so selector watches can tell entering from leaving.
+    pub previous: Option<Arc<Value>>,
+}
+
+/// What a transaction decides to do with one object.
+pub enum Write {
+    /// Store this object (create or replace); the store sets `metadata.resourceVersion`.
+    Put(Value),
+    /// Remove the object.
+    Delete,
+    /// Leave it as it is.
+    Keep,
+}
+
+/// Store failures that are not the caller's decision.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the requested resourceVersion {requested} is too old (history starts after {compacted})")]
+    Gone { requested: u64, compacted: u64 },
+    #[error("writing the state dir: {0}")]
+    Persist(#[from] PersistError),
+}
+
+/// How many changes watches can resume from; older resourceVersions get 410 Gone.
+pub const DEFAULT_HISTORY: usize = 100_000;
+const CHANNEL_CAPACITY: usize = 1 << 16;
+
+struct Inner {
+    resource_version: u64,
+    buckets: HashMap<String, BTreeMap<(String, String), StoredObject>>,
+    uids: HashMap<String, ObjectKey>,
+    history: VecDeque<Arc<Change>>,
+    history_limit: usize,
+    /// Changes at or below this resourceVersion are no longer in `history`.
+    compacted: u64,
+    persist: Option<Persist>,
+}
+
+/// The cluster's objects. Cheap to share behind an `Arc`.
+pub struct Store {
+    inner: Mutex<Inner>,
+    changes: broadcast::Sender<Arc<Change>>,
+}
+
+/// One page of a list.
+pub struct Page {
+    pub items: Vec<StoredObject>,
+    pub resource_version: u64,
+    /// Where the next page starts, when `limit` cut this one short.
+    pub next: Option<(String, String)>,
+    pub remaining: usize,
+}
+
+impl Store {
+    /// An empty store kept in memory only.
+    pub fn in_memory(history_limit: usize) -> Self {
+        Self::from_parts(Inner {
+            resource_version: 1,
+            buckets: HashMap::new(),
+            uids: HashMap::new(),
+            history: VecDeque::new(),
+            history_limit,
+            compacted: 1,
+            persist: None,
+        })
+    }
+
+    /// A store whose every write is durable in `dir` before it is acknowledged; objects
+    /// and resourceVersions written there by an earlier run (even one killed) come back.
+    pub fn open(dir: &Path, history_limit: usize) -> Result<Self, StoreError> {
+        let (persist, records, resource_version) = Persist::open(dir)?;
+        let mut inner = Inner {
+            resource_version: resource_version.max(1),
+            buckets: HashMap::new(),
+            uids: HashMap::new(),
+            history: VecDeque::new(),
+            history_limit,
+            compacted: resource_version.max(1),
+            persist: None,
+        };
+        for (key, object) in records {
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(resource_version);
+            inner.insert(key, StoredObject::new(&object, rv));
+        }
+        inner.persist = Some(persist);
+        Ok(Self::from_parts(inner))
+    }
+
+    fn from_parts(inner: Inner) -> Self {
+        let (changes, _) = broadcast::channel(CHANNEL_CAPACITY);
+        Store {
+            inner: Mutex::new(inner),
+            changes,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every mutation completes before the guard drops, so a poisoned lock is still consistent.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().resource_version
+    }
+
+    /// One object.
+    pub fn get(&self, key: &ObjectKey) -> Option<StoredObject> {
+        let inner = self.lock();
+        inner
+            .buckets
+            .get(&key.storage)?
+            .get(&(key.namespace.clone(), key.name.clone()))
+            .cloned()
+    }
+
+    /// The key of the object with this uid, if it exists.
+    pub fn key_of_uid(&self, uid: &str) -> Option<ObjectKey> {
+        self.lock().uids.get(uid).cloned()
+    }
+
+    /// Objects of a bucket (one namespace, or all when `namespace` is None) that pass
+    /// `filter`, in key order, starting after `after`, at most `limit` of them.
+    pub fn list(
+        &self,
+        storage: &str,
+        namespace: Option<&str>,
+        after: Option<&(String, String)>,
+        limit: Option<usize>,
+        filter: &dyn Fn(&StoredObject) -> bool,
+    ) -> Page {
+        let inner = self.lock();
+        let resource_version = inner.resource_version;
+        let Some(bucket) = inner.buckets.get(storage) else {
+            return Page {
+                items: Vec::new(),
+                resource_version,
+                next: None,
+                remaining: 0,
+            };
+        };
+        let start = match (after, namespace) {
+            (Some(after), _) => Bound::Excluded(after.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut items = Vec::new();
+        let mut remaining = 0;
+        for ((ns, _), object) in bucket.range((start, Bound::Unbounded)) {
+            if namespace.is_some_and(|wanted| ns != wanted) {
+                break;
+            }
+            if !filter(object) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                remaining += 1;
+            } else {
+                items.push(object.clone());
+            }
+        }
+        // The continue token resumes after the last object returned.
+        let next = (remaining > 0)
+            .then(|| items.last().map(object_position))
+            .flatten();
+        Page {
+            items,
+            resource_version,
+            next,
+            remaining,
+        }
+    }
+
+    /// Reads the current object (if any), lets `decide` choose a write, and applies it
+    /// atomically: durable first, then visible to readers and watchers.
+    pub fn transact<E: From<StoreError>>(
+        &self,
+        key: &ObjectKey,
+        decide: impl FnOnce(Option<&StoredObject>) -> Result<Write, E>,
+    ) -> Result<Option<StoredObject>, E> {
+        let mut inner = self.lock();
+        let current = inner
+            .buckets
+            .get(&key.storage)
+            .and_then(|b| b.get(&(key.namespace.clone(), key.name.clone())))
+            .cloned();
+        let (event, stored) = match decide(current.as_ref())? {
+            Write::Keep => return Ok(current),
+            Write::Put(mut object) => {
+                let rv = inner.resource_version + 1;
+                object["metadata"]["resourceVersion"] = json!(rv.to_string());
+                let event = if current.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                (event, StoredObject::new(&object, rv))
+            }
+            Write::Delete => {
+                let Some(current) = &current else {
+                    return Ok(None);
+                };
+                let rv = inner.resource_version + 1;
+                let mut object = current.value();
+                object["metadata"]["resourceVersion"] = json!(rv.to_string());
+                (EventType::Deleted, StoredObject::new(&object, rv))
+            }
+        };
+        if let Some(persist) = inner.persist.as_mut() {
+            let record = match event {
+                EventType::Deleted => Record::delete(key, stored.resource_version),
+                _ => Record::put(key, stored.resource_version, &stored.bytes),
+            };
+            persist.append(&record).map_err(StoreError::from)?;
+        }
+        inner.resource_version = stored.resource_version;
+        match event {
+            EventType::Deleted => inner.remove(key),
+            _ => inner.insert(key.clone(), stored.clone()),
+        }
+        let change = Arc::new(Change {
+            event,
+            key: key.clone(),
+            object: stored.clone(),
+            previous: current.map(|c| c.projection),
+        });
+        inner.remember(change.clone());
+        if let Some(persist) = inner.persist.as_mut()
+            && persist.wants_compaction()
+        {
+            let snapshot = inner.snapshot();
+            let rv = inner.resource_version;
+            if let Some(persist) = inner.persist.as_mut() {
+                // A failed compaction leaves the log intact; the write itself is already durable.
+                if let Err(err) = persist.compact(rv, snapshot) {
+                    tracing::warn!(%err, "state dir compaction failed");
+                }
+            }
+        }
+        // No receiver is not an error: nobody is watching.
+        let _ = self.changes.send(change);
+        Ok(Some(stored).filter(|_| event != EventType::Deleted))
+    }
+
+    /// Changes after `resource_version` still in history, plus a receiver for the ones to
+    /// come, with no gap between them. 410 Gone when the history no longer reaches back.
+    pub fn watch_from(
+        &self,
+        resource_version: u64,
+    ) -> Result<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>), StoreError> {
+        let inner = self.lock();
+        if resource_version < inner.compacted {
+            return Err(StoreError::Gone {
+                requested: resource_version,
+                compacted: inner.compacted,
+            });
+        }
+        let start = inner
+            .history
+            .partition_point(|c| c.object.resource_version <= resource_version);
+        let backlog = inner.history.range(start..).cloned().collect();
+        Ok((backlog, self.changes.subscribe()))
+    }
+
+    /// A receiver of every change from now on (for in-process controllers).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.changes.subscribe()
+    }
+
+    /// Every object of every bucket (for controllers that start from the full state).
+    pub fn buckets(&self) -> Vec<String> {
+        self.lock().buckets.keys().cloned().collect()
+    }
+}
+
+impl Inner {
+    fn insert(&mut self, key: ObjectKey, object: StoredObject) {
+        let uid = object.uid().to_string();
+        if !uid.is_empty() {
+            self.uids.insert(uid, key.clone());
+        }
+        self.buckets
+            .entry(key.storage)
+            .or_default()
+            .insert((key.namespace, key.name), object);
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        let removed = self
+            .buckets
+            .get_mut(&key.storage)
+            .and_then(|b| b.remove(&(key.namespace.clone(), key.name.clone())));
+        if let Some(object) = removed {
+            self.uids.remove(object.uid());
+        }
+    }
+
+    fn remember(&mut self, change: Arc<Change>) {
+        self.history.push_back(change);
+        while self.history.len() > self.history_limit {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted = old.object.resource_version;
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Vec<(ObjectKey, Bytes)> {
+        let mut all = Vec::new();
+        for (storage, bucket) in &self.buckets {
+            for ((namespace, name), object) in bucket {
+                all.push((ObjectKey::new(storage, namespace, name), object.bytes.clone()));
+            }
+        }
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+               "spec": {"nodeName": "worker-1"}})
+    }
+
+    fn put(store: &Store, name: &str) -> StoredObject {
+        let key = ObjectKey::new("pods", "default", name);
+        store
+            .transact::<StoreError>(&key, |_| Ok(Write::Put(pod(name))))
+            .expect("write")
+            .expect("stored")
+    }
+
+    #[test]
+    fn resource_versions_grow_across_the_whole_cluster() {
+        let store = Store::in_memory(10);
+        let a = put(&store, "a");
+        let b = put(&store, "b");
+        assert!(b.resource_version > a.resource_version);
+        assert_eq!(
+            b.value()["metadata"]["resourceVersion"],
+            json!(b.resource_version.to_string())
+        );
+        assert_eq!(b.projection["spec"]["nodeName"], "worker-1");
+        assert_eq!(store.key_of_uid("uid-a").map(|k| k.name), Some("a".into()));
+    }
+
+    #[test]
+    fn lists_page_in_key_order() {
+        let store = Store::in_memory(10);
+        for name in ["c", "a", "b"] {
+            put(&store, name);
+        }
+        let first = store.list("pods", Some("default"), None, Some(2), &|_| true);
+        let names: Vec<String> = first
+            .items
+            .iter()
+            .map(|o| o.projection["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(first.remaining, 1);
+        let rest = store.list("pods", Some("default"), first.next.as_ref(), Some(2), &|_| true);
+        assert_eq!(rest.items.len(), 1);
+        assert!(rest.next.is_none());
+    }
+
+    #[test]
+    fn watch_resumes_from_history_and_is_gone_past_it() {
+        let store = Store::in_memory(2);
+        let a = put(&store, "a");
+        put(&store, "b");
+        put(&store, "c");
+        assert!(matches!(
+            store.watch_from(a.resource_version - 1),
+            Err(StoreError::Gone { .. })
+        ));
+        let (backlog, _) = store.watch_from(a.resource_version).expect("in history");
+        assert_eq!(backlog.len(), 2);
+    }
+
+    #[test]
+    fn delete_reports_the_last_state_with_a_new_resource_version() {
+        let store = Store::in_memory(10);
+        let a = put(&store, "a");
+        let mut rx = store.subscribe();
+        let key = ObjectKey::new("pods", "default", "a");
+        let gone = store
+            .transact::<StoreError>(&key, |_| Ok(Write::Delete))
+            .expect("delete");
+        assert!(gone.is_none() && store.get(&key).is_none());
+        let change = rx.try_recv().expect("event");
+        assert_eq!(change.event, EventType::Deleted);
+        assert!(change.object.resource_version > a.resource_version);
+    }
+}

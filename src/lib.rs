@@ -1,0 +1,18 @@
+//! capstan: a GitOps reconciler for ordered, node-level upgrades on Kubernetes.
+//!
+//! The crate holds the command line's implementation (`cli`), the Rust types of the
+//! kinds capstan handles (`api`) and the embedded cluster it runs against by default
+//! and in tests (`cluster`).
+
+pub mod api;
+pub mod cli;
+pub mod clock;
+pub mod cluster;
+
+/// Installs ring as the process's rustls crypto provider. kube and every other TLS
+/// user must share one provider, or the first TLS connection panics; call this once
+/// at start-up (later calls are harmless).
+pub fn install_crypto_provider() {
+    // Err means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,94 @@
+//! Shared helpers for integration tests: an embedded cluster on loopback, a `kube`
+//! client for it, and condition waits with generous deadlines.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use capstan::cluster::{ClusterOptions, EmbeddedCluster};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+/// How long a condition may take on a loaded machine before a test fails.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub async fn start() -> (EmbeddedCluster, kube::Client) {
+    start_with(ClusterOptions::default()).await
+}
+
+pub async fn start_with(options: ClusterOptions) -> (EmbeddedCluster, kube::Client) {
+    let cluster = EmbeddedCluster::start(options).await.expect("cluster starts");
+    let client = cluster.client().expect("client");
+    (cluster, client)
+}
+
+/// Polls `check` until it returns true, failing the test after [`DEADLINE`].
+pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub fn config_map(name: &str, data: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name}, "data": data,
+    }))
+    .expect("configmap")
+}
+
+/// A pod that is not bound to a node: deletes of it are immediate.
+pub fn pod(name: &str, labels: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:v1"}]},
+    }))
+    .expect("pod")
+}
+
+pub async fn create_pod(client: &kube::Client, namespace: &str, pod: &Pod) -> Pod {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), pod)
+        .await
+        .expect("create pod")
+}
+
+/// Sends a raw request and returns (status, body as JSON).
+pub async fn raw(
+    cluster: &EmbeddedCluster,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+    token: Option<&str>,
+) -> (u16, serde_json::Value) {
+    use http_body_util::BodyExt as _;
+    let stream = tokio::net::TcpStream::connect(cluster.address()).await.expect("connect");
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", cluster.address().to_string())
+        .header("content-type", content_type);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.expect("body").to_bytes();
+    let value = serde_json::from_slice(&body).unwrap_or_else(|_| json!(String::from_utf8_lossy(&body)));
+    (status, value)
+}
