@@ -5,7 +5,6 @@ mod common;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::core::ErrorResponse;
 use serde_json::json;
 
 fn code(err: kube::Error) -> u16 {
@@ -63,9 +62,9 @@ async fn a_stale_resource_version_is_a_conflict() {
     loser.data = Some([("v".to_string(), "loser".to_string())].into());
     let err = maps.replace("race", &PostParams::default(), &loser).await.expect_err("stale");
     match err {
-        kube::Error::Api(ErrorResponse { code, reason, message, .. }) => {
-            assert_eq!((code, reason.as_str()), (409, "Conflict"));
-            assert!(message.contains("the object has been modified"), "{message}");
+        kube::Error::Api(status) => {
+            assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+            assert!(status.message.contains("the object has been modified"), "{}", status.message);
         }
         other => panic!("{other}"),
     }

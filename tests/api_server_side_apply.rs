@@ -125,3 +125,4 @@ async fn apply_without_a_field_manager_is_refused() {
     .await;
     assert_eq!(code, 400, "{status}");
 }
+

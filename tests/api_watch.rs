@@ -91,7 +91,7 @@ async fn a_resource_version_older_than_the_history_is_gone() {
 async fn bookmarks_are_sent_when_asked() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    let params = WatchParams::default().streaming_lists();
+    let params = WatchParams::streaming_lists();
     let mut stream = maps.watch(&params, "0").await.expect("watch").boxed();
     // With sendInitialEvents the initial state ends with a bookmark carrying the marker.
     match next_event(&mut stream).await {

@@ -39,7 +39,7 @@ pub enum CrdError {
 /// Upstream's descriptions of those types would make the LeaderWorkerSet CRD about 690 kB,
 /// too big for the `last-applied-configuration` annotation of a client-side
 /// `kubectl apply` (256 kB); `kubectl explain` on the built-in kinds still has them.
-pub fn drop_nested_descriptions(schema: &mut schemars::Schema) {
+pub(super) fn drop_nested_descriptions(schema: &mut schemars::Schema) {
     let mut drop_description = RecursiveTransform(|schema: &mut schemars::Schema| {
         schema.remove("description");
     });
@@ -132,7 +132,10 @@ fn collect_unknown(
                 if implicit && matches!(name.as_str(), "apiVersion" | "kind" | "metadata") {
                     continue;
                 }
-                match (schema.properties.as_ref().and_then(|p| p.get(name)), additional) {
+                match (
+                    schema.properties.as_ref().and_then(|p| p.get(name)),
+                    additional,
+                ) {
                     (Some(property), _) | (None, Some(property)) => {
                         collect_unknown(property, field, &field_path, false, unknown)
                     }
@@ -145,7 +148,13 @@ fn collect_unknown(
         Value::Array(items) => {
             if let Some(JSONSchemaPropsOrArray::Schema(item_schema)) = &schema.items {
                 for (index, item) in items.iter().enumerate() {
-                    collect_unknown(item_schema, item, &format!("{path}[{index}]"), false, unknown);
+                    collect_unknown(
+                        item_schema,
+                        item,
+                        &format!("{path}[{index}]"),
+                        false,
+                        unknown,
+                    );
                 }
             }
         }
@@ -203,67 +212,84 @@ mod tests {
         node
     }
 
+    struct Names {
+        crd: &'static str,
+        group: &'static str,
+        kind: &'static str,
+        plural: &'static str,
+        singular: &'static str,
+        scope: &'static str,
+        version: &'static str,
+        short_names: &'static [&'static str],
+    }
+
     #[test]
     fn names_scopes_and_versions_match_upstream() {
-        // (crd name, group, kind, plural, singular, scope, version, short names)
-        let cases: [(&str, &str, &str, &str, &str, &str, &str, Option<Vec<&str>>); 4] = [
-            (
-                "modules.kmm.sigs.x-k8s.io",
-                "kmm.sigs.x-k8s.io",
-                "Module",
-                "modules",
-                "module",
-                "Namespaced",
-                "v1beta1",
-                None,
-            ),
-            (
-                "nodemodulesconfigs.kmm.sigs.x-k8s.io",
-                "kmm.sigs.x-k8s.io",
-                "NodeModulesConfig",
-                "nodemodulesconfigs",
-                "nodemodulesconfig",
-                "Cluster",
-                "v1beta1",
-                Some(vec!["nmc"]),
-            ),
-            (
-                "upgradeconfigs.upgrade.managed.openshift.io",
-                "upgrade.managed.openshift.io",
-                "UpgradeConfig",
-                "upgradeconfigs",
-                "upgradeconfig",
-                "Namespaced",
-                "v1alpha1",
-                Some(vec!["upgrade"]),
-            ),
-            (
-                "leaderworkersets.leaderworkerset.x-k8s.io",
-                "leaderworkerset.x-k8s.io",
-                "LeaderWorkerSet",
-                "leaderworkersets",
-                "leaderworkerset",
-                "Namespaced",
-                "v1",
-                Some(vec!["lws"]),
-            ),
+        let cases = [
+            Names {
+                crd: "modules.kmm.sigs.x-k8s.io",
+                group: "kmm.sigs.x-k8s.io",
+                kind: "Module",
+                plural: "modules",
+                singular: "module",
+                scope: "Namespaced",
+                version: "v1beta1",
+                short_names: &[],
+            },
+            Names {
+                crd: "nodemodulesconfigs.kmm.sigs.x-k8s.io",
+                group: "kmm.sigs.x-k8s.io",
+                kind: "NodeModulesConfig",
+                plural: "nodemodulesconfigs",
+                singular: "nodemodulesconfig",
+                scope: "Cluster",
+                version: "v1beta1",
+                short_names: &["nmc"],
+            },
+            Names {
+                crd: "upgradeconfigs.upgrade.managed.openshift.io",
+                group: "upgrade.managed.openshift.io",
+                kind: "UpgradeConfig",
+                plural: "upgradeconfigs",
+                singular: "upgradeconfig",
+                scope: "Namespaced",
+                version: "v1alpha1",
+                short_names: &["upgrade"],
+            },
+            Names {
+                crd: "leaderworkersets.leaderworkerset.x-k8s.io",
+                group: "leaderworkerset.x-k8s.io",
+                kind: "LeaderWorkerSet",
+                plural: "leaderworkersets",
+                singular: "leaderworkerset",
+                scope: "Namespaced",
+                version: "v1",
+                short_names: &["lws"],
+            },
         ];
         assert_eq!(ALL.len(), cases.len());
-        for (name, group, kind, plural, singular, scope, version, short_names) in cases {
+        for want in cases {
+            let name = want.crd;
             let crd = crd_named(name);
-            assert_eq!(crd.spec.group, group, "{name}");
-            assert_eq!(crd.spec.names.kind, kind, "{name}");
-            assert_eq!(crd.spec.names.plural, plural, "{name}");
-            assert_eq!(crd.spec.names.singular.as_deref(), Some(singular), "{name}");
-            assert_eq!(crd.spec.scope, scope, "{name}");
-            let short: Option<Vec<String>> =
-                short_names.map(|names| names.into_iter().map(String::from).collect());
-            assert_eq!(crd.spec.names.short_names, short, "{name}");
+            assert_eq!(crd.spec.group, want.group, "{name}");
+            assert_eq!(crd.spec.names.kind, want.kind, "{name}");
+            assert_eq!(crd.spec.names.plural, want.plural, "{name}");
+            assert_eq!(
+                crd.spec.names.singular.as_deref(),
+                Some(want.singular),
+                "{name}"
+            );
+            assert_eq!(crd.spec.scope, want.scope, "{name}");
+            let short_names = crd.spec.names.short_names.clone().unwrap_or_default();
+            assert_eq!(short_names, want.short_names, "{name}");
             let v = only_version(&crd);
-            assert_eq!(v.name, version, "{name}");
+            assert_eq!(v.name, want.version, "{name}");
             assert!(v.served && v.storage, "{name}");
             let subresources = v.subresources.as_ref().unwrap();
-            assert!(subresources.status.is_some(), "{name} has no status subresource");
+            assert!(
+                subresources.status.is_some(),
+                "{name} has no status subresource"
+            );
         }
     }
 
@@ -274,14 +300,24 @@ mod tests {
         let scale = v.subresources.as_ref().unwrap().scale.as_ref().unwrap();
         assert_eq!(scale.spec_replicas_path, ".spec.replicas");
         assert_eq!(scale.status_replicas_path, ".status.replicas");
-        assert_eq!(scale.label_selector_path.as_deref(), Some(".status.hpaPodSelector"));
+        assert_eq!(
+            scale.label_selector_path.as_deref(),
+            Some(".status.hpaPodSelector")
+        );
         for other in [
             "modules.kmm.sigs.x-k8s.io",
             "nodemodulesconfigs.kmm.sigs.x-k8s.io",
             "upgradeconfigs.upgrade.managed.openshift.io",
         ] {
             let crd = crd_named(other);
-            assert!(only_version(&crd).subresources.as_ref().unwrap().scale.is_none());
+            assert!(
+                only_version(&crd)
+                    .subresources
+                    .as_ref()
+                    .unwrap()
+                    .scale
+                    .is_none()
+            );
         }
     }
 
@@ -297,13 +333,19 @@ mod tests {
                 .collect()
         };
         let expect = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-            pairs.iter().map(|(n, p)| (n.to_string(), p.to_string())).collect()
+            pairs
+                .iter()
+                .map(|(n, p)| (n.to_string(), p.to_string()))
+                .collect()
         };
         assert_eq!(
             columns("modules.kmm.sigs.x-k8s.io"),
             expect(&[
                 ("Version", ".spec.moduleLoader.container.version"),
-                ("Targeted", ".status.moduleLoader.nodesMatchingSelectorNumber"),
+                (
+                    "Targeted",
+                    ".status.moduleLoader.nodesMatchingSelectorNumber"
+                ),
                 ("Desired", ".status.moduleLoader.desiredNumber"),
                 ("Available", ".status.moduleLoader.availableNumber"),
                 ("Age", ".metadata.creationTimestamp"),
@@ -338,20 +380,30 @@ mod tests {
         let root = root_schema(&crd);
         for part in ["spec", "status"] {
             let modules = schema_at(root, &[part, "modules"]);
-            assert_eq!(modules.x_kubernetes_list_type.as_deref(), Some("map"), "{part}");
+            assert_eq!(
+                modules.x_kubernetes_list_type.as_deref(),
+                Some("map"),
+                "{part}"
+            );
             assert_eq!(
                 modules.x_kubernetes_list_map_keys,
                 Some(vec!["namespace".to_string(), "name".to_string()]),
                 "{part}"
             );
-            let required = schema_at(root, &[part, "modules", "[]"]).required.clone().unwrap();
+            let required = schema_at(root, &[part, "modules", "[]"])
+                .required
+                .clone()
+                .unwrap();
             assert!(required.contains(&"namespace".to_string()), "{part}");
             assert!(required.contains(&"name".to_string()), "{part}");
         }
         let lws = crd_named("leaderworkersets.leaderworkerset.x-k8s.io");
         let conditions = schema_at(root_schema(&lws), &["status", "conditions"]);
         assert_eq!(conditions.x_kubernetes_list_type.as_deref(), Some("map"));
-        assert_eq!(conditions.x_kubernetes_list_map_keys, Some(vec!["type".to_string()]));
+        assert_eq!(
+            conditions.x_kubernetes_list_map_keys,
+            Some(vec!["type".to_string()])
+        );
     }
 
     #[test]
@@ -365,7 +417,11 @@ mod tests {
         required.sort();
         assert_eq!(required, ["kernelMappings", "modprobe"]);
         assert_eq!(schema_at(container, &["kernelMappings"]).min_items, Some(1));
-        assert!(schema_at(container, &["registryTLS", "insecureSkipTLSVerify"]).type_.is_some());
+        assert!(
+            schema_at(container, &["registryTLS", "insecureSkipTLSVerify"])
+                .type_
+                .is_some()
+        );
         assert_eq!(
             schema_at(container, &["modprobe", "dirName"]).default,
             json(Value::from("/opt"))
@@ -381,14 +437,24 @@ mod tests {
             schema_at(config, &["imagePullPolicy"]).default,
             json(Value::from("IfNotPresent"))
         );
-        assert!(schema_at(root_schema(&nmc), &["status", "modules", "[]", "bootId"]).type_.is_some());
+        assert!(
+            schema_at(root_schema(&nmc), &["status", "modules", "[]", "bootId"])
+                .type_
+                .is_some()
+        );
 
         let upgrade = crd_named("upgradeconfigs.upgrade.managed.openshift.io");
         let spec = schema_at(root_schema(&upgrade), &["spec"]);
         let mut required = spec.required.clone().unwrap();
         required.sort();
-        assert_eq!(required, ["PDBForceDrainTimeout", "desired", "type", "upgradeAt"]);
-        assert_eq!(schema_at(spec, &["PDBForceDrainTimeout"]).minimum, Some(0.0));
+        assert_eq!(
+            required,
+            ["PDBForceDrainTimeout", "desired", "type", "upgradeAt"]
+        );
+        assert_eq!(
+            schema_at(spec, &["PDBForceDrainTimeout"]).minimum,
+            Some(0.0)
+        );
         assert_eq!(
             schema_at(spec, &["type"]).enum_,
             Some(vec![JSON("OSD".into()), JSON("ARO".into())])
@@ -412,7 +478,10 @@ mod tests {
             schema_at(rolling, &["maxUnavailable"]).x_kubernetes_int_or_string,
             Some(true)
         );
-        assert_eq!(schema_at(rolling, &["maxUnavailable"]).default, json(1.into()));
+        assert_eq!(
+            schema_at(rolling, &["maxUnavailable"]).default,
+            json(1.into())
+        );
         assert_eq!(schema_at(rolling, &["maxSurge"]).default, json(0.into()));
     }
 
@@ -442,13 +511,24 @@ mod tests {
         const ANNOTATION_LIMIT: usize = 256 * 1024;
         for crd in ALL.iter() {
             let size = serde_json::to_string(crd).unwrap().len();
-            assert!(size < ANNOTATION_LIMIT / 2, "{:?} is {size} bytes", crd.metadata.name);
+            assert!(
+                size < ANNOTATION_LIMIT / 2,
+                "{:?} is {size} bytes",
+                crd.metadata.name
+            );
         }
         let lws = crd_named("leaderworkersets.leaderworkerset.x-k8s.io");
-        let template = schema_at(root_schema(&lws), &["spec", "leaderWorkerTemplate", "workerTemplate"]);
+        let template = schema_at(
+            root_schema(&lws),
+            &["spec", "leaderWorkerTemplate", "workerTemplate"],
+        );
         // The field keeps its own description; only the nested ones are dropped.
         assert!(template.description.is_some());
-        assert!(schema_at(template, &["spec", "containers"]).description.is_none());
+        assert!(
+            schema_at(template, &["spec", "containers"])
+                .description
+                .is_none()
+        );
     }
 
     #[test]
@@ -546,7 +626,12 @@ mod tests {
 
     /// The rules of structural schemas (Kubernetes "Specifying a structural schema") and
     /// what else an API server rejects in a CRD schema.
-    fn structural_problems(schema: &JSONSchemaProps, path: &str, level: Level, out: &mut Vec<String>) {
+    fn structural_problems(
+        schema: &JSONSchemaProps,
+        path: &str,
+        level: Level,
+        out: &mut Vec<String>,
+    ) {
         let at = if path.is_empty() { "<root>" } else { path };
         let int_or_string = schema.x_kubernetes_int_or_string == Some(true);
         let preserves = schema.x_kubernetes_preserve_unknown_fields == Some(true);
@@ -586,12 +671,17 @@ mod tests {
                 {
                     out.push(format!("{at}: generic field or extension inside a junctor"));
                 }
-                if schema.properties.as_ref().is_some_and(|p| p.contains_key("metadata")) {
+                if schema
+                    .properties
+                    .as_ref()
+                    .is_some_and(|p| p.contains_key("metadata"))
+                {
                     out.push(format!("{at}: metadata inside a junctor"));
                 }
             }
             Level::Root | Level::Property => {
-                if schema.type_.as_deref().is_none_or(str::is_empty) && !int_or_string && !preserves {
+                if schema.type_.as_deref().is_none_or(str::is_empty) && !int_or_string && !preserves
+                {
                     out.push(format!("{at}: no type"));
                 }
             }
@@ -603,11 +693,19 @@ mod tests {
             out.push(format!("{at}: additionalProperties at the root"));
         }
         if schema.properties.is_some()
-            && matches!(schema.additional_properties, Some(JSONSchemaPropsOrBool::Schema(_)))
+            && matches!(
+                schema.additional_properties,
+                Some(JSONSchemaPropsOrBool::Schema(_))
+            )
         {
-            out.push(format!("{at}: properties and additionalProperties together"));
+            out.push(format!(
+                "{at}: properties and additionalProperties together"
+            ));
         }
-        if matches!(schema.additional_properties, Some(JSONSchemaPropsOrBool::Bool(false))) {
+        if matches!(
+            schema.additional_properties,
+            Some(JSONSchemaPropsOrBool::Bool(false))
+        ) {
             out.push(format!("{at}: additionalProperties: false"));
         }
         if schema.type_.as_deref() == Some("array") && schema.items.is_none() {
@@ -618,9 +716,10 @@ mod tests {
         }
         if let Some(metadata) = schema.properties.as_ref().and_then(|p| p.get("metadata"))
             && (level == Level::Root || schema.x_kubernetes_embedded_resource == Some(true))
-            && metadata.properties.as_ref().is_some_and(|p| {
-                p.keys().any(|k| k != "name" && k != "generateName")
-            })
+            && metadata
+                .properties
+                .as_ref()
+                .is_some_and(|p| p.keys().any(|k| k != "name" && k != "generateName"))
         {
             out.push(format!("{at}: restricts metadata beyond name/generateName"));
         }
@@ -633,7 +732,11 @@ mod tests {
             }
         }
 
-        let child_level = if level == Level::Junctor { Level::Junctor } else { Level::Property };
+        let child_level = if level == Level::Junctor {
+            Level::Junctor
+        } else {
+            Level::Property
+        };
         for (name, property) in schema.properties.iter().flatten() {
             structural_problems(property, &join(path, name), child_level, out);
         }
@@ -647,9 +750,18 @@ mod tests {
         let int_or_string_any_of = schema.any_of.as_ref().is_some_and(|branches| {
             let types: Vec<_> = branches.iter().map(|b| b.type_.as_deref()).collect();
             types == [Some("integer"), Some("string")]
-                && branches.iter().all(|b| JSONSchemaProps { type_: None, ..b.clone() } == JSONSchemaProps::default())
+                && branches.iter().all(|b| {
+                    JSONSchemaProps {
+                        type_: None,
+                        ..b.clone()
+                    } == JSONSchemaProps::default()
+                })
         });
-        let any_of = if int_or_string_any_of { &None } else { &schema.any_of };
+        let any_of = if int_or_string_any_of {
+            &None
+        } else {
+            &schema.any_of
+        };
         let junctors = [&schema.all_of, any_of, &schema.one_of];
         // Stricter than the API server: capstan's schemas need no unions at all.
         if junctors.iter().any(|j| j.is_some()) || schema.not.is_some() {
@@ -680,7 +792,10 @@ mod tests {
                 }
             }
             Some("map") => {
-                let keys = schema.x_kubernetes_list_map_keys.clone().unwrap_or_default();
+                let keys = schema
+                    .x_kubernetes_list_map_keys
+                    .clone()
+                    .unwrap_or_default();
                 if keys.is_empty() {
                     out.push(format!("{at}: list-type map without keys"));
                 }
@@ -693,9 +808,9 @@ mod tests {
                     let required = item.required.as_ref().is_some_and(|r| r.contains(&key));
                     match property {
                         None => out.push(format!("{at}: map key {key} is not a property")),
-                        Some(p) if !required && p.default.is_none() => {
-                            out.push(format!("{at}: map key {key} neither required nor defaulted"))
-                        }
+                        Some(p) if !required && p.default.is_none() => out.push(format!(
+                            "{at}: map key {key} neither required nor defaulted"
+                        )),
                         Some(p) if matches!(p.type_.as_deref(), Some("object" | "array")) => {
                             out.push(format!("{at}: map key {key} is not a scalar"))
                         }

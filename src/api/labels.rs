@@ -77,7 +77,8 @@ pub const PULL_REQUEST_ANNOTATION: &str = "capstan.dev/pull-request";
 /// Label on LWS StatefulSets, pods and revisions: the LeaderWorkerSet's name.
 pub const LWS_NAME_LABEL: &str = "leaderworkerset.sigs.k8s.io/name";
 /// Label on leader StatefulSet, pods and ControllerRevisions: the revision key.
-pub const LWS_TEMPLATE_REVISION_HASH_LABEL: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
+pub const LWS_TEMPLATE_REVISION_HASH_LABEL: &str =
+    "leaderworkerset.sigs.k8s.io/template-revision-hash";
 /// Label on LWS pods: index in the group, 0 for the leader.
 pub const LWS_WORKER_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 /// Label on LWS pods and worker StatefulSets: index of the group.
@@ -235,7 +236,9 @@ impl ModuleLabel {
     /// The prefix (before the `/`).
     pub fn prefix(self) -> &'static str {
         match self {
-            ModuleLabel::Ready | ModuleLabel::VersionReady | ModuleLabel::VersionModule => KMM_PREFIX,
+            ModuleLabel::Ready | ModuleLabel::VersionReady | ModuleLabel::VersionModule => {
+                KMM_PREFIX
+            }
             ModuleLabel::VersionWorkerPod
             | ModuleLabel::VersionDevicePlugin
             | ModuleLabel::ModuleConfigured
@@ -435,7 +438,8 @@ pub fn validate_label_key(key: &str) -> Result<(), LabelError> {
         None => (None, key),
     };
     if let Some(prefix) = prefix {
-        check_dns_subdomain(prefix, LABEL_PREFIX_MAX).map_err(|r| invalid(format!("prefix: {r}")))?;
+        check_dns_subdomain(prefix, LABEL_PREFIX_MAX)
+            .map_err(|r| invalid(format!("prefix: {r}")))?;
     }
     if name.is_empty() {
         return Err(invalid("the name part is empty".to_string()));
@@ -546,7 +550,10 @@ mod tests {
     fn module_labels_are_spelled_as_upstream() {
         let key = demo();
         let cases = [
-            (key.ready_label(), "kmm.node.kubernetes.io/kmm-demo.my-kmod.ready"),
+            (
+                key.ready_label(),
+                "kmm.node.kubernetes.io/kmm-demo.my-kmod.ready",
+            ),
             (
                 key.version_ready_label(),
                 "kmm.node.kubernetes.io/kmm-demo.my-kmod.version.ready",
@@ -584,16 +591,25 @@ mod tests {
         let key = demo();
         for label in ModuleLabel::ALL {
             let parsed = ModuleLabel::parse(&key.label(label));
-            assert!(parsed.contains(&(label, key.clone())), "{label:?}: {parsed:?}");
+            assert!(
+                parsed.contains(&(label, key.clone())),
+                "{label:?}: {parsed:?}"
+            );
             // `<ns>.<name>.version.ready` is also the ready label of a module `<name>.version`.
-            let readings = if label == ModuleLabel::VersionReady { 2 } else { 1 };
+            let readings = if label == ModuleLabel::VersionReady {
+                2
+            } else {
+                1
+            };
             assert_eq!(parsed.len(), readings, "{label:?}: {parsed:?}");
         }
     }
 
     #[test]
     fn parse_reports_every_reading_of_an_ambiguous_label() {
-        let cases: [(&str, Vec<(ModuleLabel, (&str, &str))>); 5] = [
+        // (label key, readings as (label, (namespace, name)))
+        type Readings = Vec<(ModuleLabel, (&'static str, &'static str))>;
+        let cases: [(&str, Readings); 5] = [
             ("app.kubernetes.io/component", vec![]),
             ("kmm.node.kubernetes.io/module.name", vec![]),
             ("no-prefix.ready", vec![]),
@@ -633,8 +649,8 @@ mod tests {
             ("a".repeat(20), "b".repeat(20), true),
             ("a".repeat(19), "b".repeat(21), true),
             ("a".repeat(20), "b".repeat(21), false),
-            ("a".repeat(1), "b".repeat(39), true),
-            ("a".repeat(1), "b".repeat(40), false),
+            ("a".to_string(), "b".repeat(39), true),
+            ("a".to_string(), "b".repeat(40), false),
             ("a".repeat(63), "b".to_string(), false),
         ];
         for (namespace, name, accepted) in cases {
@@ -738,7 +754,10 @@ mod tests {
     #[test]
     fn worker_action_round_trips() {
         for action in [WorkerAction::Load, WorkerAction::Unload] {
-            assert_eq!(WorkerAction::from_label_value(action.as_str()), Some(action));
+            assert_eq!(
+                WorkerAction::from_label_value(action.as_str()),
+                Some(action)
+            );
         }
         assert_eq!(WorkerAction::from_label_value("load"), None);
     }

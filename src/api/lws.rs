@@ -15,10 +15,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Desired state of a `LeaderWorkerSet`.
+// Repeated `printcolumn(type_ = ...)` arguments look like duplicated attributes to clippy.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "leaderworkerset.x-k8s.io",
     version = "v1",
+    derive = "PartialEq",
     kind = "LeaderWorkerSet",
     namespaced,
     shortname = "lws",
@@ -29,10 +32,29 @@ use serde::{Deserialize, Serialize};
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.hpaPodSelector"
     ),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "Number of ready replicas"),
-    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas", description = "Number of desired replicas"),
-    printcolumn(name = "Up-to-date", type_ = "integer", json_path = ".status.updatedReplicas", description = "Number of up-to-date replicas"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Number of ready replicas"
+    ),
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".spec.replicas",
+        description = "Number of desired replicas"
+    ),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas",
+        description = "Number of up-to-date replicas"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderWorkerSetSpec {
@@ -98,13 +120,16 @@ pub struct LeaderWorkerTemplate {
     /// What happens to those claims when pods go away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = super::crds::drop_nested_descriptions)]
-    pub persistent_volume_claim_retention_policy: Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
+    pub persistent_volume_claim_retention_policy:
+        Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
 }
 
 impl LeaderWorkerTemplate {
     /// The template leader pods are made from: the leader template, else the worker template.
     pub fn effective_leader_template(&self) -> &PodTemplateSpec {
-        self.leader_template.as_ref().unwrap_or(&self.worker_template)
+        self.leader_template
+            .as_ref()
+            .unwrap_or(&self.worker_template)
     }
 }
 
@@ -315,7 +340,10 @@ spec:
             RestartPolicy::RecreateGroupOnPodRestart
         );
         assert_eq!(spec.startup_policy, StartupPolicy::LeaderCreated);
-        assert_eq!(spec.rollout_strategy.type_, RolloutStrategyType::RollingUpdate);
+        assert_eq!(
+            spec.rollout_strategy.type_,
+            RolloutStrategyType::RollingUpdate
+        );
         let rolling = &spec.rollout_strategy.rolling_update_configuration;
         assert_eq!(rolling.partition, 0);
         assert_eq!(rolling.max_unavailable, IntOrString::Int(1));
@@ -326,7 +354,10 @@ spec:
             SubdomainPolicy::Shared
         );
         let template = &spec.leader_worker_template;
-        assert_eq!(template.effective_leader_template(), &template.worker_template);
+        assert_eq!(
+            template.effective_leader_template(),
+            &template.worker_template
+        );
     }
 
     #[test]
@@ -347,7 +378,10 @@ spec:
             SubdomainPolicy::UniquePerReplica
         );
         let rolling = &lws.spec.rollout_strategy.rolling_update_configuration;
-        assert_eq!(rolling.max_unavailable, IntOrString::String("25%".to_string()));
+        assert_eq!(
+            rolling.max_unavailable,
+            IntOrString::String("25%".to_string())
+        );
         assert_eq!(rolling.max_surge, IntOrString::Int(1));
         assert_eq!(rolling.partition, 0);
     }

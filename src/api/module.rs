@@ -21,19 +21,42 @@ use serde::{Deserialize, Serialize};
 use super::labels::{LabelError, ModuleKey};
 
 /// Desired state of a `Module`: how KMM deploys a kernel module on the nodes that need it.
+// Repeated `printcolumn(type_ = ...)` arguments look like duplicated attributes to clippy.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kmm.sigs.x-k8s.io",
     version = "v1beta1",
+    derive = "PartialEq",
     kind = "Module",
     namespaced,
     status = "ModuleStatus",
     doc = "Module describes how to load a kernel module on different kernel versions.",
-    printcolumn(name = "Version", type_ = "string", json_path = ".spec.moduleLoader.container.version"),
-    printcolumn(name = "Targeted", type_ = "integer", json_path = ".status.moduleLoader.nodesMatchingSelectorNumber"),
-    printcolumn(name = "Desired", type_ = "integer", json_path = ".status.moduleLoader.desiredNumber"),
-    printcolumn(name = "Available", type_ = "integer", json_path = ".status.moduleLoader.availableNumber"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".spec.moduleLoader.container.version"
+    ),
+    printcolumn(
+        name = "Targeted",
+        type_ = "integer",
+        json_path = ".status.moduleLoader.nodesMatchingSelectorNumber"
+    ),
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".status.moduleLoader.desiredNumber"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "integer",
+        json_path = ".status.moduleLoader.availableNumber"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ModuleSpec {
@@ -90,7 +113,11 @@ pub struct ModuleLoaderContainerSpec {
     pub image_pull_policy: String,
 
     /// How to reach the registry of the kmod image.
-    #[serde(rename = "registryTLS", default, skip_serializing_if = "TlsOptions::is_default")]
+    #[serde(
+        rename = "registryTLS",
+        default,
+        skip_serializing_if = "TlsOptions::is_default"
+    )]
     pub registry_tls: TlsOptions,
 
     /// In-tree modules removed (if present) before the module is loaded.
@@ -133,7 +160,11 @@ pub struct KernelMapping {
     pub container_image: String,
 
     /// Overrides the container's registry settings when set.
-    #[serde(rename = "registryTLS", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "registryTLS",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub registry_tls: Option<TlsOptions>,
 
     /// Overrides the container's in-tree modules to remove when not empty.
@@ -158,7 +189,11 @@ pub struct TlsOptions {
     pub insecure: bool,
 
     /// Accept any certificate.
-    #[serde(rename = "insecureSkipTLSVerify", default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        rename = "insecureSkipTLSVerify",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub insecure_skip_tls_verify: bool,
 }
 
@@ -253,7 +288,11 @@ pub struct Build {
     pub dockerfile_config_map: LocalObjectReference,
 
     /// How to reach the registries of the base images.
-    #[serde(rename = "baseImageRegistryTLS", default, skip_serializing_if = "TlsOptions::is_default")]
+    #[serde(
+        rename = "baseImageRegistryTLS",
+        default,
+        skip_serializing_if = "TlsOptions::is_default"
+    )]
     pub base_image_registry_tls: TlsOptions,
 
     /// Secrets made available to the build.
@@ -297,7 +336,11 @@ pub struct Sign {
     pub unsigned_image: String,
 
     /// How to reach the registry of the unsigned image.
-    #[serde(rename = "unsignedImageRegistryTLS", default, skip_serializing_if = "TlsOptions::is_default")]
+    #[serde(
+        rename = "unsignedImageRegistryTLS",
+        default,
+        skip_serializing_if = "TlsOptions::is_default"
+    )]
     pub unsigned_image_registry_tls: TlsOptions,
 
     /// Secret holding the signing private key.
@@ -462,13 +505,20 @@ spec:
     #[test]
     fn reference_example_decodes_strictly() {
         let value: serde_json::Value = serde_saphyr::from_str(EXAMPLE).unwrap();
-        assert_eq!(crds::unknown_fields(&Module::crd(), &value), Vec::<String>::new());
+        assert_eq!(
+            crds::unknown_fields(&Module::crd(), &value),
+            Vec::<String>::new()
+        );
 
         let module: Module = serde_json::from_value(value).unwrap();
         assert_eq!(module.key().unwrap().to_string(), "kmm-demo/my-kmod");
         assert_eq!(module.version(), Some("v1"));
         assert_eq!(
-            module.spec.selector.get("node-role.kubernetes.io/worker").map(String::as_str),
+            module
+                .spec
+                .selector
+                .get("node-role.kubernetes.io/worker")
+                .map(String::as_str),
             Some("")
         );
         let loader = module.spec.module_loader.as_ref().unwrap();
@@ -478,7 +528,10 @@ spec:
         assert_eq!(container.modprobe.firmware_path, "/firmware");
         assert_eq!(container.modprobe.parameters, ["param=1"]);
         assert_eq!(container.kernel_mappings.len(), 2);
-        assert_eq!(container.kernel_mappings[0].literal, "6.0.15-300.fc37.x86_64");
+        assert_eq!(
+            container.kernel_mappings[0].literal,
+            "6.0.15-300.fc37.x86_64"
+        );
         assert_eq!(container.kernel_mappings[1].regexp, "^.+$");
         assert_eq!(
             container.kernel_mappings[1].container_image,
@@ -486,7 +539,10 @@ spec:
         );
         assert!(!container.registry_tls.insecure);
         let plugin = module.spec.device_plugin.as_ref().unwrap();
-        assert_eq!(plugin.container.image, "registry.example/org/device-plugin:v1");
+        assert_eq!(
+            plugin.container.image,
+            "registry.example/org/device-plugin:v1"
+        );
         assert_eq!(module.status, None);
     }
 
@@ -513,7 +569,10 @@ spec:
         let json = serde_json::to_value(&module).unwrap();
         let container = &json["spec"]["moduleLoader"]["container"];
         assert_eq!(container["registryTLS"]["insecureSkipTLSVerify"], true);
-        assert_eq!(container["kernelMappings"][0]["registryTLS"], serde_json::json!({}));
+        assert_eq!(
+            container["kernelMappings"][0]["registryTLS"],
+            serde_json::json!({})
+        );
         assert_eq!(json["apiVersion"], "kmm.sigs.x-k8s.io/v1beta1");
         assert_eq!(json["kind"], "Module");
         // Zero counts are written so a status merge patch resets them.
@@ -543,7 +602,13 @@ spec:
     #[test]
     fn empty_version_is_no_version() {
         let mut module: Module = serde_saphyr::from_str(EXAMPLE).unwrap();
-        module.spec.module_loader.as_mut().unwrap().container.version = String::new();
+        module
+            .spec
+            .module_loader
+            .as_mut()
+            .unwrap()
+            .container
+            .version = String::new();
         assert_eq!(module.version(), None);
     }
 }

@@ -15,22 +15,38 @@ use super::labels::{LabelError, ModuleKey};
 use super::module::ModprobeSpec;
 
 /// Desired modules of one node.
+// Repeated `printcolumn(type_ = ...)` arguments look like duplicated attributes to clippy.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kmm.sigs.x-k8s.io",
     version = "v1beta1",
+    derive = "PartialEq",
     kind = "NodeModulesConfig",
     shortname = "nmc",
     status = "NodeModulesConfigStatus",
     doc = "NodeModulesConfig keeps spec and state of the KMM modules on a node.",
-    printcolumn(name = "Modules", type_ = "string", json_path = ".spec.modules[*].name"),
-    printcolumn(name = "Loaded", type_ = "string", json_path = ".status.modules[*].name"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Modules",
+        type_ = "string",
+        json_path = ".spec.modules[*].name"
+    ),
+    printcolumn(
+        name = "Loaded",
+        type_ = "string",
+        json_path = ".status.modules[*].name"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeModulesConfigSpec {
-    /// The modules that should be loaded on the node, one entry per Module.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The modules that should be loaded on the node, one entry per Module. Written even
+    /// when empty, so a merge patch that drops the last entry clears the list.
+    #[serde(default)]
     #[schemars(extend(
         "x-kubernetes-list-type" = "map",
         "x-kubernetes-list-map-keys" = ["namespace", "name"]
@@ -43,7 +59,8 @@ pub struct NodeModulesConfigSpec {
 #[serde(rename_all = "camelCase")]
 pub struct NodeModulesConfigStatus {
     /// The modules loaded on the node, as the last successful worker pods left them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Written even when empty, as `spec.modules`.
+    #[serde(default)]
     #[schemars(extend(
         "x-kubernetes-list-type" = "map",
         "x-kubernetes-list-map-keys" = ["namespace", "name"]
@@ -257,6 +274,15 @@ status:
         assert_eq!(spec.key().unwrap(), key);
         let other = ModuleKey::new("kmm-demo", "other").unwrap();
         assert!(nmc.spec_module(&other).is_none());
+    }
+
+    #[test]
+    fn empty_module_lists_are_written_out() {
+        let mut nmc = NodeModulesConfig::new("node-1", NodeModulesConfigSpec::default());
+        nmc.status = Some(NodeModulesConfigStatus::default());
+        let json = serde_json::to_value(&nmc).unwrap();
+        assert_eq!(json["spec"], serde_json::json!({"modules": []}));
+        assert_eq!(json["status"], serde_json::json!({"modules": []}));
     }
 
     #[test]

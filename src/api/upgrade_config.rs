@@ -11,21 +11,48 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Desired state of an `UpgradeConfig`.
+// Repeated `printcolumn(type_ = ...)` arguments look like duplicated attributes to clippy.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "upgrade.managed.openshift.io",
     version = "v1alpha1",
+    derive = "PartialEq",
     kind = "UpgradeConfig",
     namespaced,
     shortname = "upgrade",
     status = "UpgradeConfigStatus",
     doc = "UpgradeConfig is the Schema for the upgradeconfigs API.",
-    printcolumn(name = "desired_version", type_ = "string", json_path = ".spec.desired.version"),
-    printcolumn(name = "phase", type_ = "string", json_path = ".status.history[0].phase"),
-    printcolumn(name = "stage", type_ = "string", json_path = ".status.history[0].conditions[0].type"),
-    printcolumn(name = "status", type_ = "string", json_path = ".status.history[0].conditions[0].status"),
-    printcolumn(name = "reason", type_ = "string", json_path = ".status.history[0].conditions[0].reason"),
-    printcolumn(name = "message", type_ = "string", json_path = ".status.history[0].conditions[0].message")
+    printcolumn(
+        name = "desired_version",
+        type_ = "string",
+        json_path = ".spec.desired.version"
+    ),
+    printcolumn(
+        name = "phase",
+        type_ = "string",
+        json_path = ".status.history[0].phase"
+    ),
+    printcolumn(
+        name = "stage",
+        type_ = "string",
+        json_path = ".status.history[0].conditions[0].type"
+    ),
+    printcolumn(
+        name = "status",
+        type_ = "string",
+        json_path = ".status.history[0].conditions[0].status"
+    ),
+    printcolumn(
+        name = "reason",
+        type_ = "string",
+        json_path = ".status.history[0].conditions[0].reason"
+    ),
+    printcolumn(
+        name = "message",
+        type_ = "string",
+        json_path = ".status.history[0].conditions[0].message"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeConfigSpec {
@@ -101,7 +128,11 @@ impl UpgradeConfigStatus {
 
     /// Replaces the entry with the same version, or puts `entry` first when there is none.
     pub fn set_history(&mut self, entry: UpgradeHistory) {
-        match self.history.iter_mut().find(|old| old.version == entry.version) {
+        match self
+            .history
+            .iter_mut()
+            .find(|old| old.version == entry.version)
+        {
             Some(old) => *old = entry,
             None => self.history.insert(0, entry),
         }

@@ -435,7 +435,8 @@ impl Api {
             let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
             let current_value = current.value();
             let next = change(&current_value)?;
-            if without_managed_fields(&next) == without_managed_fields(&current_value) {
+            // Unchanged, managed fields included: no write, no new resourceVersion.
+            if next == current_value {
                 outcome = Some(current_value);
                 return Ok(Write::Keep);
             }
@@ -938,14 +939,6 @@ fn deletion_complete(object: &Value) -> bool {
         && finalizers(object).next().is_none()
         && meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0
         && object.pointer("/spec/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty)
-}
-
-fn without_managed_fields(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
-    object
 }
 
 /// Everything but metadata and status: what `generation` counts changes of.

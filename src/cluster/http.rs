@@ -280,7 +280,7 @@ impl Query {
             .get("labelSelector")
             .map(LabelSelector::parse)
             .transpose()
-            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let mut fields = self.get("fieldSelector").unwrap_or("").to_string();
         if target.watch_path
             && let Some(name) = &target.name
@@ -384,7 +384,8 @@ impl Call<'_> {
             Rendering::Object => Ok(bytes_response(StatusCode::OK, bytes)),
             Rendering::Table => {
                 let object = parse_json(&bytes)?;
-                Ok(json_response(StatusCode::OK, &table_of(self.api(), &self.resource, &[&object], json!({}))))
+                let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+                Ok(json_response(StatusCode::OK, &table_of(self.api(), &self.resource, &[&object], meta)))
             }
             Rendering::Metadata => Ok(json_response(StatusCode::OK, &partial_metadata(&parse_json(&bytes)?))),
         }
@@ -680,13 +681,8 @@ fn text_response(code: StatusCode, body: &'static str) -> Response {
 
 fn error_response(err: &ApiError) -> Response {
     let code = StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = json_response(code, &err.status());
-    if err.code == 429 {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, http::HeaderValue::from_static("10"));
-    }
-    response
+    // Like upstream's eviction 429, no Retry-After: the caller decides when to try again.
+    json_response(code, &err.status())
 }
 
 #[cfg(test)]

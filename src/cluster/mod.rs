@@ -185,6 +185,8 @@ impl EmbeddedCluster {
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
         config.auth_info.token = Some(self.token.clone().into());
+        // 429 from an eviction is an answer ("the budget says no"), not a reason to retry for minutes.
+        config.default_retry = false;
         Ok(kube::Client::try_from(config)?)
     }
 

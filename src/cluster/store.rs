@@ -97,7 +97,7 @@ fn project(object: &Value) -> Value {
             projection.insert((*section).into(), Value::Object(picked));
         }
     }
-    for field in ["reason", "type", "kind", "apiVersion"] {
+    for field in ["reason", "type", "kind", "apiVersion", "reportingComponent"] {
         if let Some(v) = object.get(field).filter(|v| v.is_string()) {
             projection.insert(field.into(), v.clone());
         }
@@ -108,10 +108,21 @@ fn project(object: &Value) -> Value {
 const SELECTABLE: &[(&str, &[&str])] = &[
     (
         "spec",
-        &["nodeName", "schedulerName", "restartPolicy", "unschedulable"],
+        &[
+            "nodeName",
+            "schedulerName",
+            "restartPolicy",
+            "unschedulable",
+            "serviceAccountName",
+            "hostNetwork",
+        ],
     ),
-    ("status", &["phase", "podIP"]),
-    ("involvedObject", &["kind", "name", "namespace", "uid"]),
+    ("status", &["phase", "podIP", "podIPs", "nominatedNodeName"]),
+    (
+        "involvedObject",
+        &["kind", "name", "namespace", "uid", "apiVersion", "resourceVersion", "fieldPath"],
+    ),
+    ("source", &["component"]),
 ];
 
 /// What a watch sees.
