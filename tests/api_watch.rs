@@ -123,7 +123,7 @@ async fn a_stalled_watcher_does_not_hold_up_the_others() {
     let (cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
     // A client that starts a watch and never reads its socket.
-    let mut stalled = tokio::net::TcpStream::connect(cluster.address()).await.expect("connect");
+    let mut stalled = common::connect_tls(&cluster).await;
     let request = format!(
         "GET /api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\r\n",
         cluster.token()

@@ -60,7 +60,7 @@ async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
         Some(dir) => dir.join("kubeconfig"),
         None => std::env::temp_dir().join(format!("capstan-{}.kubeconfig", cluster.address().port())),
     });
-    kubeconfig::write(&kubeconfig_path, &cluster.url(), cluster.token())
+    kubeconfig::write(&kubeconfig_path, &cluster.kubeconfig())
         .with_context(|| format!("writing the kubeconfig to {}", kubeconfig_path.display()))?;
     println!("embedded cluster serving at {}", cluster.url());
     println!("kubeconfig: {}", kubeconfig_path.display());

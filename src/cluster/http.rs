@@ -39,6 +39,51 @@ pub fn router(server: Arc<Server>) -> axum::Router {
     axum::Router::new().fallback(serve).with_state(server)
 }
 
+/// Accepts TLS connections on `listener` and serves HTTP/1.1 on each until `stop` is set.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    server: Arc<Server>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let app = router(server);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(%err, "accepting a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let stream = match acceptor.accept(tcp).await {
+                Ok(stream) => stream,
+                Err(err) => {
+                    tracing::debug!(%err, %peer, "TLS handshake failed");
+                    return;
+                }
+            };
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(err) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await
+            {
+                tracing::debug!(%err, %peer, "connection ended with an error");
+            }
+        });
+    }
+}
+
 async fn serve(State(server): State<Arc<Server>>, request: Request) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_string();

@@ -18,6 +18,7 @@ pub mod schema;
 pub mod selector;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod validate;
 pub mod watch;
 
@@ -85,6 +86,8 @@ pub enum ClusterError {
     },
     #[error("registering built-in objects: {0}")]
     Bootstrap(#[from] ApiError),
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
     #[error("building a client: {0}")]
     Client(#[from] kube::Error),
 }
@@ -94,6 +97,8 @@ pub struct EmbeddedCluster {
     api: Arc<Api>,
     address: SocketAddr,
     token: String,
+    ca_pem: String,
+    ca_der: Vec<u8>,
     stop: signal::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -130,32 +135,29 @@ impl EmbeddedCluster {
             address: address.to_string(),
             faults: Faults::new(options.faults.clone()),
         });
-        let (stop, mut stopped) = signal::channel(false);
-        let serve = tokio::spawn(async move {
-            let shutdown = async move {
-                // Either a stop request or the sender going away ends the server.
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(err) = axum::serve(listener, http::router(server))
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(%err, "embedded API server stopped");
-            }
-        });
+        let certificates = tls::serving_certificates(options.state_dir.as_deref(), address.ip())?;
+        let (stop, stopped) = signal::channel(false);
+        let serve = tokio::spawn(http::serve_tls(listener, certificates.server_config.clone(), server, stopped));
         let gc = tokio::spawn(gc::run(api.clone()));
         Ok(EmbeddedCluster {
             api,
             address,
             token,
+            ca_pem: certificates.ca_pem,
+            ca_der: certificates.ca_der,
             stop,
             tasks: vec![serve, gc],
         })
     }
 
-    /// `http://127.0.0.1:<port>`
+    /// `https://127.0.0.1:<port>`
     pub fn url(&self) -> String {
-        format!("http://{}", self.address)
+        format!("https://{}", self.address)
+    }
+
+    /// The CA certificate (DER) that signed the server's certificate.
+    pub fn ca_der(&self) -> &[u8] {
+        &self.ca_der
     }
 
     pub fn address(&self) -> SocketAddr {
@@ -173,7 +175,7 @@ impl EmbeddedCluster {
 
     /// A kubeconfig for this cluster.
     pub fn kubeconfig(&self) -> String {
-        kubeconfig::render(&self.url(), &self.token)
+        kubeconfig::render(&self.url(), &self.ca_pem, &self.token)
     }
 
     /// A `kube` client that talks to this cluster over HTTP.
@@ -184,6 +186,7 @@ impl EmbeddedCluster {
             .map_err(|_| ClusterError::Bootstrap(ApiError::internal("cluster URL does not parse")))?;
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
+        config.root_cert = Some(vec![self.ca_der.clone()]);
         config.auth_info.token = Some(self.token.clone().into());
         // 429 from an eviction is an answer ("the budget says no"), not a reason to retry for minutes.
         config.default_retry = false;

@@ -61,6 +61,20 @@ pub async fn create_pod(client: &kube::Client, namespace: &str, pod: &Pod) -> Po
         .expect("create pod")
 }
 
+/// A TLS connection to the cluster, trusting its CA.
+pub async fn connect_tls(cluster: &EmbeddedCluster) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    capstan::install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(cluster.ca_der().to_vec()))
+        .expect("CA");
+    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(cluster.address()).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    connector.connect(name, tcp).await.expect("TLS handshake")
+}
+
 /// Sends a raw request and returns (status, body as JSON).
 pub async fn raw(
     cluster: &EmbeddedCluster,
@@ -71,8 +85,7 @@ pub async fn raw(
     token: Option<&str>,
 ) -> (u16, serde_json::Value) {
     use http_body_util::BodyExt as _;
-    let stream = tokio::net::TcpStream::connect(cluster.address()).await.expect("connect");
-    let io = hyper_util::rt::TokioIo::new(stream);
+    let io = hyper_util::rt::TokioIo::new(connect_tls(cluster).await);
     let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.expect("handshake");
     tokio::spawn(connection);
     let mut request = http::Request::builder()
