@@ -17,7 +17,10 @@ use serde_json::json;
 const CONCURRENCY: usize = 32;
 
 fn scale(n: usize) -> usize {
-    let factor: f64 = std::env::var("BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let factor: f64 = std::env::var("BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
     ((n as f64) * factor).round().max(1.0) as usize
 }
 
@@ -28,7 +31,13 @@ struct Server {
 impl Server {
     fn start(dir: &Path) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["cluster", "serve", "--listen", "127.0.0.1:0", "--kubeconfig-out"])
+            .args([
+                "cluster",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--kubeconfig-out",
+            ])
             .arg(dir.join("kubeconfig"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -39,7 +48,8 @@ impl Server {
 
     /// (current, peak) resident memory in MiB.
     fn memory_mib(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()
@@ -68,8 +78,11 @@ async fn client(dir: &Path) -> kube::Client {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let text = std::fs::read_to_string(&path).expect("kubeconfig");
-    let kubeconfig: kube::config::Kubeconfig = serde_saphyr::from_str(&text).expect("kubeconfig parses");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("config");
+    let kubeconfig: kube::config::Kubeconfig =
+        serde_saphyr::from_str(&text).expect("kubeconfig parses");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
     config.default_retry = false;
     kube::Client::try_from(config).expect("client")
 }
@@ -126,8 +139,16 @@ where
 async fn raw_list_seconds(client: &kube::Client, path: &str) -> (f64, usize) {
     let request = http::Request::get(path).body(Vec::new()).expect("request");
     let started = Instant::now();
-    let response = client.send(request.map(kube::client::Body::from)).await.expect("list");
-    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .expect("list");
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
     (started.elapsed().as_secs_f64(), bytes.len())
 }
 
@@ -144,11 +165,21 @@ fn percentile(mut values: Vec<f64>, p: f64) -> f64 {
 /// Median and p99 latency from a write to its event at each of `watchers` watchers.
 async fn watch_latency(client: &kube::Client, watchers: usize, writes: usize) -> (f64, f64) {
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    let rv = maps.list(&ListParams::default().limit(1)).await.expect("list").metadata.resource_version.expect("rv");
+    let rv = maps
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let mut tasks = Vec::new();
     for _ in 0..watchers {
-        let mut events = maps.watch(&WatchParams::default(), &rv).await.expect("watch").boxed();
+        let mut events = maps
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .expect("watch")
+            .boxed();
         let sender = sender.clone();
         tasks.push(tokio::spawn(async move {
             while let Some(Ok(event)) = events.next().await {
@@ -162,9 +193,12 @@ async fn watch_latency(client: &kube::Client, watchers: usize, writes: usize) ->
     for i in 0..writes {
         let name = format!("watched-{i}");
         let sent = Instant::now();
-        maps.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": name}})).expect("cm"))
-            .await
-            .expect("create");
+        maps.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).expect("cm"),
+        )
+        .await
+        .expect("create");
         let mut received = 0;
         while received < watchers {
             let (got, at) = tokio::time::timeout(Duration::from_secs(60), receiver.recv())
@@ -197,7 +231,11 @@ async fn main() {
     let client = client(dir.path()).await;
     let (idle_rss, _) = server.memory_mib();
 
-    let node_time = create_all(&Api::<Node>::all(client.clone()), (0..nodes).map(node).collect()).await;
+    let node_time = create_all(
+        &Api::<Node>::all(client.clone()),
+        (0..nodes).map(node).collect(),
+    )
+    .await;
     let pod_time = create_all(
         &Api::<Pod>::namespaced(client.clone(), "default"),
         (0..pods).map(|i| pod(i, nodes)).collect(),
@@ -212,33 +250,89 @@ async fn main() {
         body_bytes = bytes;
     }
     let typed_started = Instant::now();
-    let listed = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await.expect("typed list");
+    let listed = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("typed list");
     let typed_list = typed_started.elapsed().as_secs_f64();
     assert_eq!(listed.items.len(), pods);
-    let (selector_list, _) = raw_list_seconds(&client, "/api/v1/pods?labelSelector=app%3Dapp-7").await;
+    let (selector_list, _) =
+        raw_list_seconds(&client, "/api/v1/pods?labelSelector=app%3Dapp-7").await;
     let (node_list, _) = raw_list_seconds(&client, "/api/v1/nodes").await;
-    let (field_list, _) = raw_list_seconds(&client, "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-00007").await;
+    let (field_list, _) = raw_list_seconds(
+        &client,
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-00007",
+    )
+    .await;
 
     let (watch_median, watch_p99) = watch_latency(&client, 100, 50).await;
     let (rss, peak) = server.memory_mib();
 
-    println!("\ncapstan embedded API server: {nodes} Nodes, {pods} Pods (HTTPS, kube client, {CONCURRENCY} requests in flight)\n");
-    println!("| {:<52} | {:>16} | {:<14} |", "measure", "result", "target");
+    println!(
+        "\ncapstan embedded API server: {nodes} Nodes, {pods} Pods (HTTPS, kube client, {CONCURRENCY} requests in flight)\n"
+    );
+    println!(
+        "| {:<52} | {:>16} | {:<14} |",
+        "measure", "result", "target"
+    );
     println!("|{}|{}|{}|", "-".repeat(54), "-".repeat(18), "-".repeat(16));
-    row("create Nodes (objects/s)", format!("{:.0}", nodes as f64 / node_time.as_secs_f64()), "");
-    row("create Pods (objects/s)", format!("{:.0}", pods as f64 / pod_time.as_secs_f64()), "");
     row(
-        &format!("list all Pods, server + transfer (s, median of 5, {:.0} MiB)", body_bytes as f64 / 1048576.0),
+        "create Nodes (objects/s)",
+        format!("{:.0}", nodes as f64 / node_time.as_secs_f64()),
+        "",
+    );
+    row(
+        "create Pods (objects/s)",
+        format!("{:.0}", pods as f64 / pod_time.as_secs_f64()),
+        "",
+    );
+    row(
+        &format!(
+            "list all Pods, server + transfer (s, median of 5, {:.0} MiB)",
+            body_bytes as f64 / 1048576.0
+        ),
         format!("{:.3}", median(raw_lists)),
         "< 1 s",
     );
-    row("list all Pods, decoded into typed Pods by kube (s)", format!("{typed_list:.3}"), "");
-    row("list Pods by label selector (1% match) (s)", format!("{selector_list:.3}"), "");
-    row("list Pods by field selector spec.nodeName (s)", format!("{field_list:.3}"), "");
+    row(
+        "list all Pods, decoded into typed Pods by kube (s)",
+        format!("{typed_list:.3}"),
+        "",
+    );
+    row(
+        "list Pods by label selector (1% match) (s)",
+        format!("{selector_list:.3}"),
+        "",
+    );
+    row(
+        "list Pods by field selector spec.nodeName (s)",
+        format!("{field_list:.3}"),
+        "",
+    );
     row("list all Nodes (s)", format!("{node_list:.3}"), "");
-    row("watch event to 100 watchers, median (ms)", format!("{watch_median:.2}"), "< 50 ms");
-    row("watch event to 100 watchers, p99 (ms)", format!("{watch_p99:.2}"), "");
-    row("server resident memory, idle (MiB)", format!("{idle_rss:.0}"), "");
-    row("server resident memory, loaded (MiB)", format!("{rss:.0}"), "< 1024 MiB");
-    row("server peak resident memory (MiB)", format!("{peak:.0}"), "< 1024 MiB");
+    row(
+        "watch event to 100 watchers, median (ms)",
+        format!("{watch_median:.2}"),
+        "< 50 ms",
+    );
+    row(
+        "watch event to 100 watchers, p99 (ms)",
+        format!("{watch_p99:.2}"),
+        "",
+    );
+    row(
+        "server resident memory, idle (MiB)",
+        format!("{idle_rss:.0}"),
+        "",
+    );
+    row(
+        "server resident memory, loaded (MiB)",
+        format!("{rss:.0}"),
+        "< 1024 MiB",
+    );
+    row(
+        "server peak resident memory (MiB)",
+        format!("{peak:.0}"),
+        "< 1024 MiB",
+    );
 }

@@ -67,7 +67,10 @@ mod tests {
         let t: Timestamp = "2026-11-20T22:35:42.123456789Z".parse().expect("time");
         assert_eq!(rfc3339(t), "2026-11-20T22:35:42Z");
         assert_eq!(rfc3339_micros(t), "2026-11-20T22:35:42.123456Z");
-        assert_eq!(parse_time("2026-11-20T22:35:42Z").map(rfc3339).as_deref(), Some("2026-11-20T22:35:42Z"));
+        assert_eq!(
+            parse_time("2026-11-20T22:35:42Z").map(rfc3339).as_deref(),
+            Some("2026-11-20T22:35:42Z")
+        );
     }
 
     #[test]

@@ -23,7 +23,10 @@ fn nmc_resource() -> ApiResource {
 #[tokio::test]
 async fn capstan_kinds_are_discoverable_at_start() {
     let (_cluster, client) = common::start().await;
-    let discovery = Discovery::new(client.clone()).run().await.expect("discovery");
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
     let mut kinds = Vec::new();
     for group in discovery.groups() {
         for (resource, _) in group.recommended_resources() {
@@ -39,20 +42,33 @@ async fn capstan_kinds_are_discoverable_at_start() {
         "v1/Node",
         "policy/v1/PodDisruptionBudget",
     ] {
-        assert!(kinds.iter().any(|k| k == want), "{want} missing from {kinds:?}");
+        assert!(
+            kinds.iter().any(|k| k == want),
+            "{want} missing from {kinds:?}"
+        );
     }
 }
 
 #[tokio::test]
 async fn crds_printed_by_capstan_register_on_a_bare_server() {
-    let options = ClusterOptions { capstan_crds: false, ..ClusterOptions::default() };
+    let options = ClusterOptions {
+        capstan_crds: false,
+        ..ClusterOptions::default()
+    };
     let (_cluster, client) = common::start_with(options).await;
     let yaml = capstan::api::crds::to_yaml().expect("yaml");
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let mut count = 0;
-    for document in yaml.split("\n---\n").filter(|d| !d.trim().trim_start_matches("---").trim().is_empty()) {
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(document).expect("a CRD document");
-        let created = crds.create(&PostParams::default(), &crd).await.expect("create CRD");
+    for document in yaml
+        .split("\n---\n")
+        .filter(|d| !d.trim().trim_start_matches("---").trim().is_empty())
+    {
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(document).expect("a CRD document");
+        let created = crds
+            .create(&PostParams::default(), &crd)
+            .await
+            .expect("create CRD");
         let established = created
             .status
             .and_then(|s| s.conditions)
@@ -69,7 +85,9 @@ async fn crds_printed_by_capstan_register_on_a_bare_server() {
         "metadata": {"name": "worker-1"}, "spec": {"modules": []}
     }))
     .expect("nmc");
-    nmcs.create(&PostParams::default(), &nmc).await.expect("custom resource served");
+    nmcs.create(&PostParams::default(), &nmc)
+        .await
+        .expect("custom resource served");
 }
 
 #[tokio::test]
@@ -82,17 +100,33 @@ async fn custom_resource_status_is_a_subresource() {
         "status": {"modules": [{"name": "ignored", "namespace": "x"}]}
     }))
     .expect("nmc");
-    let created = nmcs.create(&PostParams::default(), &nmc).await.expect("create");
-    assert!(created.data.get("status").is_none(), "status is dropped on create");
+    let created = nmcs
+        .create(&PostParams::default(), &nmc)
+        .await
+        .expect("create");
+    assert!(
+        created.data.get("status").is_none(),
+        "status is dropped on create"
+    );
     let status = json!({"status": {"modules": []}});
-    let after = nmcs.patch_status("worker-1", &PatchParams::default(), &Patch::Merge(status)).await.expect("status");
+    let after = nmcs
+        .patch_status("worker-1", &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .expect("status");
     assert_eq!(after.data["status"]["modules"], json!([]));
     // Strategic merge patch is not served for custom resources, as upstream.
     let err = nmcs
-        .patch("worker-1", &PatchParams::default(), &Patch::Strategic(json!({"spec": {}})))
+        .patch(
+            "worker-1",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {}})),
+        )
         .await
         .expect_err("415");
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 415), "{err}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 415),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -103,9 +137,19 @@ async fn deleting_a_crd_removes_its_objects() {
         "apiVersion": "kmm.sigs.x-k8s.io/v1beta1", "kind": "NodeModulesConfig", "metadata": {"name": "n"}, "spec": {"modules": []}
     }))
     .expect("nmc");
-    nmcs.create(&PostParams::default(), &nmc).await.expect("create");
+    nmcs.create(&PostParams::default(), &nmc)
+        .await
+        .expect("create");
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    crds.delete("nodemodulesconfigs.kmm.sigs.x-k8s.io", &DeleteParams::default()).await.expect("delete CRD");
+    crds.delete(
+        "nodemodulesconfigs.kmm.sigs.x-k8s.io",
+        &DeleteParams::default(),
+    )
+    .await
+    .expect("delete CRD");
     let err = nmcs.get("n").await.expect_err("no longer served");
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err}"
+    );
 }

@@ -11,9 +11,18 @@ use serde_json::json;
 async fn merge_patch_sets_and_removes_keys() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    maps.create(&Default::default(), &common::config_map("m", json!({"keep": "1", "drop": "2"}))).await.expect("create");
+    maps.create(
+        &Default::default(),
+        &common::config_map("m", json!({"keep": "1", "drop": "2"})),
+    )
+    .await
+    .expect("create");
     let patched = maps
-        .patch("m", &PatchParams::default(), &Patch::Merge(json!({"data": {"drop": null, "add": "3"}})))
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"drop": null, "add": "3"}})),
+        )
         .await
         .expect("patch");
     let data = patched.data.expect("data");
@@ -26,13 +35,21 @@ async fn merge_patch_sets_and_removes_keys() {
 async fn json_patch_applies_operations_and_a_failed_test_changes_nothing() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    maps.create(&Default::default(), &common::config_map("j", json!({"a": "1"}))).await.expect("create");
+    maps.create(
+        &Default::default(),
+        &common::config_map("j", json!({"a": "1"})),
+    )
+    .await
+    .expect("create");
     let ops: json_patch::Patch = serde_json::from_value(json!([
         {"op": "add", "path": "/data/b", "value": "2"},
         {"op": "replace", "path": "/data/a", "value": "10"},
     ]))
     .expect("ops");
-    let patched = maps.patch("j", &PatchParams::default(), &Patch::Json::<()>(ops)).await.expect("patch");
+    let patched = maps
+        .patch("j", &PatchParams::default(), &Patch::Json::<()>(ops))
+        .await
+        .expect("patch");
     let data = patched.data.expect("data");
     assert_eq!((data["a"].as_str(), data["b"].as_str()), ("10", "2"));
     let failing: json_patch::Patch = serde_json::from_value(json!([
@@ -40,9 +57,18 @@ async fn json_patch_applies_operations_and_a_failed_test_changes_nothing() {
         {"op": "test", "path": "/data/b", "value": "not-2"},
     ]))
     .expect("ops");
-    let err = maps.patch("j", &PatchParams::default(), &Patch::Json::<()>(failing)).await.expect_err("test fails");
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err}");
-    assert_eq!(maps.get("j").await.expect("get").data.expect("data")["a"], "10");
+    let err = maps
+        .patch("j", &PatchParams::default(), &Patch::Json::<()>(failing))
+        .await
+        .expect_err("test fails");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err}"
+    );
+    assert_eq!(
+        maps.get("j").await.expect("get").data.expect("data")["a"],
+        "10"
+    );
 }
 
 #[tokio::test]
@@ -60,16 +86,29 @@ async fn strategic_merge_patch_merges_containers_and_env_by_name() {
         }
     }))
     .expect("pod");
-    pods.create(&Default::default(), &pod).await.expect("create");
+    pods.create(&Default::default(), &pod)
+        .await
+        .expect("create");
     let patch = json!({"spec": {
         "containers": [{"name": "app", "env": [{"name": "B", "value": "20"}, {"name": "C", "value": "3"}]}],
         "tolerations": [{"key": "b", "operator": "Exists"}]
     }});
-    let patched = pods.patch("s", &PatchParams::default(), &Patch::Strategic(patch)).await.expect("patch");
+    let patched = pods
+        .patch("s", &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .expect("patch");
     let spec = patched.spec.expect("spec");
     assert_eq!(spec.containers.len(), 2, "sidecar kept");
-    let app = spec.containers.iter().find(|c| c.name == "app").expect("app");
-    assert_eq!(app.image.as_deref(), Some("app:v1"), "unpatched fields kept");
+    let app = spec
+        .containers
+        .iter()
+        .find(|c| c.name == "app")
+        .expect("app");
+    assert_eq!(
+        app.image.as_deref(),
+        Some("app:v1"),
+        "unpatched fields kept"
+    );
     let mut env: Vec<(String, String)> = app
         .env
         .iter()
@@ -77,9 +116,25 @@ async fn strategic_merge_patch_merges_containers_and_env_by_name() {
         .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
         .collect();
     env.sort();
-    assert_eq!(env, [("A".into(), "1".into()), ("B".into(), "20".into()), ("C".into(), "3".into())]);
-    let tolerations: Vec<String> = spec.tolerations.iter().flatten().filter_map(|t| t.key.clone()).collect();
-    assert_eq!(tolerations, ["b"], "tolerations are atomic upstream and replaced whole");
+    assert_eq!(
+        env,
+        [
+            ("A".into(), "1".into()),
+            ("B".into(), "20".into()),
+            ("C".into(), "3".into())
+        ]
+    );
+    let tolerations: Vec<String> = spec
+        .tolerations
+        .iter()
+        .flatten()
+        .filter_map(|t| t.key.clone())
+        .collect();
+    assert_eq!(
+        tolerations,
+        ["b"],
+        "tolerations are atomic upstream and replaced whole"
+    );
 }
 
 #[tokio::test]
@@ -90,9 +145,16 @@ async fn status_conditions_merge_by_type_on_the_status_subresource() {
     let set = |kind: &str, status: &str| {
         Patch::Strategic(json!({"status": {"conditions": [{"type": kind, "status": status}]}}))
     };
-    pods.patch_status("c", &PatchParams::default(), &set("Ready", "False")).await.expect("ready");
-    pods.patch_status("c", &PatchParams::default(), &set("PodScheduled", "True")).await.expect("scheduled");
-    let after = pods.patch_status("c", &PatchParams::default(), &set("Ready", "True")).await.expect("ready again");
+    pods.patch_status("c", &PatchParams::default(), &set("Ready", "False"))
+        .await
+        .expect("ready");
+    pods.patch_status("c", &PatchParams::default(), &set("PodScheduled", "True"))
+        .await
+        .expect("scheduled");
+    let after = pods
+        .patch_status("c", &PatchParams::default(), &set("Ready", "True"))
+        .await
+        .expect("ready again");
     let mut conditions: Vec<(String, String)> = after
         .status
         .and_then(|s| s.conditions)
@@ -101,12 +163,34 @@ async fn status_conditions_merge_by_type_on_the_status_subresource() {
         .map(|c| (c.type_, c.status))
         .collect();
     conditions.sort();
-    assert_eq!(conditions, [("PodScheduled".into(), "True".into()), ("Ready".into(), "True".into())]);
+    assert_eq!(
+        conditions,
+        [
+            ("PodScheduled".into(), "True".into()),
+            ("Ready".into(), "True".into())
+        ]
+    );
     // The main resource ignores status; the status subresource ignores the rest.
     let spec_write = pods
-        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Failed"}, "metadata": {"labels": {"x": "y"}}})))
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "Failed"}, "metadata": {"labels": {"x": "y"}}}),
+            ),
+        )
         .await
         .expect("main write");
-    assert_eq!(spec_write.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
-    assert_eq!(spec_write.metadata.labels.and_then(|l| l.get("x").cloned()).as_deref(), Some("y"));
+    assert_eq!(
+        spec_write.status.and_then(|s| s.phase).as_deref(),
+        Some("Pending")
+    );
+    assert_eq!(
+        spec_write
+            .metadata
+            .labels
+            .and_then(|l| l.get("x").cloned())
+            .as_deref(),
+        Some("y")
+    );
 }

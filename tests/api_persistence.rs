@@ -24,10 +24,15 @@ fn serve(state_dir: &Path, kubeconfig: &Path) -> Child {
 }
 
 async fn client_from(kubeconfig: &Path) -> kube::Client {
-    common::wait_until("the kubeconfig is written", || async { kubeconfig.exists() }).await;
+    common::wait_until("the kubeconfig is written", || async {
+        kubeconfig.exists()
+    })
+    .await;
     let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
     let config: kube::config::Kubeconfig = serde_saphyr::from_str(&text).expect("parse kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(config, &Default::default()).await.expect("config");
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+        .await
+        .expect("config");
     kube::Client::try_from(config).expect("client")
 }
 
@@ -44,26 +49,55 @@ async fn objects_and_versions_survive_kill_9() {
     let mut written = Vec::new();
     for i in 0..20 {
         let cm = common::config_map(&format!("cm-{i}"), json!({"i": i.to_string()}));
-        written.push(maps.create(&PostParams::default(), &cm).await.expect("create"));
+        written.push(
+            maps.create(&PostParams::default(), &cm)
+                .await
+                .expect("create"),
+        );
     }
-    maps.delete("cm-0", &DeleteParams::default()).await.expect("delete");
+    maps.delete("cm-0", &DeleteParams::default())
+        .await
+        .expect("delete");
     first.kill().expect("kill -9");
     first.wait().expect("reaped");
 
     let mut second = serve(&state, &kubeconfig);
     let client = client_from(&kubeconfig).await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    assert!(maps.get_opt("cm-0").await.expect("get").is_none(), "the delete survived");
+    assert!(
+        maps.get_opt("cm-0").await.expect("get").is_none(),
+        "the delete survived"
+    );
     for before in &written[1..] {
         let name = before.metadata.name.as_deref().expect("name");
         let after = maps.get(name).await.expect("object survived");
-        assert_eq!(after.metadata.resource_version, before.metadata.resource_version, "{name}");
+        assert_eq!(
+            after.metadata.resource_version, before.metadata.resource_version,
+            "{name}"
+        );
         assert_eq!(after.metadata.uid, before.metadata.uid, "{name}");
         assert_eq!(after.data, before.data, "{name}");
     }
-    let last_rv: u64 = written.last().and_then(|o| o.metadata.resource_version.as_deref()).expect("rv").parse().expect("number");
-    let next = maps.create(&PostParams::default(), &common::config_map("after", json!({}))).await.expect("write after restart");
-    let next_rv: u64 = next.metadata.resource_version.as_deref().expect("rv").parse().expect("number");
+    let last_rv: u64 = written
+        .last()
+        .and_then(|o| o.metadata.resource_version.as_deref())
+        .expect("rv")
+        .parse()
+        .expect("number");
+    let next = maps
+        .create(
+            &PostParams::default(),
+            &common::config_map("after", json!({})),
+        )
+        .await
+        .expect("write after restart");
+    let next_rv: u64 = next
+        .metadata
+        .resource_version
+        .as_deref()
+        .expect("rv")
+        .parse()
+        .expect("number");
     assert!(next_rv > last_rv + 1, "versions continue above the delete");
     second.kill().expect("kill");
     second.wait().expect("reaped");

@@ -7,7 +7,10 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 fn names(pods: &[Pod]) -> Vec<String> {
-    let mut names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let mut names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
     names.sort();
     names
 }
@@ -33,10 +36,16 @@ async fn label_selectors_equality_and_sets() {
         ("tier in (web,db),zone=y", vec!["b"]),
     ];
     for (selector, want) in cases {
-        let got = pods.list(&ListParams::default().labels(selector)).await.expect(selector);
+        let got = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect(selector);
         assert_eq!(names(&got.items), want, "{selector}");
     }
-    let err = pods.list(&ListParams::default().labels("tier in (web")).await.expect_err("bad selector");
+    let err = pods
+        .list(&ListParams::default().labels("tier in (web"))
+        .await
+        .expect_err("bad selector");
     assert!(matches!(err, kube::Error::Api(s) if s.code == 400));
 }
 
@@ -59,10 +68,16 @@ async fn field_selectors_on_name_namespace_node_and_phase() {
         ("status.phase!=Pending", vec![]),
     ];
     for (selector, want) in cases {
-        let got = all.list(&ListParams::default().fields(selector)).await.expect(selector);
+        let got = all
+            .list(&ListParams::default().fields(selector))
+            .await
+            .expect(selector);
         assert_eq!(names(&got.items), want, "{selector}");
     }
-    let err = all.list(&ListParams::default().fields("spec.image=x")).await.expect_err("unsupported");
+    let err = all
+        .list(&ListParams::default().fields("spec.image=x"))
+        .await
+        .expect_err("unsupported");
     assert!(matches!(err, kube::Error::Api(s) if s.code == 400));
 }
 
@@ -71,7 +86,12 @@ async fn limit_and_continue_page_through_everything_once() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
     for i in 0..25 {
-        maps.create(&PostParams::default(), &common::config_map(&format!("cm-{i:02}"), json!({}))).await.expect("create");
+        maps.create(
+            &PostParams::default(),
+            &common::config_map(&format!("cm-{i:02}"), json!({})),
+        )
+        .await
+        .expect("create");
     }
     let mut seen = Vec::new();
     let mut params = ListParams::default().limit(10);

@@ -29,39 +29,84 @@ fn managers(object: &ConfigMap) -> Vec<String> {
 async fn apply_creates_then_owns_its_fields() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    let created = maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1"})))).await.expect("create by apply");
+    let created = maps
+        .patch(
+            "owned",
+            &apply("capstan"),
+            &Patch::Apply(cm(json!({"a": "1"}))),
+        )
+        .await
+        .expect("create by apply");
     assert_eq!(managers(&created), ["capstan"]);
     let entry = &created.metadata.managed_fields.as_ref().expect("managed")[0];
     assert_eq!(entry.operation.as_deref(), Some("Apply"));
     let fields = serde_json::to_value(entry.fields_v1.as_ref().expect("fields")).expect("json");
     assert_eq!(fields["f:data"]["f:a"], json!({}));
     // Re-applying the same configuration writes nothing.
-    let again = maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1"})))).await.expect("no-op");
-    assert_eq!(again.metadata.resource_version, created.metadata.resource_version);
+    let again = maps
+        .patch(
+            "owned",
+            &apply("capstan"),
+            &Patch::Apply(cm(json!({"a": "1"}))),
+        )
+        .await
+        .expect("no-op");
+    assert_eq!(
+        again.metadata.resource_version,
+        created.metadata.resource_version
+    );
 }
 
 #[tokio::test]
 async fn conflicting_managers_conflict_unless_forced() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1"})))).await.expect("first");
+    maps.patch(
+        "owned",
+        &apply("capstan"),
+        &Patch::Apply(cm(json!({"a": "1"}))),
+    )
+    .await
+    .expect("first");
     // Another manager applying a different field shares the object without conflict.
-    let shared = maps.patch("owned", &apply("other"), &Patch::Apply(cm(json!({"b": "2"})))).await.expect("second");
+    let shared = maps
+        .patch(
+            "owned",
+            &apply("other"),
+            &Patch::Apply(cm(json!({"b": "2"}))),
+        )
+        .await
+        .expect("second");
     let mut owners = managers(&shared);
     owners.sort();
     assert_eq!(owners, ["capstan", "other"]);
     // Applying a different value for a field someone else owns is a conflict.
-    let err = maps.patch("owned", &apply("other"), &Patch::Apply(cm(json!({"a": "changed", "b": "2"})))).await.expect_err("conflict");
+    let err = maps
+        .patch(
+            "owned",
+            &apply("other"),
+            &Patch::Apply(cm(json!({"a": "changed", "b": "2"}))),
+        )
+        .await
+        .expect_err("conflict");
     match err {
         kube::Error::Api(status) => {
             assert_eq!(status.code, 409);
-            assert!(status.message.contains("capstan") && status.message.contains(".data.a"), "{}", status.message);
+            assert!(
+                status.message.contains("capstan") && status.message.contains(".data.a"),
+                "{}",
+                status.message
+            );
         }
         other => panic!("{other}"),
     }
     // Forcing takes the field over; the first manager no longer owns it.
     let forced = maps
-        .patch("owned", &apply("other").force(), &Patch::Apply(cm(json!({"a": "changed", "b": "2"}))))
+        .patch(
+            "owned",
+            &apply("other").force(),
+            &Patch::Apply(cm(json!({"a": "changed", "b": "2"}))),
+        )
         .await
         .expect("forced");
     assert_eq!(forced.data.as_ref().expect("data")["a"], "changed");
@@ -72,8 +117,21 @@ async fn conflicting_managers_conflict_unless_forced() {
 async fn a_field_no_longer_applied_is_removed() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1", "b": "2"})))).await.expect("both");
-    let after = maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1"})))).await.expect("only a");
+    maps.patch(
+        "owned",
+        &apply("capstan"),
+        &Patch::Apply(cm(json!({"a": "1", "b": "2"}))),
+    )
+    .await
+    .expect("both");
+    let after = maps
+        .patch(
+            "owned",
+            &apply("capstan"),
+            &Patch::Apply(cm(json!({"a": "1"}))),
+        )
+        .await
+        .expect("only a");
     let data = after.data.expect("data");
     assert!(data.contains_key("a") && !data.contains_key("b"));
 }
@@ -82,21 +140,68 @@ async fn a_field_no_longer_applied_is_removed() {
 async fn a_field_another_manager_also_set_survives_removal() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1", "b": "2"})))).await.expect("capstan");
-    maps.patch("owned", &apply("other"), &Patch::Apply(cm(json!({"b": "2"})))).await.expect("other shares b");
-    let after = maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1"})))).await.expect("capstan drops b");
-    assert_eq!(after.data.expect("data").get("b").map(String::as_str), Some("2"));
+    maps.patch(
+        "owned",
+        &apply("capstan"),
+        &Patch::Apply(cm(json!({"a": "1", "b": "2"}))),
+    )
+    .await
+    .expect("capstan");
+    maps.patch(
+        "owned",
+        &apply("other"),
+        &Patch::Apply(cm(json!({"b": "2"}))),
+    )
+    .await
+    .expect("other shares b");
+    let after = maps
+        .patch(
+            "owned",
+            &apply("capstan"),
+            &Patch::Apply(cm(json!({"a": "1"}))),
+        )
+        .await
+        .expect("capstan drops b");
+    assert_eq!(
+        after.data.expect("data").get("b").map(String::as_str),
+        Some("2")
+    );
 }
 
 #[tokio::test]
 async fn an_update_by_hand_then_apply_conflicts() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1"})))).await.expect("apply");
-    let by_hand = PatchParams { field_manager: Some("kubectl-edit".into()), ..PatchParams::default() };
-    maps.patch("owned", &by_hand, &Patch::Merge(json!({"data": {"a": "edited"}}))).await.expect("edit");
-    let err = maps.patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({"a": "1"})))).await.expect_err("drift conflicts");
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("kubectl-edit")), "{err}");
+    maps.patch(
+        "owned",
+        &apply("capstan"),
+        &Patch::Apply(cm(json!({"a": "1"}))),
+    )
+    .await
+    .expect("apply");
+    let by_hand = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    maps.patch(
+        "owned",
+        &by_hand,
+        &Patch::Merge(json!({"data": {"a": "edited"}})),
+    )
+    .await
+    .expect("edit");
+    let err = maps
+        .patch(
+            "owned",
+            &apply("capstan"),
+            &Patch::Apply(cm(json!({"a": "1"}))),
+        )
+        .await
+        .expect_err("drift conflicts");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("kubectl-edit")),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -104,7 +209,11 @@ async fn dry_run_apply_changes_nothing() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
     let shown = maps
-        .patch("owned", &apply("capstan").dry_run(), &Patch::Apply(cm(json!({"a": "1"}))))
+        .patch(
+            "owned",
+            &apply("capstan").dry_run(),
+            &Patch::Apply(cm(json!({"a": "1"}))),
+        )
         .await
         .expect("dry run");
     assert_eq!(shown.data.expect("data")["a"], "1");
@@ -125,4 +234,3 @@ async fn apply_without_a_field_manager_is_refused() {
     .await;
     assert_eq!(code, 400, "{status}");
 }
-

@@ -37,39 +37,109 @@ fn name_of(event: &WatchEvent<ConfigMap>) -> (&'static str, String) {
 async fn watch_sees_added_modified_deleted_in_order() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    let start = maps.list(&Default::default()).await.expect("list").metadata.resource_version.expect("rv");
-    let mut stream = maps.watch(&WatchParams::default(), &start).await.expect("watch").boxed();
-    maps.create(&PostParams::default(), &common::config_map("w", json!({"a": "1"}))).await.expect("create");
-    maps.patch("w", &PatchParams::default(), &Patch::Merge(json!({"data": {"a": "2"}}))).await.expect("patch");
-    maps.delete("w", &DeleteParams::default()).await.expect("delete");
+    let start = maps
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut stream = maps
+        .watch(&WatchParams::default(), &start)
+        .await
+        .expect("watch")
+        .boxed();
+    maps.create(
+        &PostParams::default(),
+        &common::config_map("w", json!({"a": "1"})),
+    )
+    .await
+    .expect("create");
+    maps.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"a": "2"}})),
+    )
+    .await
+    .expect("patch");
+    maps.delete("w", &DeleteParams::default())
+        .await
+        .expect("delete");
     let mut seen = Vec::new();
     for _ in 0..3 {
         seen.push(name_of(&next_event(&mut stream).await));
     }
-    assert_eq!(seen, [("ADDED", "w".into()), ("MODIFIED", "w".into()), ("DELETED", "w".into())]);
+    assert_eq!(
+        seen,
+        [
+            ("ADDED", "w".into()),
+            ("MODIFIED", "w".into()),
+            ("DELETED", "w".into())
+        ]
+    );
 }
 
 #[tokio::test]
 async fn watch_resumes_from_a_resource_version() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    let first = maps.create(&PostParams::default(), &common::config_map("one", json!({}))).await.expect("one");
-    maps.create(&PostParams::default(), &common::config_map("two", json!({}))).await.expect("two");
-    maps.create(&PostParams::default(), &common::config_map("three", json!({}))).await.expect("three");
+    let first = maps
+        .create(
+            &PostParams::default(),
+            &common::config_map("one", json!({})),
+        )
+        .await
+        .expect("one");
+    maps.create(
+        &PostParams::default(),
+        &common::config_map("two", json!({})),
+    )
+    .await
+    .expect("two");
+    maps.create(
+        &PostParams::default(),
+        &common::config_map("three", json!({})),
+    )
+    .await
+    .expect("three");
     let from = first.metadata.resource_version.expect("rv");
-    let mut stream = maps.watch(&WatchParams::default(), &from).await.expect("watch").boxed();
-    assert_eq!(name_of(&next_event(&mut stream).await), ("ADDED", "two".into()));
-    assert_eq!(name_of(&next_event(&mut stream).await), ("ADDED", "three".into()));
+    let mut stream = maps
+        .watch(&WatchParams::default(), &from)
+        .await
+        .expect("watch")
+        .boxed();
+    assert_eq!(
+        name_of(&next_event(&mut stream).await),
+        ("ADDED", "two".into())
+    );
+    assert_eq!(
+        name_of(&next_event(&mut stream).await),
+        ("ADDED", "three".into())
+    );
 }
 
 #[tokio::test]
 async fn a_resource_version_older_than_the_history_is_gone() {
-    let options = ClusterOptions { history: 5, ..ClusterOptions::default() };
+    let options = ClusterOptions {
+        history: 5,
+        ..ClusterOptions::default()
+    };
     let (_cluster, client) = common::start_with(options).await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    let first = maps.create(&PostParams::default(), &common::config_map("old", json!({}))).await.expect("old");
+    let first = maps
+        .create(
+            &PostParams::default(),
+            &common::config_map("old", json!({})),
+        )
+        .await
+        .expect("old");
     for i in 0..10 {
-        maps.create(&PostParams::default(), &common::config_map(&format!("n{i}"), json!({}))).await.expect("n");
+        maps.create(
+            &PostParams::default(),
+            &common::config_map(&format!("n{i}"), json!({})),
+        )
+        .await
+        .expect("n");
     }
     let from = first.metadata.resource_version.expect("rv");
     let result = maps.watch(&WatchParams::default(), &from).await;
@@ -96,7 +166,10 @@ async fn bookmarks_are_sent_when_asked() {
     // With sendInitialEvents the initial state ends with a bookmark carrying the marker.
     match next_event(&mut stream).await {
         WatchEvent::Bookmark(b) => assert_eq!(
-            b.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str),
+            b.metadata
+                .annotations
+                .get("k8s.io/initial-events-end")
+                .map(String::as_str),
             Some("true")
         ),
         other => panic!("expected a bookmark, got {:?}", name_of(&other)),
@@ -107,15 +180,34 @@ async fn bookmarks_are_sent_when_asked() {
 async fn selector_watch_sees_objects_enter_and_leave() {
     let (_cluster, client) = common::start().await;
     let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "s", "labels": {"team": "a"}}})).expect("cm");
-    let created = maps.create(&PostParams::default(), &cm).await.expect("create");
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "s", "labels": {"team": "a"}}}))
+            .expect("cm");
+    let created = maps
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create");
     let rv = created.metadata.resource_version.expect("rv");
-    let mut stream = maps.watch(&WatchParams::default().labels("team=b"), &rv).await.expect("watch").boxed();
+    let mut stream = maps
+        .watch(&WatchParams::default().labels("team=b"), &rv)
+        .await
+        .expect("watch")
+        .boxed();
     let relabel = |team: &str| Patch::Merge(json!({"metadata": {"labels": {"team": team}}}));
-    maps.patch("s", &PatchParams::default(), &relabel("b")).await.expect("enter");
-    maps.patch("s", &PatchParams::default(), &relabel("c")).await.expect("leave");
-    assert_eq!(name_of(&next_event(&mut stream).await), ("ADDED", "s".into()));
-    assert_eq!(name_of(&next_event(&mut stream).await), ("DELETED", "s".into()));
+    maps.patch("s", &PatchParams::default(), &relabel("b"))
+        .await
+        .expect("enter");
+    maps.patch("s", &PatchParams::default(), &relabel("c"))
+        .await
+        .expect("leave");
+    assert_eq!(
+        name_of(&next_event(&mut stream).await),
+        ("ADDED", "s".into())
+    );
+    assert_eq!(
+        name_of(&next_event(&mut stream).await),
+        ("DELETED", "s".into())
+    );
 }
 
 #[tokio::test]
@@ -128,11 +220,25 @@ async fn a_stalled_watcher_does_not_hold_up_the_others() {
         "GET /api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\r\n",
         cluster.token()
     );
-    stalled.write_all(request.as_bytes()).await.expect("request");
+    stalled
+        .write_all(request.as_bytes())
+        .await
+        .expect("request");
     let mut watchers = Vec::new();
     for _ in 0..20 {
-        let rv = maps.list(&Default::default()).await.expect("list").metadata.resource_version.expect("rv");
-        watchers.push(maps.watch(&WatchParams::default(), &rv).await.expect("watch").boxed());
+        let rv = maps
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .metadata
+            .resource_version
+            .expect("rv");
+        watchers.push(
+            maps.watch(&WatchParams::default(), &rv)
+                .await
+                .expect("watch")
+                .boxed(),
+        );
     }
     let payload = "p".repeat(64 * 1024);
     let total = 200;
@@ -141,17 +247,22 @@ async fn a_stalled_watcher_does_not_hold_up_the_others() {
         tokio::spawn(async move {
             for i in 0..total {
                 let cm = common::config_map(&format!("big-{i}"), json!({"payload": payload}));
-                maps.create(&PostParams::default(), &cm).await.expect("create");
+                maps.create(&PostParams::default(), &cm)
+                    .await
+                    .expect("create");
             }
         })
     };
     for watcher in &mut watchers {
         let mut received = 0;
         while received < total {
-            let events: Vec<_> = tokio::time::timeout(Duration::from_secs(60), watcher.by_ref().take(1).try_collect::<Vec<_>>())
-                .await
-                .expect("watchers keep receiving while one is stalled")
-                .expect("event");
+            let events: Vec<_> = tokio::time::timeout(
+                Duration::from_secs(60),
+                watcher.by_ref().take(1).try_collect::<Vec<_>>(),
+            )
+            .await
+            .expect("watchers keep receiving while one is stalled")
+            .expect("event");
             received += events.len();
         }
     }

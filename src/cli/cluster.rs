@@ -55,16 +55,24 @@ async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
         faults: args.faults.unwrap_or_default(),
         ..ClusterOptions::default()
     };
-    let cluster = EmbeddedCluster::start(options).await.context("starting the embedded cluster")?;
-    let kubeconfig_path = args.kubeconfig_out.unwrap_or_else(|| match &args.state_dir {
-        Some(dir) => dir.join("kubeconfig"),
-        None => std::env::temp_dir().join(format!("capstan-{}.kubeconfig", cluster.address().port())),
-    });
+    let cluster = EmbeddedCluster::start(options)
+        .await
+        .context("starting the embedded cluster")?;
+    let kubeconfig_path = args
+        .kubeconfig_out
+        .unwrap_or_else(|| match &args.state_dir {
+            Some(dir) => dir.join("kubeconfig"),
+            None => std::env::temp_dir()
+                .join(format!("capstan-{}.kubeconfig", cluster.address().port())),
+        });
     kubeconfig::write(&kubeconfig_path, &cluster.kubeconfig())
         .with_context(|| format!("writing the kubeconfig to {}", kubeconfig_path.display()))?;
     println!("embedded cluster serving at {}", cluster.url());
     println!("kubeconfig: {}", kubeconfig_path.display());
-    println!("try: kubectl --kubeconfig {} get nodes,pods -A -o wide", kubeconfig_path.display());
+    println!(
+        "try: kubectl --kubeconfig {} get nodes,pods -A -o wide",
+        kubeconfig_path.display()
+    );
     wait_for_shutdown_signal().await;
     println!("shutting down");
     cluster.shutdown().await;
@@ -76,13 +84,14 @@ pub async fn wait_for_shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = interrupt.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = interrupt => {}
             _ = term.recv() => {}

@@ -92,7 +92,10 @@ impl ListOptions {
         self.label_selector
             .as_ref()
             .is_none_or(|s| s.matches(labels.unwrap_or(&empty)))
-            && self.field_selector.as_ref().is_none_or(|s| s.matches(projection))
+            && self
+                .field_selector
+                .as_ref()
+                .is_none_or(|s| s.matches(projection))
     }
 }
 
@@ -132,7 +135,8 @@ impl Api {
         for name in DEFAULT_NAMESPACES {
             let key = ObjectKey::new("namespaces", "", name);
             if self.store.get(&key).is_none() {
-                let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+                let namespace =
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
                 self.create(&namespaces, "", namespace, &WriteOptions::default())?;
             }
         }
@@ -196,7 +200,12 @@ impl Api {
     }
 
     /// GET of one object, parsed.
-    pub fn get_value(&self, resource: &Resource, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    pub fn get_value(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let bytes = self.get(resource, namespace, name)?;
         serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(e.to_string()))
     }
@@ -222,9 +231,15 @@ impl Api {
             &|o| options.selects(&o.projection),
         );
         Ok(ListPage {
-            items: page.items.iter().map(|o| self.present(resource, o)).collect(),
+            items: page
+                .items
+                .iter()
+                .map(|o| self.present(resource, o))
+                .collect(),
             resource_version: page.resource_version,
-            continue_token: page.next.map(|position| encode_continue(page.resource_version, &position)),
+            continue_token: page
+                .next
+                .map(|position| encode_continue(page.resource_version, &position)),
             remaining: page.remaining,
         })
     }
@@ -262,7 +277,14 @@ impl Api {
         defaults::apply(resource, &mut object);
         validate::object(resource, &object)?;
         let manager = manager_of(options);
-        let object = apply::track_update(None, &object, &manager, resource.schema.as_ref(), &rfc3339(now), None);
+        let object = apply::track_update(
+            None,
+            &object,
+            &manager,
+            resource.schema.as_ref(),
+            &rfc3339(now),
+            None,
+        );
         if options.dry_run {
             return Ok(self.present_value(resource, object));
         }
@@ -290,7 +312,10 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let mut object = self.intake(resource, self.checked_body(resource, body)?);
         self.place(resource, namespace, &mut object)?;
-        let body_name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        let body_name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if body_name != name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
@@ -301,7 +326,14 @@ impl Api {
             check_precondition(resource, name, current, &object)?;
             let next = self.normalize_update(resource, current, object, subresource)?;
             let now = rfc3339(self.now());
-            Ok(apply::track_update(Some(current), &next, &manager, resource.schema.as_ref(), &now, subresource))
+            Ok(apply::track_update(
+                Some(current),
+                &next,
+                &manager,
+                resource.schema.as_ref(),
+                &now,
+                subresource,
+            ))
         })
     }
 
@@ -369,17 +401,33 @@ impl Api {
                     merge::merge_patch(&mut target, &patch);
                     target
                 }
-                PatchType::Json => json_patch::json_patch(&served, &patch)
-                    .map_err(|e| ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())]))?,
-                PatchType::Strategic => strategic::strategic_merge_patch(&served, &patch, resource.schema.as_ref())
-                    .map_err(|e| ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())]))?,
+                PatchType::Json => json_patch::json_patch(&served, &patch).map_err(|e| {
+                    ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())])
+                })?,
+                PatchType::Strategic => {
+                    strategic::strategic_merge_patch(&served, &patch, resource.schema.as_ref())
+                        .map_err(|e| {
+                            ApiError::invalid(
+                                &resource.kind,
+                                name,
+                                &[("patch".into(), e.to_string())],
+                            )
+                        })?
+                }
                 PatchType::Apply => unreachable_patch()?,
             };
             let patched = self.intake(resource, patched);
             check_precondition(resource, name, current, &patched)?;
             let next = self.normalize_update(resource, current, patched, subresource)?;
             let now = rfc3339(self.now());
-            Ok(apply::track_update(Some(current), &next, &manager, resource.schema.as_ref(), &now, subresource))
+            Ok(apply::track_update(
+                Some(current),
+                &next,
+                &manager,
+                resource.schema.as_ref(),
+                &now,
+                subresource,
+            ))
         })
     }
 
@@ -398,8 +446,16 @@ impl Api {
             self.check_namespace_open(namespace)?;
         }
         let now = self.now();
-        let mut object = apply::apply(None, &object, manager, options.force, resource.schema.as_ref(), &rfc3339(now), None)
-            .map_err(|e| apply_error(resource, name, e))?;
+        let mut object = apply::apply(
+            None,
+            &object,
+            manager,
+            options.force,
+            resource.schema.as_ref(),
+            &rfc3339(now),
+            None,
+        )
+        .map_err(|e| apply_error(resource, name, e))?;
         prepare_create(resource, &mut object, now);
         defaults::apply(resource, &mut object);
         validate::object(resource, &object)?;
@@ -411,7 +467,11 @@ impl Api {
             .store
             .transact(&key, |current| match current {
                 // Lost a race with another creator: let the client retry as an update.
-                Some(_) => Err(ApiError::conflict(resource, name, "the object was created concurrently; retry")),
+                Some(_) => Err(ApiError::conflict(
+                    resource,
+                    name,
+                    "the object was created concurrently; retry",
+                )),
                 None => Ok(Write::Put(object)),
             })?
             .ok_or_else(|| ApiError::internal("apply stored nothing"))?;
@@ -431,25 +491,27 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let key = Self::key(resource, namespace, name);
         let mut outcome: Option<Value> = None;
-        let stored = self.store.transact(&key, |current| -> Result<Write, ApiError> {
-            let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
-            let current_value = current.value();
-            let next = change(&current_value)?;
-            // Unchanged, managed fields included: no write, no new resourceVersion.
-            if next == current_value {
-                outcome = Some(current_value);
-                return Ok(Write::Keep);
-            }
-            if dry_run {
-                outcome = Some(next);
-                return Ok(Write::Keep);
-            }
-            if deletion_complete(&next) {
-                outcome = Some(next);
-                return Ok(Write::Delete);
-            }
-            Ok(Write::Put(next))
-        })?;
+        let stored = self
+            .store
+            .transact(&key, |current| -> Result<Write, ApiError> {
+                let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
+                let current_value = current.value();
+                let next = change(&current_value)?;
+                // Unchanged, managed fields included: no write, no new resourceVersion.
+                if next == current_value {
+                    outcome = Some(current_value);
+                    return Ok(Write::Keep);
+                }
+                if dry_run {
+                    outcome = Some(next);
+                    return Ok(Write::Keep);
+                }
+                if deletion_complete(&next) {
+                    outcome = Some(next);
+                    return Ok(Write::Delete);
+                }
+                Ok(Write::Put(next))
+            })?;
         match (stored, outcome) {
             (Some(stored), None) => {
                 self.after_write(resource, &stored);
@@ -474,7 +536,10 @@ impl Api {
         mut next: Value,
         subresource: Option<&str>,
     ) -> Result<Value, ApiError> {
-        let name = current.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        let name = current
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if subresource == Some("status") {
             let status = next.get("status").cloned();
             let managed = next.pointer("/metadata/managedFields").cloned();
@@ -500,7 +565,13 @@ impl Api {
                 }
             }
         }
-        for field in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"] {
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+        ] {
             match current.pointer(&format!("/metadata/{field}")) {
                 Some(v) => next["metadata"][field] = v.clone(),
                 None => {
@@ -524,14 +595,19 @@ impl Api {
                     name,
                     &[(
                         "metadata.finalizers".into(),
-                        format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [{}]", added.as_str().unwrap_or("")),
+                        format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [{}]",
+                            added.as_str().unwrap_or("")
+                        ),
                     )],
                 ));
             }
         }
         defaults::apply(resource, &mut next);
         validate::update(resource, current, &next)?;
-        let generation = current.pointer("/metadata/generation").and_then(Value::as_i64);
+        let generation = current
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64);
         if let Some(generation) = generation {
             let bump = resource.tracks_generation() && spec_of(current) != spec_of(&next);
             next["metadata"]["generation"] = json!(generation + i64::from(bump));
@@ -550,19 +626,21 @@ impl Api {
         let key = Self::key(resource, namespace, name);
         let now = self.now();
         let mut step: Option<DeleteStep> = None;
-        let stored = self.store.transact(&key, |current| -> Result<Write, ApiError> {
-            let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
-            let object = current.value();
-            check_delete_preconditions(resource, name, &object, options)?;
-            let decided = deletion(resource, object, options, now);
-            let write = match (&decided, options.dry_run) {
-                (_, true) | (DeleteStep::Unchanged(_), _) => Write::Keep,
-                (DeleteStep::Remove(_), false) => Write::Delete,
-                (DeleteStep::Mark(object), false) => Write::Put(object.clone()),
-            };
-            step = Some(decided);
-            Ok(write)
-        })?;
+        let stored = self
+            .store
+            .transact(&key, |current| -> Result<Write, ApiError> {
+                let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
+                let object = current.value();
+                check_delete_preconditions(resource, name, &object, options)?;
+                let decided = deletion(resource, object, options, now);
+                let write = match (&decided, options.dry_run) {
+                    (_, true) | (DeleteStep::Unchanged(_), _) => Write::Keep,
+                    (DeleteStep::Remove(_), false) => Write::Delete,
+                    (DeleteStep::Mark(object), false) => Write::Put(object.clone()),
+                };
+                step = Some(decided);
+                Ok(write)
+            })?;
         match step {
             Some(DeleteStep::Remove(object)) => {
                 if !options.dry_run {
@@ -577,7 +655,9 @@ impl Api {
                 };
                 Ok(Deleted::Pending(self.present_value(resource, object)))
             }
-            Some(DeleteStep::Unchanged(object)) => Ok(Deleted::Pending(self.present_value(resource, object))),
+            Some(DeleteStep::Unchanged(object)) => {
+                Ok(Deleted::Pending(self.present_value(resource, object)))
+            }
             None => Err(ApiError::not_found(resource, name)),
         }
     }
@@ -613,8 +693,14 @@ impl Api {
 
     fn after_delete(&self, resource: &Resource, object: &Value) {
         if resource.storage == CRD_STORAGE {
-            let group = object.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
-            let plural = object.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
+            let group = object
+                .pointer("/spec/group")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let plural = object
+                .pointer("/spec/names/plural")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             let storage = format!("{plural}.{group}");
             self.registry.unregister_crd(&storage);
             self.purge(&storage);
@@ -640,7 +726,9 @@ impl Api {
     /// Checks the body's kind and apiVersion against the endpoint.
     fn checked_body(&self, resource: &Resource, body: Value) -> Result<Value, ApiError> {
         let Value::Object(_) = body else {
-            return Err(ApiError::bad_request("the request body must be a JSON or YAML object"));
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON or YAML object",
+            ));
         };
         let mut body = body;
         if let Some(kind) = body.get("kind").and_then(Value::as_str)
@@ -670,7 +758,12 @@ impl Api {
     }
 
     /// Puts the object in the request's namespace (or none, for cluster-scoped kinds).
-    fn place(&self, resource: &Resource, namespace: &str, object: &mut Value) -> Result<(), ApiError> {
+    fn place(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        object: &mut Value,
+    ) -> Result<(), ApiError> {
         let meta = &mut object["metadata"];
         if !resource.namespaced {
             if let Some(map) = meta.as_object_mut() {
@@ -691,7 +784,11 @@ impl Api {
 
     fn assign_name(&self, resource: &Resource, object: &mut Value) -> Result<String, ApiError> {
         let meta = &mut object["metadata"];
-        if let Some(name) = meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        if let Some(name) = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
             return Ok(name.to_string());
         }
         match meta.get("generateName").and_then(Value::as_str) {
@@ -703,7 +800,10 @@ impl Api {
             _ => Err(ApiError::invalid(
                 &resource.kind,
                 "",
-                &[("metadata.name".into(), "Required value: name or generateName is required".into())],
+                &[(
+                    "metadata.name".into(),
+                    "Required value: name or generateName is required".into(),
+                )],
             )),
         }
     }
@@ -714,7 +814,11 @@ impl Api {
             .store
             .get(&namespace_key)
             .ok_or_else(|| ApiError::namespace_not_found(namespace))?;
-        if ns.projection.pointer("/metadata/deletionTimestamp").is_some() {
+        if ns
+            .projection
+            .pointer("/metadata/deletionTimestamp")
+            .is_some()
+        {
             return Err(ApiError::forbidden(format!(
                 "unable to create new content in namespace {namespace} because it is being terminated"
             )));
@@ -730,7 +834,9 @@ fn reset_fields(resource: &Resource, mut applied: Value, subresource: Option<&st
         return applied;
     };
     match subresource {
-        Some("status") => map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")),
+        Some("status") => {
+            map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+        }
         _ if resource.has_status => {
             map.remove("status");
         }
@@ -740,7 +846,9 @@ fn reset_fields(resource: &Resource, mut applied: Value, subresource: Option<&st
 }
 
 fn unreachable_patch() -> Result<Value, ApiError> {
-    Err(ApiError::internal("apply patches are handled before this point"))
+    Err(ApiError::internal(
+        "apply patches are handled before this point",
+    ))
 }
 
 fn apply_error(resource: &Resource, name: &str, err: apply::ApplyError) -> ApiError {
@@ -772,7 +880,12 @@ fn manager_of(options: &WriteOptions) -> String {
 fn prepare_create(resource: &Resource, object: &mut Value, now: Timestamp) {
     let meta = &mut object["metadata"];
     if let Some(map) = meta.as_object_mut() {
-        for field in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        for field in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
             map.remove(field);
         }
     }
@@ -798,11 +911,22 @@ fn prepare_create(resource: &Resource, object: &mut Value, now: Timestamp) {
     }
 }
 
-fn check_precondition(resource: &Resource, name: &str, current: &Value, next: &Value) -> Result<(), ApiError> {
-    let wanted = next.pointer("/metadata/resourceVersion").and_then(Value::as_str);
-    let have = current.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+fn check_precondition(
+    resource: &Resource,
+    name: &str,
+    current: &Value,
+    next: &Value,
+) -> Result<(), ApiError> {
+    let wanted = next
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    let have = current
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
     match wanted {
-        Some(wanted) if !wanted.is_empty() && Some(wanted) != have => Err(ApiError::stale(resource, name)),
+        Some(wanted) if !wanted.is_empty() && Some(wanted) != have => {
+            Err(ApiError::stale(resource, name))
+        }
         _ => Ok(()),
     }
 }
@@ -849,7 +973,12 @@ enum DeleteStep {
 
 /// What deleting `object` does now: remove it, or mark it and wait for finalizers, the
 /// namespace controller, or the kubelet's grace period.
-fn deletion(resource: &Resource, mut object: Value, options: &DeleteOptions, now: Timestamp) -> DeleteStep {
+fn deletion(
+    resource: &Resource,
+    mut object: Value,
+    options: &DeleteOptions,
+    now: Timestamp,
+) -> DeleteStep {
     let propagation = options.propagation.unwrap_or_default();
     let policy_finalizer = match propagation {
         Propagation::Foreground => Some("foregroundDeletion"),
@@ -860,7 +989,9 @@ fn deletion(resource: &Resource, mut object: Value, options: &DeleteOptions, now
     let grace = pod_grace_period(resource, &object, options);
     if already_deleting {
         // A shorter grace period speeds up a pending pod deletion (`--grace-period=0 --force`).
-        let pending_grace = object.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+        let pending_grace = object
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64);
         if let (Some(grace), Some(pending)) = (grace, pending_grace)
             && grace < pending
         {
@@ -901,7 +1032,8 @@ fn shorten_grace(mut object: Value, grace: i64, now: Timestamp) -> DeleteStep {
     if grace == 0 && finalizers(&object).next().is_none() {
         return DeleteStep::Remove(object);
     }
-    object["metadata"]["deletionTimestamp"] = json!(rfc3339(now + jiff::SignedDuration::from_secs(grace)));
+    object["metadata"]["deletionTimestamp"] =
+        json!(rfc3339(now + jiff::SignedDuration::from_secs(grace)));
     object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
     DeleteStep::Mark(object)
 }
@@ -911,7 +1043,10 @@ fn pod_grace_period(resource: &Resource, object: &Value, options: &DeleteOptions
     if resource.plural != "pods" || !resource.group.is_empty() {
         return options.grace_period_seconds.map(|_| 0);
     }
-    let scheduled = object.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let scheduled = object
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
     let phase = object.pointer("/status/phase").and_then(Value::as_str);
     if !scheduled || matches!(phase, Some("Succeeded" | "Failed")) {
         return Some(0);
@@ -937,8 +1072,15 @@ fn deletion_complete(object: &Value) -> bool {
     let meta = &object["metadata"];
     meta.get("deletionTimestamp").is_some()
         && finalizers(object).next().is_none()
-        && meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0
-        && object.pointer("/spec/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty)
+        && meta
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            == 0
+        && object
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
 }
 
 /// Everything but metadata and status: what `generation` counts changes of.
@@ -967,13 +1109,18 @@ fn encode_continue(resource_version: u64, position: &(String, String)) -> String
 }
 
 fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
-    let invalid = || ApiError::bad_request("continue key is not valid: the token was not issued by this server");
+    let invalid = || {
+        ApiError::bad_request("continue key is not valid: the token was not issued by this server")
+    };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(token)
         .map_err(|_| invalid())?;
     let token: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
     let field = |f: &str| token.get(f).and_then(Value::as_str).map(str::to_string);
-    Ok((field("ns").ok_or_else(invalid)?, field("name").ok_or_else(invalid)?))
+    Ok((
+        field("ns").ok_or_else(invalid)?,
+        field("name").ok_or_else(invalid)?,
+    ))
 }
 
 #[cfg(test)]
@@ -992,6 +1139,10 @@ mod tests {
     fn generated_names_use_the_upstream_alphabet() {
         let suffix = random_suffix();
         assert_eq!(suffix.len(), 5);
-        assert!(suffix.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+        assert!(
+            suffix
+                .chars()
+                .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c))
+        );
     }
 }

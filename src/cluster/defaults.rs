@@ -54,12 +54,17 @@ fn pod_spec(spec: &mut Value) {
 
 fn container(container: &mut Value) {
     let image = container.get("image").and_then(Value::as_str).unwrap_or("");
-    let pull = if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
-        "Always"
-    } else {
+    let pull =
+        if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
+            "Always"
+        } else {
+            "IfNotPresent"
+        };
+    let pull = if image.contains('@') {
         "IfNotPresent"
+    } else {
+        pull
     };
-    let pull = if image.contains('@') { "IfNotPresent" } else { pull };
     for (field, value) in [
         ("imagePullPolicy", json!(pull)),
         ("terminationMessagePath", json!("/dev/termination-log")),
@@ -82,7 +87,10 @@ fn template(object: &mut Value) {
 }
 
 fn namespace(object: &mut Value) {
-    let name = object.pointer("/metadata/name").cloned().unwrap_or(Value::Null);
+    let name = object
+        .pointer("/metadata/name")
+        .cloned()
+        .unwrap_or(Value::Null);
     let meta = &mut object["metadata"];
     if !meta.get("labels").is_some_and(Value::is_object) {
         meta["labels"] = json!({});
@@ -146,7 +154,11 @@ fn crd(object: &mut Value) {
     if let Some(spec) = object.get_mut("spec") {
         set_default(spec, "conversion", json!({"strategy": "None"}));
         if let Some(names) = spec.get_mut("names") {
-            let kind = names.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+            let kind = names
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             set_default(names, "singular", json!(kind.to_lowercase()));
             set_default(names, "listKind", json!(format!("{kind}List")));
         }
@@ -156,8 +168,15 @@ fn crd(object: &mut Value) {
 /// The status a CRD gets when it is accepted: names accepted and established at once
 /// (the embedded server has no naming conflicts to wait out).
 pub fn crd_status(object: &Value) -> Value {
-    let mut names = object.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));
-    if let Some(kind) = names.get("kind").and_then(Value::as_str).map(str::to_string) {
+    let mut names = object
+        .pointer("/spec/names")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(kind) = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    {
         set_default(&mut names, "singular", json!(kind.to_lowercase()));
         set_default(&mut names, "listKind", json!(format!("{kind}List")));
     }
@@ -199,7 +218,9 @@ pub fn schema_defaults(schema: &Value, object: &mut Value) {
                         schema_defaults(property, child);
                     }
                 }
-            } else if let Some(additional) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+            } else if let Some(additional) =
+                schema.get("additionalProperties").filter(|a| a.is_object())
+            {
                 for value in map.values_mut() {
                     schema_defaults(additional, value);
                 }
@@ -231,7 +252,10 @@ mod tests {
         }});
         let mut object = json!({"spec": {"items": [{}, {"dirName": "/x"}]}});
         schema_defaults(&schema, &mut object);
-        assert_eq!(object, json!({"spec": {"items": [{"dirName": "/opt"}, {"dirName": "/x"}], "replicas": 1}}));
+        assert_eq!(
+            object,
+            json!({"spec": {"items": [{"dirName": "/opt"}, {"dirName": "/x"}], "replicas": 1}})
+        );
     }
 
     #[test]

@@ -58,13 +58,21 @@ impl ApiError {
 
     /// A path that names no served resource.
     pub fn no_such_path() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
 
     /// A namespaced create in a namespace that does not exist.
     pub fn namespace_not_found(namespace: &str) -> Self {
-        Self::new(404, "NotFound", format!("namespaces \"{namespace}\" not found"))
-            .with_details(json!({"name": namespace, "kind": "namespaces"}))
+        Self::new(
+            404,
+            "NotFound",
+            format!("namespaces \"{namespace}\" not found"),
+        )
+        .with_details(json!({"name": namespace, "kind": "namespaces"}))
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
@@ -102,7 +110,12 @@ impl ApiError {
     }
 
     /// Server-side apply conflicts, with one cause per conflicting field.
-    pub fn apply_conflict(resource: &Resource, name: &str, message: String, causes: Vec<Value>) -> Self {
+    pub fn apply_conflict(
+        resource: &Resource,
+        name: &str,
+        message: String,
+        causes: Vec<Value>,
+    ) -> Self {
         let mut details = Self::about(resource, name);
         details["causes"] = json!(causes);
         Self::new(409, "Conflict", message).with_details(details)
@@ -135,7 +148,10 @@ impl ApiError {
 
     /// A field failed validation: `Kind "name" is invalid: <field>: <reason>`.
     pub fn invalid(kind: &str, name: &str, causes: &[(String, String)]) -> Self {
-        let summary: Vec<String> = causes.iter().map(|(f, why)| format!("{f}: {why}")).collect();
+        let summary: Vec<String> = causes
+            .iter()
+            .map(|(f, why)| format!("{f}: {why}"))
+            .collect();
         let message = match summary.as_slice() {
             [one] => format!("{kind} \"{name}\" is invalid: {one}"),
             many => format!("{kind} \"{name}\" is invalid: [{}]", many.join(", ")),
@@ -172,7 +188,10 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
-            StoreError::Gone { requested, compacted } => ApiError::gone(format!(
+            StoreError::Gone {
+                requested,
+                compacted,
+            } => ApiError::gone(format!(
                 "too old resource version: {requested} ({compacted})"
             )),
             StoreError::Persist(err) => ApiError::internal(err.to_string()),

@@ -16,7 +16,14 @@ const RENAMED: &[(&str, &str)] = &[
 ];
 
 const SHARED: &[&str] = &[
-    "metadata", "reason", "type", "action", "related", "series", "eventTime", "reportingInstance",
+    "metadata",
+    "reason",
+    "type",
+    "action",
+    "related",
+    "series",
+    "eventTime",
+    "reportingInstance",
 ];
 
 /// core/v1 -> events.k8s.io/v1.

@@ -20,9 +20,18 @@ pub struct Budget {
 }
 
 /// Evicts a pod: deletes it unless a PDB covering it allows no disruption (429).
-pub fn evict(api: &Api, pods: &Resource, namespace: &str, name: &str, options: &DeleteOptions) -> Result<(), ApiError> {
+pub fn evict(
+    api: &Api,
+    pods: &Resource,
+    namespace: &str,
+    name: &str,
+    options: &DeleteOptions,
+) -> Result<(), ApiError> {
     let pod = api.get_value(pods, namespace, name)?;
-    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    let phase = pod
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
     if !terminal && !deleting {
@@ -39,7 +48,11 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
     let Some(pods) = api.registry.get("", "v1", "pods") else {
         return Ok(());
     };
-    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
+    let labels = pod
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let covering: Vec<(Value, LabelSelector)> = api
         .list_values(&pdbs, Some(namespace), &ListOptions::default())?
         .into_iter()
@@ -49,7 +62,12 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
             selector.matches(&labels).then_some((pdb, selector))
         })
         .collect();
-    let pdb_name = |pdb: &Value| pdb.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let pdb_name = |pdb: &Value| {
+        pdb.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     match covering.as_slice() {
         [] => Ok(()),
         [(pdb, selector)] => {
@@ -57,15 +75,22 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
                 .list_values(&pods, Some(namespace), &ListOptions::default())?
                 .into_iter()
                 .filter(|p| {
-                    let labels = p.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
+                    let labels = p
+                        .pointer("/metadata/labels")
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
                     selector.matches(&labels)
                 })
                 .collect();
             // An unhealthy pod may always go when the policy says so, or when the budget is met anyway.
-            let policy = pdb.pointer("/spec/unhealthyPodEvictionPolicy").and_then(Value::as_str);
+            let policy = pdb
+                .pointer("/spec/unhealthyPodEvictionPolicy")
+                .and_then(Value::as_str);
             let budget = budget(&pdb["spec"], &selected);
             if !is_healthy(pod)
-                && (policy == Some("AlwaysAllow") || budget.current_healthy >= budget.desired_healthy)
+                && (policy == Some("AlwaysAllow")
+                    || budget.current_healthy >= budget.desired_healthy)
             {
                 return Ok(());
             }
@@ -104,7 +129,10 @@ pub fn is_healthy(pod: &Value) -> bool {
 /// Percentages are of the selected pods (capstan's workloads have no scale subresource
 /// to ask instead).
 pub fn budget(spec: &Value, pods: &[Value]) -> Budget {
-    let expected = pods.iter().filter(|p| p.pointer("/metadata/deletionTimestamp").is_none()).count() as i64;
+    let expected = pods
+        .iter()
+        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .count() as i64;
     let current_healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
     let desired_healthy = if let Some(min) = spec.get("minAvailable") {
         resolve(min, expected, true)
@@ -146,13 +174,48 @@ mod tests {
     fn budgets_follow_the_disruption_controller() {
         let three_ready = vec![pod(true), pod(true), pod(true)];
         let cases = [
-            ("minAvailable 2 of 3 ready", json!({"minAvailable": 2}), three_ready.clone(), 1),
-            ("minAvailable 3 of 3 ready", json!({"minAvailable": 3}), three_ready.clone(), 0),
-            ("maxUnavailable 1", json!({"maxUnavailable": 1}), three_ready.clone(), 1),
-            ("maxUnavailable 0", json!({"maxUnavailable": 0}), three_ready.clone(), 0),
-            ("minAvailable 50% rounds up", json!({"minAvailable": "50%"}), three_ready.clone(), 1),
-            ("maxUnavailable 50% rounds down", json!({"maxUnavailable": "50%"}), three_ready.clone(), 1),
-            ("one not ready eats the budget", json!({"minAvailable": 2}), vec![pod(true), pod(true), pod(false)], 0),
+            (
+                "minAvailable 2 of 3 ready",
+                json!({"minAvailable": 2}),
+                three_ready.clone(),
+                1,
+            ),
+            (
+                "minAvailable 3 of 3 ready",
+                json!({"minAvailable": 3}),
+                three_ready.clone(),
+                0,
+            ),
+            (
+                "maxUnavailable 1",
+                json!({"maxUnavailable": 1}),
+                three_ready.clone(),
+                1,
+            ),
+            (
+                "maxUnavailable 0",
+                json!({"maxUnavailable": 0}),
+                three_ready.clone(),
+                0,
+            ),
+            (
+                "minAvailable 50% rounds up",
+                json!({"minAvailable": "50%"}),
+                three_ready.clone(),
+                1,
+            ),
+            (
+                "maxUnavailable 50% rounds down",
+                json!({"maxUnavailable": "50%"}),
+                three_ready.clone(),
+                1,
+            ),
+            (
+                "one not ready eats the budget",
+                json!({"minAvailable": 2}),
+                vec![pod(true), pod(true), pod(false)],
+                0,
+            ),
         ];
         for (name, spec, pods, allowed) in cases {
             assert_eq!(budget(&spec, &pods).disruptions_allowed, allowed, "{name}");

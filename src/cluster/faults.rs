@@ -35,7 +35,11 @@ impl FaultSettings {
                     .ok_or_else(|| format!("fault {key}: {value:?} is not a rate between 0 and 1"))
             };
             match key {
-                "seed" => settings.seed = value.parse().map_err(|_| format!("fault seed: {value:?} is not a number"))?,
+                "seed" => {
+                    settings.seed = value
+                        .parse()
+                        .map_err(|_| format!("fault seed: {value:?} is not a number"))?
+                }
                 "errors" => settings.write_error_rate = rate()?,
                 "conflicts" => settings.write_conflict_rate = rate()?,
                 "watch-drops" => settings.watch_drop_rate = rate()?,
@@ -46,7 +50,11 @@ impl FaultSettings {
                         .ok_or_else(|| format!("fault latency: {value:?} is not like 20ms"))?;
                     settings.latency = Duration::from_millis(ms);
                 }
-                other => return Err(format!("unknown fault {other:?} (known: seed, errors, conflicts, watch-drops, latency)")),
+                other => {
+                    return Err(format!(
+                        "unknown fault {other:?} (known: seed, errors, conflicts, watch-drops, latency)"
+                    ));
+                }
             }
         }
         Ok(settings)
@@ -62,7 +70,11 @@ pub struct Faults {
 
 impl Faults {
     pub fn new(settings: FaultSettings) -> Self {
-        let active = settings != FaultSettings { seed: settings.seed, ..FaultSettings::default() };
+        let active = settings
+            != FaultSettings {
+                seed: settings.seed,
+                ..FaultSettings::default()
+            };
         Faults {
             rng: active.then(|| Arc::new(Mutex::new(StdRng::seed_from_u64(settings.seed)))),
             settings,
@@ -71,7 +83,10 @@ impl Faults {
 
     fn roll(&self, rate: f64) -> bool {
         match &self.rng {
-            Some(rng) if rate > 0.0 => rng.lock().unwrap_or_else(PoisonError::into_inner).random_bool(rate),
+            Some(rng) if rate > 0.0 => rng
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .random_bool(rate),
             _ => false,
         }
     }
@@ -86,7 +101,9 @@ impl Faults {
     /// Fails a write with a 500 or a 409, at the configured rates.
     pub fn on_write(&self) -> Result<(), ApiError> {
         if self.roll(self.settings.write_error_rate) {
-            return Err(ApiError::internal("injected fault: etcdserver: request timed out"));
+            return Err(ApiError::internal(
+                "injected fault: etcdserver: request timed out",
+            ));
         }
         if self.roll(self.settings.write_conflict_rate) {
             return Err(ApiError::stale_injected());
@@ -107,7 +124,10 @@ mod tests {
     #[test]
     fn settings_parse_and_reject_nonsense() {
         let s = FaultSettings::parse("seed=7,errors=0.5,latency=20ms").expect("parse");
-        assert_eq!((s.seed, s.write_error_rate, s.latency), (7, 0.5, Duration::from_millis(20)));
+        assert_eq!(
+            (s.seed, s.write_error_rate, s.latency),
+            (7, 0.5, Duration::from_millis(20))
+        );
         assert!(FaultSettings::parse("errors=2").is_err());
         assert!(FaultSettings::parse("bogus=1").is_err());
     }
@@ -115,8 +135,14 @@ mod tests {
     #[test]
     fn the_same_seed_fails_the_same_writes() {
         let run = || {
-            let faults = Faults::new(FaultSettings { seed: 42, write_error_rate: 0.3, ..Default::default() });
-            (0..50).map(|_| faults.on_write().is_err()).collect::<Vec<_>>()
+            let faults = Faults::new(FaultSettings {
+                seed: 42,
+                write_error_rate: 0.3,
+                ..Default::default()
+            });
+            (0..50)
+                .map(|_| faults.on_write().is_err())
+                .collect::<Vec<_>>()
         };
         let first = run();
         assert_eq!(first, run());

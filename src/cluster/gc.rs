@@ -70,7 +70,12 @@ impl Collector {
         self.dependents.clear();
         let mut all = Vec::new();
         for storage in self.api.store.buckets() {
-            for object in self.api.store.list(&storage, None, None, None, &|_| true).items {
+            for object in self
+                .api
+                .store
+                .list(&storage, None, None, None, &|_| true)
+                .items
+            {
                 all.push((key_of(&storage, &object), object));
             }
         }
@@ -135,7 +140,10 @@ impl Collector {
         if owners.is_empty() || deleting(projection) {
             return;
         }
-        let missing: Vec<&String> = owners.iter().filter(|uid| self.api.store.key_of_uid(uid).is_none()).collect();
+        let missing: Vec<&String> = owners
+            .iter()
+            .filter(|uid| self.api.store.key_of_uid(uid).is_none())
+            .collect();
         if missing.is_empty() {
             return;
         }
@@ -156,8 +164,15 @@ impl Collector {
         if !deleting(projection) {
             return;
         }
-        let uid = projection.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
-        let dependents: Vec<ObjectKey> = self.dependents.get(uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        let uid = projection
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let dependents: Vec<ObjectKey> = self
+            .dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
         if has_finalizer(projection, "orphan") {
             for dependent in &dependents {
                 self.drop_owner_references(dependent, &[uid.to_string()]);
@@ -196,7 +211,10 @@ impl Collector {
             if !resource.namespaced || resource.conversion != super::resources::Conversion::None {
                 continue;
             }
-            let page = self.api.store.list(&resource.storage, Some(namespace), None, None, &|_| true);
+            let page = self
+                .api
+                .store
+                .list(&resource.storage, Some(namespace), None, None, &|_| true);
             for object in page.items {
                 empty = false;
                 if !deleting(&object.projection) {
@@ -221,7 +239,13 @@ impl Collector {
             propagation: Some(propagation),
             ..DeleteOptions::default()
         };
-        report(self.api.delete(&resource, &key.namespace, &key.name, &options).map(|_| ()), key, "deleting a dependent");
+        report(
+            self.api
+                .delete(&resource, &key.namespace, &key.name, &options)
+                .map(|_| ()),
+            key,
+            "deleting a dependent",
+        );
     }
 
     fn drop_owner_references(&self, key: &ObjectKey, uids: &[String]) {
@@ -237,7 +261,11 @@ impl Collector {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter(|r| !r.get("uid").and_then(Value::as_str).is_some_and(|u| uids.iter().any(|x| x == u)))
+            .filter(|r| {
+                !r.get("uid")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| uids.iter().any(|x| x == u))
+            })
             .cloned()
             .collect();
         let patch = json!({"metadata": {"ownerReferences": kept, "resourceVersion": object.resource_version.to_string()}});
@@ -269,7 +297,12 @@ impl Collector {
         let Some(resource) = self.resource("namespaces") else {
             return;
         };
-        self.patch(&resource, &key, json!({"spec": {"finalizers": []}}), "finalizing a namespace");
+        self.patch(
+            &resource,
+            &key,
+            json!({"spec": {"finalizers": []}}),
+            "finalizing a namespace",
+        );
     }
 
     fn patch(&self, resource: &Resource, key: &ObjectKey, patch: Value, what: &str) {
@@ -279,7 +312,15 @@ impl Collector {
         };
         let result = self
             .api
-            .patch(resource, &key.namespace, &key.name, None, PatchType::Merge, patch, &options)
+            .patch(
+                resource,
+                &key.namespace,
+                &key.name,
+                None,
+                PatchType::Merge,
+                patch,
+                &options,
+            )
             .map(|_| ());
         report(result, key, what);
     }
@@ -296,7 +337,11 @@ fn blocks_owner(projection: &Value, owner_uid: &str) -> bool {
 
 fn key_of(storage: &str, object: &StoredObject) -> ObjectKey {
     let meta = &object.projection["metadata"];
-    ObjectKey::new(storage, meta["namespace"].as_str().unwrap_or(""), meta["name"].as_str().unwrap_or(""))
+    ObjectKey::new(
+        storage,
+        meta["namespace"].as_str().unwrap_or(""),
+        meta["name"].as_str().unwrap_or(""),
+    )
 }
 
 /// Conflicts and not-found are expected races: the next change event retries.
@@ -307,4 +352,3 @@ fn report(result: Result<(), ApiError>, key: &ObjectKey, what: &str) {
         tracing::warn!(%err, storage = %key.storage, namespace = %key.namespace, name = %key.name, "{what}");
     }
 }
-

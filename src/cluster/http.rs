@@ -109,10 +109,20 @@ async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiE
     match route {
         Route::Version => Ok(json_response(StatusCode::OK, &version())),
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
-        Route::CoreVersions => Ok(json_response(StatusCode::OK, &server.api.registry.core_versions(&server.address))),
-        Route::Groups => Ok(json_response(StatusCode::OK, &server.api.registry.group_list())),
+        Route::CoreVersions => Ok(json_response(
+            StatusCode::OK,
+            &server.api.registry.core_versions(&server.address),
+        )),
+        Route::Groups => Ok(json_response(
+            StatusCode::OK,
+            &server.api.registry.group_list(),
+        )),
         Route::Group(group) => {
-            let group = server.api.registry.group(&group).ok_or_else(ApiError::no_such_path)?;
+            let group = server
+                .api
+                .registry
+                .group(&group)
+                .ok_or_else(ApiError::no_such_path)?;
             Ok(json_response(StatusCode::OK, &group))
         }
         Route::Resources { group, version } => {
@@ -123,9 +133,13 @@ async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiE
                 .ok_or_else(ApiError::no_such_path)?;
             Ok(json_response(StatusCode::OK, &list))
         }
-        Route::OpenApiV3Root => Ok(json_response(StatusCode::OK, &openapi::root(&server.api.registry))),
+        Route::OpenApiV3Root => Ok(json_response(
+            StatusCode::OK,
+            &openapi::root(&server.api.registry),
+        )),
         Route::OpenApiV3 { group, version } => {
-            let doc = openapi::group_version(&server.api.registry, &group, &version).ok_or_else(ApiError::no_such_path)?;
+            let doc = openapi::group_version(&server.api.registry, &group, &version)
+                .ok_or_else(ApiError::no_such_path)?;
             Ok(json_response(StatusCode::OK, &doc))
         }
         Route::Object(target) => {
@@ -180,7 +194,10 @@ fn version() -> Value {
 }
 
 fn rendering(headers: &HeaderMap) -> Rendering {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     // Clients list their preferences in order; the first one we can produce wins.
     for choice in accept.split(',') {
         if choice.contains("as=Table") {
@@ -225,22 +242,38 @@ struct Target {
 
 impl Route {
     fn parse(path: &str) -> Result<Route, ApiError> {
-        let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+        let segments: Vec<&str> = path
+            .trim_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect();
         match segments.as_slice() {
             ["version"] => Ok(Route::Version),
             ["healthz" | "readyz" | "livez", ..] => Ok(Route::Health),
             ["api"] => Ok(Route::CoreVersions),
             ["apis"] => Ok(Route::Groups),
             ["apis", group] => Ok(Route::Group((*group).into())),
-            ["api", version] => Ok(Route::Resources { group: String::new(), version: (*version).into() }),
-            ["apis", group, version] => Ok(Route::Resources { group: (*group).into(), version: (*version).into() }),
+            ["api", version] => Ok(Route::Resources {
+                group: String::new(),
+                version: (*version).into(),
+            }),
+            ["apis", group, version] => Ok(Route::Resources {
+                group: (*group).into(),
+                version: (*version).into(),
+            }),
             ["openapi", "v3"] => Ok(Route::OpenApiV3Root),
-            ["openapi", "v3", "api", version] => Ok(Route::OpenApiV3 { group: String::new(), version: (*version).into() }),
-            ["openapi", "v3", "apis", group, version] => {
-                Ok(Route::OpenApiV3 { group: (*group).into(), version: (*version).into() })
-            }
+            ["openapi", "v3", "api", version] => Ok(Route::OpenApiV3 {
+                group: String::new(),
+                version: (*version).into(),
+            }),
+            ["openapi", "v3", "apis", group, version] => Ok(Route::OpenApiV3 {
+                group: (*group).into(),
+                version: (*version).into(),
+            }),
             ["api", version, rest @ ..] => Target::parse("", version, rest).map(Route::Object),
-            ["apis", group, version, rest @ ..] => Target::parse(group, version, rest).map(Route::Object),
+            ["apis", group, version, rest @ ..] => {
+                Target::parse(group, version, rest).map(Route::Object)
+            }
             _ => Err(ApiError::no_such_path()),
         }
     }
@@ -293,11 +326,18 @@ struct Query(HashMap<String, String>);
 
 impl Query {
     fn parse(raw: &str) -> Query {
-        Query(form_urlencoded::parse(raw.as_bytes()).into_owned().collect())
+        Query(
+            form_urlencoded::parse(raw.as_bytes())
+                .into_owned()
+                .collect(),
+        )
     }
 
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str).filter(|v| !v.is_empty())
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     fn flag(&self, key: &str) -> bool {
@@ -306,7 +346,10 @@ impl Query {
 
     fn number<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, ApiError> {
         self.get(key)
-            .map(|v| v.parse().map_err(|_| ApiError::bad_request(format!("invalid value for {key}: {v:?}"))))
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid value for {key}: {v:?}")))
+            })
             .transpose()
     }
 
@@ -373,11 +416,15 @@ impl Call<'_> {
         let name = self.target.name.clone();
         let sub = self.target.subresource.clone();
         match (method, name.as_deref(), sub.as_deref()) {
-            (&Method::GET, _, _) if self.target.watch_path || self.query.flag("watch") => self.watch(),
+            (&Method::GET, _, _) if self.target.watch_path || self.query.flag("watch") => {
+                self.watch()
+            }
             (&Method::GET, None, None) => self.list(),
             (&Method::GET, Some(name), None | Some("status")) => self.get(name),
             (&Method::POST, None, None) => self.create(),
-            (&Method::POST, Some(name), Some("eviction")) if self.resource.plural == "pods" => self.evict(name),
+            (&Method::POST, Some(name), Some("eviction")) if self.resource.plural == "pods" => {
+                self.evict(name)
+            }
             (&Method::PUT, Some(name), sub) => self.update(name, self.writable_subresource(sub)?),
             (&Method::PATCH, Some(name), sub) => self.patch(name, self.writable_subresource(sub)?),
             (&Method::DELETE, Some(name), None) => self.delete(name),
@@ -430,15 +477,23 @@ impl Call<'_> {
             Rendering::Table => {
                 let object = parse_json(&bytes)?;
                 let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
-                Ok(json_response(StatusCode::OK, &table_of(self.api(), &self.resource, &[&object], meta)))
+                Ok(json_response(
+                    StatusCode::OK,
+                    &table_of(self.api(), &self.resource, &[&object], meta),
+                ))
             }
-            Rendering::Metadata => Ok(json_response(StatusCode::OK, &partial_metadata(&parse_json(&bytes)?))),
+            Rendering::Metadata => Ok(json_response(
+                StatusCode::OK,
+                &partial_metadata(&parse_json(&bytes)?),
+            )),
         }
     }
 
     fn list(&self) -> Result<Response, ApiError> {
         let options = self.query.list_options(&self.target)?;
-        let page = self.api().list(&self.resource, self.target.namespace.as_deref(), &options)?;
+        let page = self
+            .api()
+            .list(&self.resource, self.target.namespace.as_deref(), &options)?;
         let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
         if let Some(token) = &page.continue_token {
             metadata["continue"] = json!(token);
@@ -447,12 +502,22 @@ impl Call<'_> {
         match self.rendering {
             Rendering::Object => {
                 let head = json!({"kind": format!("{}List", self.resource.kind), "apiVersion": self.resource.api_version(), "metadata": metadata});
-                Ok(bytes_response(StatusCode::OK, list_body(&head, &page.items)))
+                Ok(bytes_response(
+                    StatusCode::OK,
+                    list_body(&head, &page.items),
+                ))
             }
             Rendering::Table => {
-                let objects = page.items.iter().map(|b| parse_json(b)).collect::<Result<Vec<_>, _>>()?;
+                let objects = page
+                    .items
+                    .iter()
+                    .map(|b| parse_json(b))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let refs: Vec<&Value> = objects.iter().collect();
-                Ok(json_response(StatusCode::OK, &table_of(self.api(), &self.resource, &refs, metadata)))
+                Ok(json_response(
+                    StatusCode::OK,
+                    &table_of(self.api(), &self.resource, &refs, metadata),
+                ))
             }
             Rendering::Metadata => {
                 let items = page
@@ -472,7 +537,10 @@ impl Call<'_> {
         let resource_version = self
             .query
             .get("resourceVersion")
-            .map(|v| v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {v}"))))
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resource version: {v}")))
+            })
             .transpose()?;
         let request = WatchRequest {
             resource: self.resource.clone(),
@@ -481,12 +549,18 @@ impl Call<'_> {
             resource_version,
             send_initial_events: self.query.flag("sendInitialEvents"),
             bookmarks: self.query.flag("allowWatchBookmarks"),
-            timeout: self.query.number::<u64>("timeoutSeconds")?.map(Duration::from_secs),
+            timeout: self
+                .query
+                .number::<u64>("timeoutSeconds")?
+                .map(Duration::from_secs),
             rendering: self.rendering,
         };
         let events = watch::start(self.server.api.clone(), request)?;
         let stream = futures::stream::unfold(events, |mut events| async move {
-            events.recv().await.map(|line| (Ok::<_, std::io::Error>(line), events))
+            events
+                .recv()
+                .await
+                .map(|line| (Ok::<_, std::io::Error>(line), events))
         });
         Response::builder()
             .status(StatusCode::OK)
@@ -497,9 +571,12 @@ impl Call<'_> {
     }
 
     fn create(&self) -> Result<Response, ApiError> {
-        let created = self
-            .api()
-            .create(&self.resource, self.namespace(), self.body_value()?, &self.write_options()?)?;
+        let created = self.api().create(
+            &self.resource,
+            self.namespace(),
+            self.body_value()?,
+            &self.write_options()?,
+        )?;
         Ok(json_response(StatusCode::CREATED, &created))
     }
 
@@ -540,7 +617,11 @@ impl Call<'_> {
             }
         };
         let patch = parse_body(&self.body, patch_type == PatchType::Apply)?;
-        let existed = patch_type != PatchType::Apply || self.api().get(&self.resource, self.namespace(), name).is_ok();
+        let existed = patch_type != PatchType::Apply
+            || self
+                .api()
+                .get(&self.resource, self.namespace(), name)
+                .is_ok();
         let patched = self.api().patch(
             &self.resource,
             self.namespace(),
@@ -550,7 +631,11 @@ impl Call<'_> {
             patch,
             &self.write_options()?,
         )?;
-        let code = if existed { StatusCode::OK } else { StatusCode::CREATED };
+        let code = if existed {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
         Ok(json_response(code, &patched))
     }
 
@@ -573,12 +658,15 @@ impl Call<'_> {
                 "Background" => Ok(Propagation::Background),
                 "Foreground" => Ok(Propagation::Foreground),
                 "Orphan" => Ok(Propagation::Orphan),
-                other => Err(ApiError::bad_request(format!("propagationPolicy: Unsupported value: \"{other}\""))),
+                other => Err(ApiError::bad_request(format!(
+                    "propagationPolicy: Unsupported value: \"{other}\""
+                ))),
             })
             .transpose()?;
-        let orphan = body.get("orphanDependents").and_then(Value::as_bool).or_else(|| {
-            self.query.get("orphanDependents").map(|v| v == "true")
-        });
+        let orphan = body
+            .get("orphanDependents")
+            .and_then(Value::as_bool)
+            .or_else(|| self.query.get("orphanDependents").map(|v| v == "true"));
         let propagation = propagation.or(match orphan {
             Some(true) => Some(Propagation::Orphan),
             Some(false) => Some(Propagation::Background),
@@ -591,7 +679,10 @@ impl Call<'_> {
                 None => body.get("gracePeriodSeconds").and_then(Value::as_i64),
             },
             propagation,
-            precondition_uid: body.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string),
+            precondition_uid: body
+                .pointer("/preconditions/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             precondition_resource_version: body
                 .pointer("/preconditions/resourceVersion")
                 .and_then(Value::as_str)
@@ -601,9 +692,14 @@ impl Call<'_> {
 
     fn delete(&self, name: &str) -> Result<Response, ApiError> {
         let options = self.delete_options()?;
-        match self.api().delete(&self.resource, self.namespace(), name, &options)? {
+        match self
+            .api()
+            .delete(&self.resource, self.namespace(), name, &options)?
+        {
             Deleted::Pending(object) => Ok(json_response(StatusCode::OK, &object)),
-            Deleted::Now(object) if self.resource.plural == "pods" || self.resource.custom.is_some() => {
+            Deleted::Now(object)
+                if self.resource.plural == "pods" || self.resource.custom.is_some() =>
+            {
                 Ok(json_response(StatusCode::OK, &object))
             }
             Deleted::Now(object) => {
@@ -620,9 +716,12 @@ impl Call<'_> {
     fn delete_collection(&self) -> Result<Response, ApiError> {
         let options = self.delete_options()?;
         let list = self.query.list_options(&self.target)?;
-        let deleted = self
-            .api()
-            .delete_collection(&self.resource, self.target.namespace.as_deref(), &list, &options)?;
+        let deleted = self.api().delete_collection(
+            &self.resource,
+            self.target.namespace.as_deref(),
+            &list,
+            &options,
+        )?;
         let body = json!({
             "kind": format!("{}List", self.resource.kind), "apiVersion": self.resource.api_version(),
             "metadata": {"resourceVersion": self.api().store.resource_version().to_string()}, "items": deleted,
@@ -634,7 +733,9 @@ impl Call<'_> {
         let body = self.body_value()?;
         let options = DeleteOptions {
             dry_run: self.query.dry_run()?,
-            grace_period_seconds: body.pointer("/deleteOptions/gracePeriodSeconds").and_then(Value::as_i64),
+            grace_period_seconds: body
+                .pointer("/deleteOptions/gracePeriodSeconds")
+                .and_then(Value::as_i64),
             ..DeleteOptions::default()
         };
         eviction::evict(self.api(), &self.resource, self.namespace(), name, &options)?;
@@ -651,7 +752,13 @@ pub fn table_of(api: &Api, resource: &Resource, objects: &[&Value], list_meta: V
         },
         None => TableKind::Builtin(&resource.plural),
     };
-    to_table(&kind, objects, IncludeObject::Metadata, list_meta, api.clock.now())
+    to_table(
+        &kind,
+        objects,
+        IncludeObject::Metadata,
+        list_meta,
+        api.clock.now(),
+    )
 }
 
 /// The metadata-only form of an object (`as=PartialObjectMetadata`).
@@ -670,7 +777,8 @@ fn parse_body(body: &Bytes, yaml: bool) -> Result<Value, ApiError> {
     if !yaml {
         return parse_json(body);
     }
-    let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the request body is not UTF-8"))?;
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the request body is not UTF-8"))?;
     serde_saphyr::from_str::<Value>(text)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
 }
@@ -709,18 +817,20 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
 fn bytes_response(code: StatusCode, body: Bytes) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = code;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     response
 }
 
 fn text_response(code: StatusCode, body: &'static str) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = code;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
     response
 }
 
@@ -736,23 +846,86 @@ mod tests {
 
     #[test]
     fn paths_parse_like_the_kubernetes_api() {
-        let cases: &[(&str, &str, Option<&str>, &str, Option<&str>, Option<&str>)] = &[
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: &[Case] = &[
             ("/api/v1/pods", "", None, "pods", None, None),
             ("/api/v1/namespaces", "", None, "namespaces", None, None),
-            ("/api/v1/namespaces/kmm", "", None, "namespaces", Some("kmm"), None),
-            ("/api/v1/namespaces/kmm/status", "", None, "namespaces", Some("kmm"), Some("status")),
-            ("/api/v1/namespaces/kmm/pods", "", Some("kmm"), "pods", None, None),
-            ("/api/v1/namespaces/kmm/pods/w/eviction", "", Some("kmm"), "pods", Some("w"), Some("eviction")),
-            ("/api/v1/nodes/worker-1/status", "", None, "nodes", Some("worker-1"), Some("status")),
-            ("/apis/kmm.sigs.x-k8s.io/v1beta1/nodemodulesconfigs/n1", "kmm.sigs.x-k8s.io", None, "nodemodulesconfigs", Some("n1"), None),
-            ("/apis/apps/v1/watch/namespaces/x/daemonsets", "apps", Some("x"), "daemonsets", None, None),
+            (
+                "/api/v1/namespaces/kmm",
+                "",
+                None,
+                "namespaces",
+                Some("kmm"),
+                None,
+            ),
+            (
+                "/api/v1/namespaces/kmm/status",
+                "",
+                None,
+                "namespaces",
+                Some("kmm"),
+                Some("status"),
+            ),
+            (
+                "/api/v1/namespaces/kmm/pods",
+                "",
+                Some("kmm"),
+                "pods",
+                None,
+                None,
+            ),
+            (
+                "/api/v1/namespaces/kmm/pods/w/eviction",
+                "",
+                Some("kmm"),
+                "pods",
+                Some("w"),
+                Some("eviction"),
+            ),
+            (
+                "/api/v1/nodes/worker-1/status",
+                "",
+                None,
+                "nodes",
+                Some("worker-1"),
+                Some("status"),
+            ),
+            (
+                "/apis/kmm.sigs.x-k8s.io/v1beta1/nodemodulesconfigs/n1",
+                "kmm.sigs.x-k8s.io",
+                None,
+                "nodemodulesconfigs",
+                Some("n1"),
+                None,
+            ),
+            (
+                "/apis/apps/v1/watch/namespaces/x/daemonsets",
+                "apps",
+                Some("x"),
+                "daemonsets",
+                None,
+                None,
+            ),
         ];
         for (path, group, namespace, plural, name, sub) in cases {
             let Ok(Route::Object(t)) = Route::parse(path) else {
                 panic!("{path} did not parse to an object route");
             };
             assert_eq!(
-                (t.group.as_str(), t.namespace.as_deref(), t.plural.as_str(), t.name.as_deref(), t.subresource.as_deref()),
+                (
+                    t.group.as_str(),
+                    t.namespace.as_deref(),
+                    t.plural.as_str(),
+                    t.name.as_deref(),
+                    t.subresource.as_deref()
+                ),
                 (*group, *namespace, *plural, *name, *sub),
                 "{path}"
             );
@@ -762,8 +935,15 @@ mod tests {
 
     #[test]
     fn list_bodies_embed_items_verbatim() {
-        let head = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}});
-        let body = list_body(&head, &[Bytes::from_static(b"{\"a\":1}"), Bytes::from_static(b"{\"b\":2}")]);
+        let head =
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}});
+        let body = list_body(
+            &head,
+            &[
+                Bytes::from_static(b"{\"a\":1}"),
+                Bytes::from_static(b"{\"b\":2}"),
+            ],
+        );
         let parsed: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(parsed["items"], json!([{"a": 1}, {"b": 2}]));
         assert_eq!(parsed["metadata"]["resourceVersion"], "7");
@@ -774,10 +954,15 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(
             header::ACCEPT,
-            http::HeaderValue::from_static("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+            http::HeaderValue::from_static(
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+            ),
         );
         assert_eq!(rendering(&headers), Rendering::Table);
-        headers.insert(header::ACCEPT, http::HeaderValue::from_static("application/json"));
+        headers.insert(
+            header::ACCEPT,
+            http::HeaderValue::from_static("application/json"),
+        );
         assert_eq!(rendering(&headers), Rendering::Object);
     }
 }

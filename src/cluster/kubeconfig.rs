@@ -42,9 +42,20 @@ mod tests {
 
     #[test]
     fn kubeconfig_parses_as_kube_config() {
-        let text = render("https://127.0.0.1:6443", "-----BEGIN CERTIFICATE-----\n", "secret-token");
-        let config: kube::config::Kubeconfig = serde_saphyr::from_str(&text).expect("valid kubeconfig");
+        let text = render(
+            "https://127.0.0.1:6443",
+            "-----BEGIN CERTIFICATE-----\n",
+            "secret-token",
+        );
+        let config: kube::config::Kubeconfig =
+            serde_saphyr::from_str(&text).expect("valid kubeconfig");
         assert_eq!(config.current_context.as_deref(), Some("capstan-embedded"));
-        assert_eq!(config.clusters[0].cluster.as_ref().and_then(|c| c.server.as_deref()), Some("https://127.0.0.1:6443"));
+        assert_eq!(
+            config.clusters[0]
+                .cluster
+                .as_ref()
+                .and_then(|c| c.server.as_deref()),
+            Some("https://127.0.0.1:6443")
+        );
     }
 }

@@ -125,10 +125,16 @@ impl EmbeddedCluster {
         };
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
-            .map_err(|source| ClusterError::Listen { address: options.listen, source })?;
+            .map_err(|source| ClusterError::Listen {
+                address: options.listen,
+                source,
+            })?;
         let address = listener
             .local_addr()
-            .map_err(|source| ClusterError::Listen { address: options.listen, source })?;
+            .map_err(|source| ClusterError::Listen {
+                address: options.listen,
+                source,
+            })?;
         let server = Arc::new(http::Server {
             api: api.clone(),
             token: token.clone(),
@@ -137,7 +143,12 @@ impl EmbeddedCluster {
         });
         let certificates = tls::serving_certificates(options.state_dir.as_deref(), address.ip())?;
         let (stop, stopped) = signal::channel(false);
-        let serve = tokio::spawn(http::serve_tls(listener, certificates.server_config.clone(), server, stopped));
+        let serve = tokio::spawn(http::serve_tls(
+            listener,
+            certificates.server_config.clone(),
+            server,
+            stopped,
+        ));
         let gc = tokio::spawn(gc::run(api.clone()));
         Ok(EmbeddedCluster {
             api,
@@ -180,10 +191,9 @@ impl EmbeddedCluster {
 
     /// A `kube` client that talks to this cluster over HTTP.
     pub fn client(&self) -> Result<kube::Client, ClusterError> {
-        let url: ::http::Uri = self
-            .url()
-            .parse()
-            .map_err(|_| ClusterError::Bootstrap(ApiError::internal("cluster URL does not parse")))?;
+        let url: ::http::Uri = self.url().parse().map_err(|_| {
+            ClusterError::Bootstrap(ApiError::internal("cluster URL does not parse"))
+        })?;
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
         config.root_cert = Some(vec![self.ca_der.clone()]);
@@ -213,12 +223,18 @@ impl Drop for EmbeddedCluster {
 }
 
 fn register_capstan_crds(api: &Api) -> Result<(), ApiError> {
-    let Some(crds) = api.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions") else {
+    let Some(crds) = api
+        .registry
+        .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    else {
         return Ok(());
     };
     for crd in crate::api::crds::all() {
         let crd = serde_json::to_value(&crd).map_err(|e| ApiError::internal(e.to_string()))?;
-        let name = crd.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or("");
+        let name = crd
+            .pointer("/metadata/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
         if api.get(&crds, "", name).is_err() {
             let options = WriteOptions {
                 field_manager: Some("capstan".into()),
@@ -239,7 +255,10 @@ fn random_token() -> String {
 /// The token kept in the state dir, so kubeconfigs survive a restart.
 fn persistent_token(dir: &std::path::Path) -> Result<String, ClusterError> {
     let path = dir.join("token");
-    let err = |source| ClusterError::Token { path: path.clone(), source };
+    let err = |source| ClusterError::Token {
+        path: path.clone(),
+        source,
+    };
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_string()),
         Ok(_) => write_token(&path).map_err(err),

@@ -21,7 +21,10 @@ pub fn root(registry: &Registry) -> Value {
     for resource in registry.all() {
         if seen.insert((resource.group.clone(), resource.version.clone())) {
             let path = path_of(&resource.group, &resource.version);
-            paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}")}));
+            paths.insert(
+                path.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{path}")}),
+            );
         }
     }
     json!({"paths": paths})
@@ -46,8 +49,16 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
     ]);
     let mut paths = Map::new();
     for resource in resources {
-        let scope = if resource.namespaced { "namespaces/{namespace}/" } else { "" };
-        let path = format!("/{}/{scope}{}/{{name}}", path_of(group, version), resource.plural);
+        let scope = if resource.namespaced {
+            "namespaces/{namespace}/"
+        } else {
+            ""
+        };
+        let path = format!(
+            "/{}/{scope}{}/{{name}}",
+            path_of(group, version),
+            resource.plural
+        );
         let gvk = json!({"group": group, "version": version, "kind": resource.kind});
         let operation = |verb: &str| {
             json!({
@@ -58,7 +69,10 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
                 "responses": {"200": {"description": "OK"}},
             })
         };
-        paths.insert(path, json!({"patch": operation("patch"), "put": operation("put")}));
+        paths.insert(
+            path,
+            json!({"patch": operation("patch"), "put": operation("put")}),
+        );
     }
     Some(json!({
         "openapi": "3.0.0",

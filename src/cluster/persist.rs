@@ -86,23 +86,33 @@ impl Persist {
             snapshot_bytes = fs::metadata(&snapshot_path)
                 .map_err(|e| io_error(&snapshot_path, e))?
                 .len();
-            resource_version = read_lines(&snapshot_path, false, |line, n| {
-                if n == 1 {
-                    return Ok(Entry::Version(field_u64(line, "resourceVersion")?));
-                }
-                Ok(Entry::Object(key_of(line)?, line.get("o").cloned()))
-            }, &mut objects)?;
+            resource_version = read_lines(
+                &snapshot_path,
+                false,
+                |line, n| {
+                    if n == 1 {
+                        return Ok(Entry::Version(field_u64(line, "resourceVersion")?));
+                    }
+                    Ok(Entry::Object(key_of(line)?, line.get("o").cloned()))
+                },
+                &mut objects,
+            )?;
         }
         let log_path = dir.join(LOG);
         if log_path.exists() {
             let floor = resource_version;
-            let last = read_lines(&log_path, true, |line, _| {
-                let rv = field_u64(line, "rv")?;
-                if rv <= floor {
-                    return Ok(Entry::Skip);
-                }
-                Ok(Entry::Logged(rv, key_of(line)?, line.get("o").cloned()))
-            }, &mut objects)?;
+            let last = read_lines(
+                &log_path,
+                true,
+                |line, _| {
+                    let rv = field_u64(line, "rv")?;
+                    if rv <= floor {
+                        return Ok(Entry::Skip);
+                    }
+                    Ok(Entry::Logged(rv, key_of(line)?, line.get("o").cloned()))
+                },
+                &mut objects,
+            )?;
             resource_version = resource_version.max(last);
         }
         let log = OpenOptions::new()
@@ -155,12 +165,18 @@ impl Persist {
             written += bytes.len() as u64;
             out.write_all(bytes).map_err(|e| io_error(&tmp, e))
         };
-        write(json!({"resourceVersion": resource_version}).to_string().as_bytes())?;
+        write(
+            json!({"resourceVersion": resource_version})
+                .to_string()
+                .as_bytes(),
+        )?;
         write(b"\n")?;
         for (key, bytes) in &objects {
             write(&Record::put(key, resource_version, bytes).line)?;
         }
-        let file = out.into_inner().map_err(|e| io_error(&tmp, e.into_error()))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| io_error(&tmp, e.into_error()))?;
         file.sync_all().map_err(|e| io_error(&tmp, e))?;
         let snapshot = self.dir.join(SNAPSHOT);
         fs::rename(&tmp, &snapshot).map_err(|e| io_error(&snapshot, e))?;
@@ -212,7 +228,9 @@ fn read_lines(
             .and_then(|line| parse(&line, n));
         let entry = match (parsed, complete) {
             (Ok(entry), true) => entry,
-            (result, _) if torn_tail_ok && reader.fill_buf().map(|b| b.is_empty()).unwrap_or(false) => {
+            (result, _)
+                if torn_tail_ok && reader.fill_buf().map(|b| b.is_empty()).unwrap_or(false) =>
+            {
                 // The last line of the log was being written when the process died.
                 tracing::warn!(path = %path.display(), line = n, ok = result.is_ok(), "dropping torn last record");
                 truncate(path, good_bytes)?;
@@ -299,8 +317,12 @@ mod tests {
         {
             let (mut persist, objects, rv) = Persist::open(dir.path()).expect("open");
             assert!(objects.is_empty() && rv == 0);
-            persist.append(&Record::put(&key("a"), 2, br#"{"v":1}"#)).expect("a");
-            persist.append(&Record::put(&key("b"), 3, br#"{"v":2}"#)).expect("b");
+            persist
+                .append(&Record::put(&key("a"), 2, br#"{"v":1}"#))
+                .expect("a");
+            persist
+                .append(&Record::put(&key("b"), 3, br#"{"v":2}"#))
+                .expect("b");
             persist.append(&Record::delete(&key("a"), 4)).expect("del");
         }
         let (_, objects, rv) = Persist::open(dir.path()).expect("reopen");
@@ -313,14 +335,22 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         {
             let (mut persist, _, _) = Persist::open(dir.path()).expect("open");
-            persist.append(&Record::put(&key("a"), 2, br#"{"v":1}"#)).expect("a");
+            persist
+                .append(&Record::put(&key("a"), 2, br#"{"v":1}"#))
+                .expect("a");
         }
-        let mut log = OpenOptions::new().append(true).open(dir.path().join(LOG)).expect("log");
-        log.write_all(br#"{"rv":3,"s":"configmaps","ns":"default","n":"b","o":{"v""#).expect("torn");
+        let mut log = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(LOG))
+            .expect("log");
+        log.write_all(br#"{"rv":3,"s":"configmaps","ns":"default","n":"b","o":{"v""#)
+            .expect("torn");
         drop(log);
         let (mut persist, objects, rv) = Persist::open(dir.path()).expect("reopen");
         assert_eq!((objects.len(), rv), (1, 2));
-        persist.append(&Record::put(&key("c"), 3, br#"{"v":3}"#)).expect("append after cut");
+        persist
+            .append(&Record::put(&key("c"), 3, br#"{"v":3}"#))
+            .expect("append after cut");
         let (_, objects, rv) = Persist::open(dir.path()).expect("reopen again");
         assert_eq!((objects.len(), rv), (2, 3));
     }
@@ -330,11 +360,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         {
             let (mut persist, _, _) = Persist::open(dir.path()).expect("open");
-            persist.append(&Record::put(&key("a"), 2, br#"{"v":1}"#)).expect("a");
+            persist
+                .append(&Record::put(&key("a"), 2, br#"{"v":1}"#))
+                .expect("a");
             persist
                 .compact(2, vec![(key("a"), Bytes::from_static(br#"{"v":1}"#))])
                 .expect("compact");
-            persist.append(&Record::put(&key("b"), 3, br#"{"v":2}"#)).expect("b");
+            persist
+                .append(&Record::put(&key("b"), 3, br#"{"v":2}"#))
+                .expect("b");
         }
         let (_, objects, rv) = Persist::open(dir.path()).expect("reopen");
         assert_eq!(rv, 3);

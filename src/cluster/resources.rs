@@ -132,7 +132,15 @@ const BUILTINS: &[Builtin] = &[
     builtin("", "v1", "Pod", "pods", true, &["po"], true),
     builtin("", "v1", "ConfigMap", "configmaps", true, &["cm"], false),
     builtin("", "v1", "Secret", "secrets", true, &[], false),
-    builtin("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], false),
+    builtin(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        true,
+        &["sa"],
+        false,
+    ),
     builtin("", "v1", "Service", "services", true, &["svc"], true),
     builtin("", "v1", "Event", "events", true, &["ev"], false),
     Builtin {
@@ -147,10 +155,42 @@ const BUILTINS: &[Builtin] = &[
         conversion: Conversion::EventsV1,
     },
     builtin("apps", "v1", "DaemonSet", "daemonsets", true, &["ds"], true),
-    builtin("apps", "v1", "StatefulSet", "statefulsets", true, &["sts"], true),
-    builtin("apps", "v1", "ControllerRevision", "controllerrevisions", true, &[], false),
-    builtin("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], true),
-    builtin("coordination.k8s.io", "v1", "Lease", "leases", true, &[], false),
+    builtin(
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        true,
+        &["sts"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        true,
+        &[],
+        false,
+    ),
+    builtin(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+        &["pdb"],
+        true,
+    ),
+    builtin(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        true,
+        &[],
+        false,
+    ),
     builtin(
         "apiextensions.k8s.io",
         "v1",
@@ -273,7 +313,12 @@ impl Registry {
             .unwrap_or_else(|| kind.to_lowercase());
         let strings = |v: Option<&Value>| -> Vec<String> {
             v.and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let short_names = strings(names.get("shortNames"));
@@ -350,7 +395,7 @@ impl Registry {
         let groups: Vec<Value> = groups
             .into_iter()
             .map(|(group, mut versions)| {
-                versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+                versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
                 let entries: Vec<Value> = versions
                     .iter()
                     .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
@@ -439,7 +484,9 @@ fn version_priority(version: &str) -> (u8, u32, u32) {
     let Some(rest) = version.strip_prefix('v') else {
         return (0, 0, 0);
     };
-    let major_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let major_end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
     let major: u32 = rest[..major_end].parse().unwrap_or(0);
     let tail = &rest[major_end..];
     let (stability, minor) = if tail.is_empty() {
@@ -461,7 +508,7 @@ mod tests {
     #[test]
     fn versions_sort_as_kubernetes_prefers_them() {
         let mut versions = vec!["v1alpha1", "v1beta1", "v2", "v1", "v1beta2"];
-        versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         assert_eq!(versions, ["v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
     }
 
@@ -476,8 +523,13 @@ mod tests {
                     {"name": "v1alpha1", "served": false, "storage": false}
                 ]}
         });
-        assert_eq!(registry.register_crd(&crd).as_deref(), Some("widgets.example.dev"));
-        let widget = registry.get("example.dev", "v1", "widgets").expect("served");
+        assert_eq!(
+            registry.register_crd(&crd).as_deref(),
+            Some("widgets.example.dev")
+        );
+        let widget = registry
+            .get("example.dev", "v1", "widgets")
+            .expect("served");
         assert!(!widget.namespaced && widget.has_status);
         assert!(registry.get("example.dev", "v1alpha1", "widgets").is_none());
         registry.unregister_crd("widgets.example.dev");

@@ -180,7 +180,10 @@ mod tests {
     fn builtin_lists_merge_as_upstream_declares() {
         let cases: &[(&[&str], ListType)] = &[
             (&["spec", "containers"], ListType::map(&["name"])),
-            (&["spec", "template", "spec", "containers"], ListType::map(&["name"])),
+            (
+                &["spec", "template", "spec", "containers"],
+                ListType::map(&["name"]),
+            ),
             (&["spec", "containers", "env"], ListType::map(&["name"])),
             (&["spec", "volumes"], ListType::map(&["name"])),
             (&["spec", "tolerations"], ListType::Atomic),
@@ -193,7 +196,9 @@ mod tests {
             assert_eq!(&BuiltinSchema.list_type(path), want, "{path:?}");
         }
         assert_eq!(
-            BuiltinSchema.merge_key(&["spec", "containers", "ports"]).as_deref(),
+            BuiltinSchema
+                .merge_key(&["spec", "containers", "ports"])
+                .as_deref(),
             Some("containerPort")
         );
     }
@@ -217,7 +222,10 @@ mod tests {
             schema.list_type(&["spec", "modules"]),
             ListType::map(&["name", "namespace"])
         );
-        assert_eq!(schema.list_type(&["spec", "modules", "tags"]), ListType::Set);
+        assert_eq!(
+            schema.list_type(&["spec", "modules", "tags"]),
+            ListType::Set
+        );
         assert_eq!(schema.list_type(&["spec", "plain"]), ListType::Atomic);
         assert_eq!(schema.list_type(&["spec", "missing"]), ListType::Atomic);
         assert_eq!(

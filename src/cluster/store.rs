@@ -120,7 +120,15 @@ const SELECTABLE: &[(&str, &[&str])] = &[
     ("status", &["phase", "podIP", "podIPs", "nominatedNodeName"]),
     (
         "involvedObject",
-        &["kind", "name", "namespace", "uid", "apiVersion", "resourceVersion", "fieldPath"],
+        &[
+            "kind",
+            "name",
+            "namespace",
+            "uid",
+            "apiVersion",
+            "resourceVersion",
+            "fieldPath",
+        ],
     ),
     ("source", &["component"]),
 ];
@@ -153,6 +161,9 @@ pub struct Change {
     pub previous: Option<Arc<Value>>,
 }
 
+/// The changes a watch catches up on, and the receiver for the ones after them.
+pub type Resumed = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
+
 /// What a transaction decides to do with one object.
 pub enum Write {
     /// Store this object (create or replace); the store sets `metadata.resourceVersion`.
@@ -166,7 +177,9 @@ pub enum Write {
 /// Store failures that are not the caller's decision.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the requested resourceVersion {requested} is too old (history starts after {compacted})")]
+    #[error(
+        "the requested resourceVersion {requested} is too old (history starts after {compacted})"
+    )]
     Gone { requested: u64, compacted: u64 },
     #[error("writing the state dir: {0}")]
     Persist(#[from] PersistError),
@@ -399,10 +412,7 @@ impl Store {
 
     /// Changes after `resource_version` still in history, plus a receiver for the ones to
     /// come, with no gap between them. 410 Gone when the history no longer reaches back.
-    pub fn watch_from(
-        &self,
-        resource_version: u64,
-    ) -> Result<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>), StoreError> {
+    pub fn watch_from(&self, resource_version: u64) -> Result<Resumed, StoreError> {
         let inner = self.lock();
         if resource_version < inner.compacted {
             return Err(StoreError::Gone {
@@ -463,7 +473,10 @@ impl Inner {
         let mut all = Vec::new();
         for (storage, bucket) in &self.buckets {
             for ((namespace, name), object) in bucket {
-                all.push((ObjectKey::new(storage, namespace, name), object.bytes.clone()));
+                all.push((
+                    ObjectKey::new(storage, namespace, name),
+                    object.bytes.clone(),
+                ));
             }
         }
         all
@@ -512,11 +525,22 @@ mod tests {
         let names: Vec<String> = first
             .items
             .iter()
-            .map(|o| o.projection["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .map(|o| {
+                o.projection["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
             .collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(first.remaining, 1);
-        let rest = store.list("pods", Some("default"), first.next.as_ref(), Some(2), &|_| true);
+        let rest = store.list(
+            "pods",
+            Some("default"),
+            first.next.as_ref(),
+            Some(2),
+            &|_| true,
+        );
         assert_eq!(rest.items.len(), 1);
         assert!(rest.next.is_none());
     }

@@ -10,7 +10,9 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// Why TLS could not be set up.
@@ -43,8 +45,14 @@ const CA_CERT: &str = "ca.crt";
 fn ca_params() -> Result<CertificateParams, rcgen::Error> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, "capstan embedded cluster CA");
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "capstan embedded cluster CA");
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     // Fixed validity so a CA rebuilt from its kept key has the same identity.
     params.not_before = rcgen::date_time_ymd(2024, 1, 1);
     params.not_after = rcgen::date_time_ymd(2124, 1, 1);
@@ -54,7 +62,10 @@ fn ca_params() -> Result<CertificateParams, rcgen::Error> {
 /// Loads the CA from `state_dir` (creating it there the first time), or makes a
 /// throw-away one without a state dir; then issues a serving certificate for
 /// localhost and `listen_ip`.
-pub fn serving_certificates(state_dir: Option<&Path>, listen_ip: IpAddr) -> Result<ServingCertificates, TlsError> {
+pub fn serving_certificates(
+    state_dir: Option<&Path>,
+    listen_ip: IpAddr,
+) -> Result<ServingCertificates, TlsError> {
     let (ca_key, ca_pem) = match state_dir {
         Some(dir) => load_or_create_ca(dir)?,
         None => {
@@ -65,12 +76,18 @@ pub fn serving_certificates(state_dir: Option<&Path>, listen_ip: IpAddr) -> Resu
     };
     let ca_der = pem_to_der(&ca_pem).unwrap_or_default();
     let issuer = Issuer::new(ca_params()?, ca_key);
-    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    let mut names = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
     if !listen_ip.is_unspecified() {
         names.push(listen_ip.to_string());
     }
     let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.distinguished_name.push(DnType::CommonName, "capstan embedded API server");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "capstan embedded API server");
     params.subject_alt_names = names
         .iter()
         .map(|n| match n.parse::<IpAddr>() {
@@ -78,16 +95,24 @@ pub fn serving_certificates(state_dir: Option<&Path>, listen_ip: IpAddr) -> Resu
             Err(_) => n.clone().try_into().map(SanType::DnsName),
         })
         .collect::<Result<_, _>>()?;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let server_key = KeyPair::generate()?;
     let server_cert = params.signed_by(&server_key, &issuer)?;
-    let chain = vec![server_cert.der().clone(), CertificateDer::from(ca_der.clone())];
+    let chain = vec![
+        server_cert.der().clone(),
+        CertificateDer::from(ca_der.clone()),
+    ];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der()));
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(ServingCertificates {
         ca_pem,
@@ -139,8 +164,10 @@ mod tests {
     #[test]
     fn a_kept_ca_signs_the_same_identity_after_a_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let first = serving_certificates(Some(dir.path()), "127.0.0.1".parse().expect("ip")).expect("first");
-        let second = serving_certificates(Some(dir.path()), "127.0.0.1".parse().expect("ip")).expect("second");
+        let first = serving_certificates(Some(dir.path()), "127.0.0.1".parse().expect("ip"))
+            .expect("first");
+        let second = serving_certificates(Some(dir.path()), "127.0.0.1".parse().expect("ip"))
+            .expect("second");
         assert_eq!(first.ca_pem, second.ca_pem);
         assert!(first.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(!first.ca_der.is_empty());

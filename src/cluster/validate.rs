@@ -11,7 +11,10 @@ type Causes = Vec<(String, String)>;
 
 /// Validates an object about to be created.
 pub fn object(resource: &Resource, object: &Value) -> Result<(), ApiError> {
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let mut causes = Causes::new();
     name_format(resource, name, &mut causes);
     labels(object, &mut causes);
@@ -25,14 +28,23 @@ pub fn object(resource: &Resource, object: &Value) -> Result<(), ApiError> {
 
 /// Validates the next state of an existing object.
 pub fn update(resource: &Resource, current: &Value, next: &Value) -> Result<(), ApiError> {
-    let name = next.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = next
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let mut causes = Causes::new();
     labels(next, &mut causes);
     if resource.plural == "pods" && resource.group.is_empty() {
-        let bound = current.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty());
+        let bound = current
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty());
         let next_node = next.pointer("/spec/nodeName").and_then(Value::as_str);
         if bound.is_some() && bound != next_node {
-            causes.push(("spec.nodeName".into(), "Forbidden: pod updates may not change nodeName".into()));
+            causes.push((
+                "spec.nodeName".into(),
+                "Forbidden: pod updates may not change nodeName".into(),
+            ));
         }
         pod(next, &mut causes);
     }
@@ -53,7 +65,9 @@ fn name_format(resource: &Resource, name: &str, causes: &mut Causes) {
     let limit = if label_only { 63 } else { 253 };
     let valid_part = |part: &str| {
         !part.is_empty()
-            && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !part.starts_with('-')
             && !part.ends_with('-')
     };
@@ -76,12 +90,18 @@ fn name_format(resource: &Resource, name: &str, causes: &mut Causes) {
 
 /// Label keys and values as Kubernetes restricts them.
 fn labels(object: &Value, causes: &mut Causes) {
-    let Some(labels) = object.pointer("/metadata/labels").and_then(Value::as_object) else {
+    let Some(labels) = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+    else {
         return;
     };
     for (key, value) in labels {
         if let Err(why) = label_key(key) {
-            causes.push(("metadata.labels".into(), format!("Invalid value: \"{key}\": {why}")));
+            causes.push((
+                "metadata.labels".into(),
+                format!("Invalid value: \"{key}\": {why}"),
+            ));
         }
         let value = value.as_str().unwrap_or("");
         if !label_value(value) {
@@ -105,7 +125,10 @@ pub fn label_key(key: &str) -> Result<(), String> {
         return Err("prefix part must be a DNS-1123 subdomain of at most 253 characters".into());
     }
     if name.is_empty() || name.len() > 63 {
-        return Err(format!("name part must be no more than 63 characters (has {})", name.len()));
+        return Err(format!(
+            "name part must be no more than 63 characters (has {})",
+            name.len()
+        ));
     }
     if !label_value(name) {
         return Err("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into());
@@ -116,23 +139,45 @@ pub fn label_key(key: &str) -> Result<(), String> {
 fn label_value(value: &str) -> bool {
     value.is_empty()
         || (value.len() <= 63
-            && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-            && value.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && value.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric()))
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && value
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+            && value
+                .bytes()
+                .last()
+                .is_some_and(|b| b.is_ascii_alphanumeric()))
 }
 
 fn pod(object: &Value, causes: &mut Causes) {
     let containers = object.pointer("/spec/containers").and_then(Value::as_array);
     match containers {
         None => causes.push(("spec.containers".into(), "Required value".into())),
-        Some(list) if list.is_empty() => causes.push(("spec.containers".into(), "Required value".into())),
+        Some(list) if list.is_empty() => {
+            causes.push(("spec.containers".into(), "Required value".into()))
+        }
         Some(list) => {
             for (i, c) in list.iter().enumerate() {
-                if c.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
-                    causes.push((format!("spec.containers[{i}].name"), "Required value".into()));
+                if c.get("name")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    causes.push((
+                        format!("spec.containers[{i}].name"),
+                        "Required value".into(),
+                    ));
                 }
-                if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
-                    causes.push((format!("spec.containers[{i}].image"), "Required value".into()));
+                if c.get("image")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    causes.push((
+                        format!("spec.containers[{i}].image"),
+                        "Required value".into(),
+                    ));
                 }
             }
         }
@@ -142,14 +187,21 @@ fn pod(object: &Value, causes: &mut Causes) {
 fn crd(object: &Value, name: &str, causes: &mut Causes) {
     let spec = &object["spec"];
     let group = spec["group"].as_str().unwrap_or("");
-    let plural = spec.pointer("/names/plural").and_then(Value::as_str).unwrap_or("");
+    let plural = spec
+        .pointer("/names/plural")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if group.is_empty() {
         causes.push(("spec.group".into(), "Required value".into()));
     }
     if plural.is_empty() {
         causes.push(("spec.names.plural".into(), "Required value".into()));
     }
-    if spec.pointer("/names/kind").and_then(Value::as_str).is_none_or(str::is_empty) {
+    if spec
+        .pointer("/names/kind")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
         causes.push(("spec.names.kind".into(), "Required value".into()));
     }
     if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
@@ -160,12 +212,24 @@ fn crd(object: &Value, name: &str, causes: &mut Causes) {
     }
     match spec["scope"].as_str() {
         Some("Namespaced" | "Cluster") => {}
-        _ => causes.push(("spec.scope".into(), "Unsupported value: must be Namespaced or Cluster".into())),
+        _ => causes.push((
+            "spec.scope".into(),
+            "Unsupported value: must be Namespaced or Cluster".into(),
+        )),
     }
-    let versions = spec["versions"].as_array().map(Vec::as_slice).unwrap_or_default();
-    let storage = versions.iter().filter(|v| v["storage"].as_bool() == Some(true)).count();
+    let versions = spec["versions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let storage = versions
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .count();
     if versions.is_empty() {
-        causes.push(("spec.versions".into(), "Invalid value: must have exactly one version marked as storage version".into()));
+        causes.push((
+            "spec.versions".into(),
+            "Invalid value: must have exactly one version marked as storage version".into(),
+        ));
     } else if storage != 1 {
         causes.push(("spec.versions".into(), format!("Invalid value: must have exactly one version marked as storage version, status.storedVersions has {storage}")));
     }
@@ -193,7 +257,13 @@ mod tests {
 
     #[test]
     fn label_values_are_short_and_alphanumeric_at_the_ends() {
-        for (value, ok) in [("", true), ("v1", true), ("-v1", false), ("1.2.3", true), ("a b", false)] {
+        for (value, ok) in [
+            ("", true),
+            ("v1", true),
+            ("-v1", false),
+            ("1.2.3", true),
+            ("a b", false),
+        ] {
             assert_eq!(label_value(value), ok, "{value:?}");
         }
     }

@@ -48,7 +48,10 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
         let receiver = api.store.subscribe();
         let page = api.store.list(
             &request.resource.storage,
-            request.namespace.as_deref().filter(|_| request.resource.namespaced),
+            request
+                .namespace
+                .as_deref()
+                .filter(|_| request.resource.namespaced),
             None,
             None,
             &|o| request.options.selects(&o.projection),
@@ -105,8 +108,12 @@ impl Watcher {
     }
 
     async fn follow(&mut self, mut receiver: broadcast::Receiver<Arc<Change>>) {
-        let deadline = self.request.timeout.map(|t| tokio::time::Instant::now() + t);
-        let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
+        let deadline = self
+            .request
+            .timeout
+            .map(|t| tokio::time::Instant::now() + t);
+        let mut bookmarks =
+            tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
         loop {
             let timeout = async {
                 match deadline {
@@ -179,7 +186,12 @@ impl Watcher {
                     return true;
                 };
                 let rendered = if self.request.rendering == Rendering::Table {
-                    let mut table = super::http::table_of(&self.api, &self.request.resource, &[&value], json!({}));
+                    let mut table = super::http::table_of(
+                        &self.api,
+                        &self.request.resource,
+                        &[&value],
+                        json!({}),
+                    );
                     if !self.first_table {
                         table["columnDefinitions"] = json!([]);
                     }

@@ -18,7 +18,9 @@ pub async fn start() -> (EmbeddedCluster, kube::Client) {
 }
 
 pub async fn start_with(options: ClusterOptions) -> (EmbeddedCluster, kube::Client) {
-    let cluster = EmbeddedCluster::start(options).await.expect("cluster starts");
+    let cluster = EmbeddedCluster::start(options)
+        .await
+        .expect("cluster starts");
     let client = cluster.client().expect("client");
     (cluster, client)
 }
@@ -31,7 +33,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -62,15 +67,23 @@ pub async fn create_pod(client: &kube::Client, namespace: &str, pod: &Pod) -> Po
 }
 
 /// A TLS connection to the cluster, trusting its CA.
-pub async fn connect_tls(cluster: &EmbeddedCluster) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+pub async fn connect_tls(
+    cluster: &EmbeddedCluster,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     capstan::install_crypto_provider();
     let mut roots = rustls::RootCertStore::empty();
     roots
-        .add(rustls::pki_types::CertificateDer::from(cluster.ca_der().to_vec()))
+        .add(rustls::pki_types::CertificateDer::from(
+            cluster.ca_der().to_vec(),
+        ))
         .expect("CA");
-    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(cluster.address()).await.expect("connect");
+    let tcp = tokio::net::TcpStream::connect(cluster.address())
+        .await
+        .expect("connect");
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
     connector.connect(name, tcp).await.expect("TLS handshake")
 }
@@ -86,7 +99,9 @@ pub async fn raw(
 ) -> (u16, serde_json::Value) {
     use http_body_util::BodyExt as _;
     let io = hyper_util::rt::TokioIo::new(connect_tls(cluster).await);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.expect("handshake");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .expect("handshake");
     tokio::spawn(connection);
     let mut request = http::Request::builder()
         .method(method)
@@ -101,7 +116,13 @@ pub async fn raw(
         .expect("request");
     let response = sender.send_request(request).await.expect("response");
     let status = response.status().as_u16();
-    let body = response.into_body().collect().await.expect("body").to_bytes();
-    let value = serde_json::from_slice(&body).unwrap_or_else(|_| json!(String::from_utf8_lossy(&body)));
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let value =
+        serde_json::from_slice(&body).unwrap_or_else(|_| json!(String::from_utf8_lossy(&body)));
     (status, value)
 }
