@@ -13,7 +13,8 @@ const MAPS: &str = "/api/v1/namespaces/default/configmaps";
 async fn bad_bodies_are_refused_with_a_status() {
     let (cluster, client) = common::start().await;
     let token = Some(cluster.token());
-    let cases: Vec<(&str, &str, &str, Vec<u8>, u16, &str)> = vec![
+    type Case<'a> = (&'a str, &'a str, &'a str, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "malformed JSON",
             MAPS,

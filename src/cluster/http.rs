@@ -18,10 +18,14 @@ use super::errors::ApiError;
 use super::eviction;
 use super::faults::Faults;
 use super::openapi;
+use super::protobuf;
 use super::resources::Resource;
 use super::selector::{FieldSelector, LabelSelector};
 use super::table::{IncludeObject, TableKind, to_table};
 use super::watch::{self, Rendering, WatchRequest};
+
+/// Kubernetes' protobuf encoding, which kubectl's typed clients send.
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
 /// Request bodies larger than this are refused (upstream's limit is 3 MiB too).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -461,12 +465,19 @@ impl Call<'_> {
         })
     }
 
-    fn body_value(&self) -> Result<Value, ApiError> {
-        let content_type = self
-            .headers
+    fn content_type(&self) -> &str {
+        self.headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json");
+            .unwrap_or("application/json")
+    }
+
+    fn body_value(&self) -> Result<Value, ApiError> {
+        let content_type = self.content_type();
+        if content_type.starts_with(PROTOBUF) {
+            return protobuf::decode(&self.body)
+                .map_err(|e| ApiError::unsupported_media_type(e.to_string()));
+        }
         parse_body(&self.body, content_type.contains("yaml"))
     }
 
@@ -643,7 +654,7 @@ impl Call<'_> {
         let body = if self.body.iter().all(u8::is_ascii_whitespace) {
             json!({})
         } else {
-            parse_json(&self.body)?
+            self.body_value()?
         };
         let dry_run = self.query.dry_run()?
             || body

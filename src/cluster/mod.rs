@@ -13,6 +13,7 @@ pub mod kubeconfig;
 pub mod openapi;
 pub mod patch;
 pub mod persist;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selector;
