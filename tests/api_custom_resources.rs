@@ -153,3 +153,37 @@ async fn deleting_a_crd_removes_its_objects() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn unknown_fields_are_pruned_or_refused_when_strict() {
+    let (cluster, client) = common::start().await;
+    let body = json!({
+        "apiVersion": "kmm.sigs.x-k8s.io/v1beta1", "kind": "NodeModulesConfig",
+        "metadata": {"name": "typo"}, "spec": {"modules": [], "modulez": []}
+    });
+    let (code, status) = common::raw(
+        &cluster,
+        "POST",
+        "/apis/kmm.sigs.x-k8s.io/v1beta1/nodemodulesconfigs?fieldValidation=Strict",
+        "application/json",
+        serde_json::to_vec(&body).expect("json"),
+        Some(cluster.token()),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unknown field \"spec.modulez\"")),
+        "{status}"
+    );
+    let nmcs: Api<DynamicObject> = Api::all_with(client.clone(), &nmc_resource());
+    let created = nmcs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(body).expect("nmc"),
+        )
+        .await
+        .expect("without Strict the field is dropped");
+    assert!(created.data["spec"].get("modulez").is_none());
+}

@@ -14,6 +14,7 @@ use super::defaults;
 use super::errors::ApiError;
 use super::events_v1;
 use super::patch::{apply, json as json_patch, merge, strategic};
+use super::prune;
 use super::resources::{CRD_STORAGE, Conversion, Registry, Resource};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{ObjectKey, Store, StoredObject, Write};
@@ -44,6 +45,8 @@ pub struct WriteOptions {
     pub force: bool,
     /// The manager recorded when the client names none (upstream: the user agent's program name).
     pub default_manager: Option<String>,
+    /// `fieldValidation=Strict`: refuse fields the schema does not know instead of dropping them.
+    pub strict_fields: bool,
 }
 
 /// `propagationPolicy` of a delete.
@@ -274,6 +277,7 @@ impl Api {
         }
         let now = self.now();
         prepare_create(resource, &mut object, now);
+        self.prune_unknown(resource, &name, &mut object, options.strict_fields)?;
         defaults::apply(resource, &mut object);
         validate::object(resource, &object)?;
         let manager = manager_of(options);
@@ -322,6 +326,7 @@ impl Api {
             )));
         }
         let manager = manager_of(options);
+        self.prune_unknown(resource, name, &mut object, options.strict_fields)?;
         self.write_existing(resource, namespace, name, options.dry_run, |current| {
             check_precondition(resource, name, current, &object)?;
             let next = self.normalize_update(resource, current, object, subresource)?;
@@ -364,7 +369,8 @@ impl Api {
                     "PATCH requests with apply patch type require field manager",
                 ));
             }
-            let applied = self.intake(resource, self.checked_body(resource, patch)?);
+            let mut applied = self.intake(resource, self.checked_body(resource, patch)?);
+            self.prune_unknown(resource, name, &mut applied, options.strict_fields)?;
             let applied_name = applied.pointer("/metadata/name").and_then(Value::as_str);
             if applied_name != Some(name) {
                 return Err(ApiError::bad_request(format!(
@@ -416,7 +422,8 @@ impl Api {
                 }
                 PatchType::Apply => unreachable_patch()?,
             };
-            let patched = self.intake(resource, patched);
+            let mut patched = self.intake(resource, patched);
+            self.prune_unknown(resource, name, &mut patched, options.strict_fields)?;
             check_precondition(resource, name, current, &patched)?;
             let next = self.normalize_update(resource, current, patched, subresource)?;
             let now = rfc3339(self.now());
@@ -721,6 +728,34 @@ impl Api {
                 tracing::warn!(%err, storage, "removing a custom resource of a deleted CRD");
             }
         }
+    }
+
+    /// Drops the fields a custom resource's schema does not describe; with strict field
+    /// validation, refuses them instead (400, as upstream's strict decoding error).
+    fn prune_unknown(
+        &self,
+        resource: &Resource,
+        name: &str,
+        object: &mut Value,
+        strict: bool,
+    ) -> Result<(), ApiError> {
+        let Some(custom) = &resource.custom else {
+            return Ok(());
+        };
+        let unknown = prune::prune(&custom.open_api_schema, object);
+        if strict && !unknown.is_empty() {
+            let fields: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect();
+            return Err(ApiError::bad_request(format!(
+                "{} in {} {name}: strict decoding error: {}",
+                resource.kind,
+                resource.api_version(),
+                fields.join(", ")
+            )));
+        }
+        Ok(())
     }
 
     /// Checks the body's kind and apiVersion against the endpoint.

@@ -455,6 +455,7 @@ impl Call<'_> {
             dry_run: self.query.dry_run()?,
             field_manager: self.query.get("fieldManager").map(str::to_string),
             force: self.query.flag("force"),
+            strict_fields: self.query.get("fieldValidation") == Some("Strict"),
             default_manager: self
                 .headers
                 .get(header::USER_AGENT)

@@ -14,6 +14,7 @@ pub mod openapi;
 pub mod patch;
 pub mod persist;
 pub mod protobuf;
+pub mod prune;
 pub mod resources;
 pub mod schema;
 pub mod selector;
