@@ -269,3 +269,67 @@ async fn a_stalled_watcher_does_not_hold_up_the_others() {
     writer.await.expect("writer");
     drop(stalled);
 }
+
+#[tokio::test]
+async fn injected_faults_fail_writes_and_cut_watches_deterministically() {
+    use capstan::cluster::faults::FaultSettings;
+    let faults = FaultSettings {
+        seed: 3,
+        write_error_rate: 0.5,
+        watch_drop_rate: 1.0,
+        ..FaultSettings::default()
+    };
+    let (_cluster, client) = common::start_with(ClusterOptions {
+        faults,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let mut outcomes = Vec::new();
+    for i in 0..20 {
+        let result = maps
+            .create(
+                &PostParams::default(),
+                &common::config_map(&format!("f{i}"), json!({})),
+            )
+            .await;
+        outcomes.push(match result {
+            Ok(_) => 0,
+            Err(kube::Error::Api(status)) => status.code,
+            Err(other) => panic!("{other}"),
+        });
+    }
+    assert!(
+        outcomes.contains(&0) && outcomes.contains(&500),
+        "{outcomes:?}"
+    );
+    // Every watch is cut after its first event.
+    let rv = maps
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut stream = maps
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let writer = maps.clone();
+    tokio::spawn(async move {
+        for i in 0..50 {
+            let _ = writer
+                .create(
+                    &PostParams::default(),
+                    &common::config_map(&format!("g{i}"), json!({})),
+                )
+                .await;
+        }
+    });
+    let mut events = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(common::DEADLINE, stream.next()).await {
+        events += 1;
+    }
+    assert_eq!(events, 1, "the stream ends after one event");
+}

@@ -566,6 +566,7 @@ impl Call<'_> {
                 .number::<u64>("timeoutSeconds")?
                 .map(Duration::from_secs),
             rendering: self.rendering,
+            faults: self.server.faults.clone(),
         };
         let events = watch::start(self.server.api.clone(), request)?;
         let stream = futures::stream::unfold(events, |mut events| async move {

@@ -13,6 +13,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::api::{Api, ListOptions};
 use super::errors::ApiError;
+use super::faults::Faults;
 use super::resources::Resource;
 use super::store::{Change, EventType};
 
@@ -35,6 +36,8 @@ pub struct WatchRequest {
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
     pub rendering: Rendering,
+    /// Injected faults: a watch may be cut after any event.
+    pub faults: Faults,
 }
 
 const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
@@ -124,7 +127,7 @@ impl Watcher {
             tokio::select! {
                 received = receiver.recv() => match received {
                     Ok(change) => {
-                        if !self.forward(&change).await {
+                        if !self.forward(&change).await || self.request.faults.drop_watch() {
                             return;
                         }
                     }
