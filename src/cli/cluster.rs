@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use crate::cluster::faults::FaultSettings;
+use crate::cluster::sim::config::ClusterConfig;
 use crate::cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
 
 #[derive(Debug, Args)]
@@ -19,6 +20,33 @@ pub struct ClusterArgs {
 pub enum ClusterCommand {
     /// Serve the embedded cluster until interrupted.
     Serve(ServeArgs),
+    /// Operate a simulated node of a running embedded cluster.
+    Node(NodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    #[command(subcommand)]
+    pub operation: NodeOperation,
+    /// The kubeconfig `capstan cluster serve` wrote (default: $KUBECONFIG).
+    #[arg(long, env = "KUBECONFIG", global = true)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeOperation {
+    /// Show a node's kernel, boot ID, readiness and loaded kernel modules.
+    Show { node: String },
+    /// Reboot: new boot ID, modules unloaded, NotReady until it is back.
+    Reboot { node: String },
+    /// Install another kernel and reboot into it.
+    UpgradeKernel { node: String, kernel: String },
+    /// Make the node NotReady (its kubelet stops posting status).
+    NotReady { node: String },
+    /// Make the node Ready again.
+    Ready { node: String },
+    /// Remove the node from the cluster.
+    Remove { node: String },
 }
 
 #[derive(Debug, Args)]
@@ -37,11 +65,16 @@ pub struct ServeArgs {
     /// Inject faults, e.g. `seed=7,errors=0.05,conflicts=0.05,watch-drops=0.1,latency=20ms`.
     #[arg(long, value_parser = FaultSettings::parse)]
     pub faults: Option<FaultSettings>,
+    /// Simulated nodes, workloads and timings (docs/cluster-config.md); default: one
+    /// control-plane node and three workers.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 pub async fn run(args: ClusterArgs) -> anyhow::Result<i32> {
     match args.command {
         ClusterCommand::Serve(serve) => run_serve(serve).await,
+        ClusterCommand::Node(node) => run_node(node).await,
     }
 }
 
@@ -49,7 +82,12 @@ async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
     if !args.listen.ip().is_loopback() {
         tracing::warn!(listen = %args.listen, "serving the embedded cluster beyond loopback, over plain HTTP");
     }
+    let config = match &args.config {
+        Some(path) => ClusterConfig::read(path)?,
+        None => ClusterConfig::default_cluster(),
+    };
     let options = ClusterOptions {
+        simulation: Some(config),
         listen: args.listen,
         state_dir: args.state_dir.clone(),
         faults: args.faults.unwrap_or_default(),
@@ -101,4 +139,38 @@ pub async fn wait_for_shutdown_signal() {
     {
         let _ = interrupt.await;
     }
+}
+
+async fn run_node(args: NodeArgs) -> anyhow::Result<i32> {
+    let path = args
+        .kubeconfig
+        .context("no kubeconfig: pass --kubeconfig (the file `capstan cluster serve` wrote) or set KUBECONFIG")?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let kubeconfig: kube::config::Kubeconfig = serde_saphyr::from_str(&text)
+        .with_context(|| format!("{} is not a kubeconfig", path.display()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    config.default_retry = false;
+    let client = kube::Client::try_from(config)?;
+    let (method, node, operation) = match &args.operation {
+        NodeOperation::Show { node } => ("GET", node, String::new()),
+        NodeOperation::Reboot { node } => ("POST", node, "/reboot".into()),
+        NodeOperation::UpgradeKernel { node, kernel } => {
+            ("POST", node, format!("/kernel?version={kernel}"))
+        }
+        NodeOperation::NotReady { node } => ("POST", node, "/not-ready".into()),
+        NodeOperation::Ready { node } => ("POST", node, "/ready".into()),
+        NodeOperation::Remove { node } => ("DELETE", node, String::new()),
+    };
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!("/sim/v1/nodes/{node}{operation}"))
+        .body(Vec::new())?;
+    let answer = client.request_text(request).await.with_context(|| {
+        format!("{method} node {node} (is the kubeconfig one of `capstan cluster serve`?)")
+    })?;
+    let value: serde_json::Value =
+        serde_json::from_str(&answer).unwrap_or(serde_json::Value::String(answer));
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(0)
 }

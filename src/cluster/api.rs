@@ -117,6 +117,9 @@ pub struct Api {
     pub clock: Arc<dyn Clock>,
 }
 
+/// How many suffixes a create with `generateName` tries before reporting the conflict.
+const GENERATE_NAME_ATTEMPTS: u32 = 8;
+
 const DEFAULT_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 impl Api {
@@ -271,7 +274,11 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let mut object = self.intake(resource, self.checked_body(resource, body)?);
         self.place(resource, namespace, &mut object)?;
-        let name = self.assign_name(resource, &mut object)?;
+        let generated = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
+        let mut name = self.assign_name(resource, &mut object)?;
         if resource.namespaced {
             self.check_namespace_open(namespace)?;
         }
@@ -281,7 +288,7 @@ impl Api {
         defaults::apply(resource, &mut object);
         validate::object(resource, &object)?;
         let manager = manager_of(options);
-        let object = apply::track_update(
+        let mut object = apply::track_update(
             None,
             &object,
             &manager,
@@ -292,14 +299,33 @@ impl Api {
         if options.dry_run {
             return Ok(self.present_value(resource, object));
         }
-        let key = Self::key(resource, namespace, &name);
-        let stored = self
-            .store
-            .transact(&key, |current| match current {
+        let mut attempts = 1;
+        let stored = loop {
+            let key = Self::key(resource, namespace, &name);
+            let result = self.store.transact(&key, |current| match current {
                 Some(_) => Err(ApiError::already_exists(resource, &name)),
-                None => Ok(Write::Put(object)),
-            })?
-            .ok_or_else(|| ApiError::internal("create stored nothing"))?;
+                None => Ok(Write::Put(object.clone())),
+            });
+            match result {
+                // A generated name that is taken gets another suffix, as upstream retries.
+                Err(err)
+                    if generated
+                        && err.reason == "AlreadyExists"
+                        && attempts < GENERATE_NAME_ATTEMPTS =>
+                {
+                    attempts += 1;
+                    let prefix = object
+                        .pointer("/metadata/generateName")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    name = format!("{prefix}{}", random_suffix());
+                    object["metadata"]["name"] = json!(name);
+                }
+                result => {
+                    break result?.ok_or_else(|| ApiError::internal("create stored nothing"))?;
+                }
+            }
+        };
         self.after_write(resource, &stored);
         Ok(self.present_value(resource, stored.value()))
     }

@@ -21,6 +21,7 @@ use super::openapi;
 use super::protobuf;
 use super::resources::Resource;
 use super::selector::{FieldSelector, LabelSelector};
+use super::sim::{SimError, Simulation};
 use super::table::{IncludeObject, TableKind, to_table};
 use super::watch::{self, Rendering, WatchRequest};
 
@@ -36,6 +37,8 @@ pub struct Server {
     pub token: String,
     pub address: String,
     pub faults: Faults,
+    /// The simulated nodes, for the `/sim/v1` operations.
+    pub simulation: Option<Arc<Simulation>>,
 }
 
 /// The router: every path goes through [`serve`].
@@ -146,6 +149,29 @@ async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiE
                 .ok_or_else(ApiError::no_such_path)?;
             Ok(json_response(StatusCode::OK, &doc))
         }
+        Route::SimNode { name, operation } => {
+            let simulation = server
+                .simulation
+                .as_ref()
+                .ok_or_else(ApiError::no_such_path)?;
+            simulated_node(
+                simulation,
+                &parts.method,
+                &name,
+                operation.as_deref(),
+                &query,
+            )
+            .await
+        }
+        Route::SimModuleHistory => {
+            let simulation = server
+                .simulation
+                .as_ref()
+                .ok_or_else(ApiError::no_such_path)?;
+            let history = serde_json::to_value(simulation.module_history())
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok(json_response(StatusCode::OK, &history))
+        }
         Route::Object(target) => {
             let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
                 .await
@@ -225,10 +251,23 @@ enum Route {
     CoreVersions,
     Groups,
     Group(String),
-    Resources { group: String, version: String },
+    Resources {
+        group: String,
+        version: String,
+    },
     OpenApiV3Root,
-    OpenApiV3 { group: String, version: String },
+    OpenApiV3 {
+        group: String,
+        version: String,
+    },
     Object(Target),
+    /// `/sim/v1/nodes/<name>[/<operation>]`: simulated node operations.
+    SimNode {
+        name: String,
+        operation: Option<String>,
+    },
+    /// `/sim/v1/module-history`
+    SimModuleHistory,
 }
 
 /// A resource path: `/api/v1/namespaces/ns/pods/name/status` and its variants.
@@ -274,6 +313,15 @@ impl Route {
                 group: (*group).into(),
                 version: (*version).into(),
             }),
+            ["sim", "v1", "nodes", name] => Ok(Route::SimNode {
+                name: (*name).into(),
+                operation: None,
+            }),
+            ["sim", "v1", "nodes", name, operation] => Ok(Route::SimNode {
+                name: (*name).into(),
+                operation: Some((*operation).into()),
+            }),
+            ["sim", "v1", "module-history"] => Ok(Route::SimModuleHistory),
             ["api", version, rest @ ..] => Target::parse("", version, rest).map(Route::Object),
             ["apis", group, version, rest @ ..] => {
                 Target::parse(group, version, rest).map(Route::Object)
@@ -754,6 +802,53 @@ impl Call<'_> {
         eviction::evict(self.api(), &self.resource, self.namespace(), name, &options)?;
         let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
         Ok(json_response(StatusCode::CREATED, &status))
+    }
+}
+
+/// `/sim/v1/nodes/<name>/<operation>`: GET shows a node's simulated state; POST
+/// `reboot`, `kernel?version=V`, `ready`, `not-ready`; DELETE removes the node.
+async fn simulated_node(
+    simulation: &Simulation,
+    method: &Method,
+    name: &str,
+    operation: Option<&str>,
+    query: &Query,
+) -> Result<Response, ApiError> {
+    let result = match (method, operation) {
+        (&Method::GET, None) => Ok(()),
+        (&Method::POST, Some("reboot")) => simulation.reboot(name).await,
+        (&Method::POST, Some("kernel")) => {
+            let version = query
+                .get("version")
+                .ok_or_else(|| ApiError::bad_request("kernel: missing ?version="))?;
+            simulation.upgrade_kernel(name, version).await
+        }
+        (&Method::POST, Some("ready")) => simulation.set_ready(name, true),
+        (&Method::POST, Some("not-ready")) => simulation.set_ready(name, false),
+        (&Method::DELETE, None) => simulation.remove(name).map(|()| ()),
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "{method} is not a simulated node operation"
+            )));
+        }
+    };
+    match result {
+        Err(SimError::NoSuchNode(node)) => {
+            Err(ApiError::bad_request(format!("no simulated node {node:?}")))
+        }
+        Err(SimError::Api(err)) => Err(err),
+        Ok(()) if method == Method::DELETE => {
+            Ok(json_response(StatusCode::OK, &json!({"removed": name})))
+        }
+        Ok(()) => {
+            let state = simulation
+                .node(name)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"name": state.name, "kernel": state.kernel, "bootID": state.boot_id, "ready": state.ready, "modules": state.modules}),
+            ))
+        }
     }
 }
 

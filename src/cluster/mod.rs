@@ -18,6 +18,7 @@ pub mod prune;
 pub mod resources;
 pub mod schema;
 pub mod selector;
+pub mod sim;
 pub mod store;
 pub mod table;
 pub mod tls;
@@ -53,6 +54,8 @@ pub struct ClusterOptions {
     pub clock: Arc<dyn Clock>,
     /// Register capstan's CRDs at start.
     pub capstan_crds: bool,
+    /// Simulated nodes, kubelet and controller-manager; `None` serves the API alone.
+    pub simulation: Option<sim::config::ClusterConfig>,
 }
 
 impl Default for ClusterOptions {
@@ -65,6 +68,7 @@ impl Default for ClusterOptions {
             history: store::DEFAULT_HISTORY,
             clock: Arc::new(SystemClock),
             capstan_crds: true,
+            simulation: None,
         }
     }
 }
@@ -101,6 +105,7 @@ pub struct EmbeddedCluster {
     token: String,
     ca_pem: String,
     ca_der: Vec<u8>,
+    simulation: Option<Arc<sim::Simulation>>,
     stop: signal::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -125,6 +130,15 @@ impl EmbeddedCluster {
             (None, Some(dir)) => persistent_token(dir)?,
             (None, None) => random_token(),
         };
+        let mut tasks = vec![tokio::spawn(gc::run(api.clone()))];
+        let simulation = match options.simulation.clone() {
+            Some(config) => {
+                let (simulation, sim_tasks) = sim::Simulation::start(api.clone(), config)?;
+                tasks.extend(sim_tasks);
+                Some(simulation)
+            }
+            None => None,
+        };
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|source| ClusterError::Listen {
@@ -142,24 +156,25 @@ impl EmbeddedCluster {
             token: token.clone(),
             address: address.to_string(),
             faults: Faults::new(options.faults.clone()),
+            simulation: simulation.clone(),
         });
         let certificates = tls::serving_certificates(options.state_dir.as_deref(), address.ip())?;
         let (stop, stopped) = signal::channel(false);
-        let serve = tokio::spawn(http::serve_tls(
+        tasks.push(tokio::spawn(http::serve_tls(
             listener,
             certificates.server_config.clone(),
             server,
             stopped,
-        ));
-        let gc = tokio::spawn(gc::run(api.clone()));
+        )));
         Ok(EmbeddedCluster {
             api,
             address,
             token,
             ca_pem: certificates.ca_pem,
             ca_der: certificates.ca_der,
+            simulation,
             stop,
-            tasks: vec![serve, gc],
+            tasks,
         })
     }
 
@@ -184,6 +199,11 @@ impl EmbeddedCluster {
     /// The API semantics, for in-process callers (simulation, tests).
     pub fn api(&self) -> &Arc<Api> {
         &self.api
+    }
+
+    /// The simulated nodes and controllers, when the cluster has them.
+    pub fn simulation(&self) -> Option<&Arc<sim::Simulation>> {
+        self.simulation.as_ref()
     }
 
     /// A kubeconfig for this cluster.

@@ -126,3 +126,57 @@ pub async fn raw(
         serde_json::from_slice(&body).unwrap_or_else(|_| json!(String::from_utf8_lossy(&body)));
     (status, value)
 }
+
+/// An embedded cluster with simulated nodes from `config` (fast timings).
+pub async fn start_simulated(
+    config: capstan::cluster::sim::config::ClusterConfig,
+) -> (EmbeddedCluster, kube::Client) {
+    start_with(ClusterOptions {
+        simulation: Some(config),
+        ..ClusterOptions::default()
+    })
+    .await
+}
+
+/// The default simulated cluster: a control-plane node and three workers.
+pub async fn start_default_simulated() -> (EmbeddedCluster, kube::Client) {
+    start_simulated(capstan::cluster::sim::config::ClusterConfig::default_cluster()).await
+}
+
+/// Waits until a pod satisfies `check`, returning it.
+pub async fn wait_for_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Pod) -> bool,
+) -> Pod {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Ok(Some(pod)) = pods.get_opt(name).await
+            && check(&pod)
+        {
+            return pod;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {name}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

@@ -1,0 +1,715 @@
+//! The simulated kubelet of every simulated node: pods bound to a node go Pending ->
+//! Running (-> Succeeded/Failed for pods that finish), with container statuses, restart
+//! counts, conditions and IPs; deleted pods stop after their grace period; kmod worker
+//! pods run the real worker code against the node's module table.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use super::Simulation;
+use super::nodes::{self, KUBELET};
+use super::placement;
+use crate::api::labels;
+use crate::clock::rfc3339;
+use crate::cluster::api::{DeleteOptions, PatchType, WriteOptions};
+use crate::cluster::errors::ApiError;
+use crate::cluster::store::{Change, EventType, ObjectKey};
+
+/// Pods with this label ignore termination until deleted with grace period 0.
+pub const STUCK_LABEL: &str = "sim.capstan.dev/stuck";
+/// A pod whose containers exit after this many seconds (otherwise they run forever).
+pub const EXIT_AFTER_ANNOTATION: &str = "sim.capstan.dev/exit-after-seconds";
+/// The exit code of such a pod (default 0).
+pub const EXIT_CODE_ANNOTATION: &str = "sim.capstan.dev/exit-code";
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Action {
+    Start,
+    Exit,
+    Stop,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    at: Instant,
+    seq: u64,
+    key: ObjectKey,
+    uid: String,
+    action: Action,
+}
+
+#[derive(Default)]
+struct Tracked {
+    node: String,
+    uid: String,
+    started: bool,
+    stopping: bool,
+    restarts: u32,
+    ip: Option<String>,
+    start_time: Option<String>,
+}
+
+/// Runs the kubelets of all simulated nodes until the store closes.
+pub async fn run(sim: Arc<Simulation>) {
+    let mut changes = sim.api.store.subscribe();
+    let mut kubelet = Kubelet::new(sim);
+    kubelet.resync();
+    loop {
+        let next = kubelet.queue.peek().map(|Reverse(d)| d.at);
+        let sleep = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            received = changes.recv() => match received {
+                Ok(change) => kubelet.observe(&change),
+                Err(RecvError::Lagged(_)) => kubelet.resync(),
+                Err(RecvError::Closed) => return,
+            },
+            () = sleep => kubelet.run_due().await,
+        }
+    }
+}
+
+struct Kubelet {
+    sim: Arc<Simulation>,
+    pods: HashMap<ObjectKey, Tracked>,
+    by_node: HashMap<String, HashSet<ObjectKey>>,
+    ready_nodes: HashMap<String, bool>,
+    queue: BinaryHeap<Reverse<Due>>,
+    seq: u64,
+    next_ip: HashMap<String, u32>,
+}
+
+impl Kubelet {
+    fn new(sim: Arc<Simulation>) -> Self {
+        Kubelet {
+            sim,
+            pods: HashMap::new(),
+            by_node: HashMap::new(),
+            ready_nodes: HashMap::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            next_ip: HashMap::new(),
+        }
+    }
+
+    fn schedule(&mut self, after: Duration, key: &ObjectKey, uid: &str, action: Action) {
+        self.seq += 1;
+        self.queue.push(Reverse(Due {
+            at: Instant::now() + after,
+            seq: self.seq,
+            key: key.clone(),
+            uid: uid.to_string(),
+            action,
+        }));
+    }
+
+    fn resync(&mut self) {
+        for node in self
+            .sim
+            .api
+            .store
+            .list("nodes", None, None, None, &|_| true)
+            .items
+        {
+            let name = node.projection["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            self.ready_nodes
+                .insert(name, nodes::is_ready(&node.value()));
+        }
+        for pod in self
+            .sim
+            .api
+            .store
+            .list("pods", None, None, None, &|_| true)
+            .items
+        {
+            let meta = &pod.projection["metadata"];
+            let key = ObjectKey::new(
+                "pods",
+                meta["namespace"].as_str().unwrap_or(""),
+                meta["name"].as_str().unwrap_or(""),
+            );
+            self.observe_pod(&key, &pod.projection);
+        }
+    }
+
+    fn observe(&mut self, change: &Change) {
+        match change.key.storage.as_str() {
+            "pods" if change.event == EventType::Deleted => self.forget(&change.key),
+            "pods" => self.observe_pod(&change.key, &change.object.projection),
+            "nodes" => self.observe_node(change),
+            _ => {}
+        }
+    }
+
+    fn forget(&mut self, key: &ObjectKey) {
+        if let Some(tracked) = self.pods.remove(key)
+            && let Some(set) = self.by_node.get_mut(&tracked.node)
+        {
+            set.remove(key);
+        }
+    }
+
+    fn observe_pod(&mut self, key: &ObjectKey, pod: &Value) {
+        let node = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if node.is_empty() || !self.sim.manages(node) {
+            return;
+        }
+        let uid = pod
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if self.pods.get(key).is_some_and(|t| t.uid != uid) {
+            self.forget(key);
+        }
+        let phase = pod
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("Pending");
+        let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+        let stuck = pod
+            .pointer(&format!(
+                "/metadata/labels/{}",
+                STUCK_LABEL.replace('/', "~1")
+            ))
+            .is_some();
+        if !self.pods.contains_key(key) {
+            if !deleting && matches!(phase, "Succeeded" | "Failed") {
+                return;
+            }
+            self.pods.insert(
+                key.clone(),
+                Tracked {
+                    node: node.to_string(),
+                    uid: uid.clone(),
+                    ..Tracked::default()
+                },
+            );
+            self.by_node
+                .entry(node.to_string())
+                .or_default()
+                .insert(key.clone());
+            if !deleting {
+                let start = self.sim.config.timing.pod_start();
+                self.schedule(start, key, &uid, Action::Start);
+            }
+        }
+        if deleting && !stuck {
+            let grace = pod
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let tracked = self.pods.get_mut(key);
+            if let Some(tracked) = tracked
+                && !tracked.stopping
+                && grace > 0
+            {
+                tracked.stopping = true;
+                let stop = self
+                    .sim
+                    .config
+                    .timing
+                    .pod_stop()
+                    .min(Duration::from_secs(grace));
+                self.schedule(stop, key, &uid, Action::Stop);
+            }
+        }
+    }
+
+    fn observe_node(&mut self, change: &Change) {
+        let name = change.key.name.clone();
+        if change.event == EventType::Deleted {
+            self.ready_nodes.remove(&name);
+            return;
+        }
+        let ready = nodes::is_ready(&change.object.value());
+        let was = self.ready_nodes.insert(name.clone(), ready);
+        if was == Some(ready) || !self.sim.manages(&name) {
+            return;
+        }
+        let keys: Vec<ObjectKey> = self
+            .by_node
+            .get(&name)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for key in keys {
+            let Some(tracked) = self.pods.get(&key) else {
+                continue;
+            };
+            let uid = tracked.uid.clone();
+            if ready {
+                // Back from NotReady or a reboot: containers start again.
+                self.schedule(
+                    self.sim.config.timing.pod_start(),
+                    &key,
+                    &uid,
+                    Action::Start,
+                );
+            } else if tracked.started {
+                let key = key.clone();
+                self.mark_unready(&key);
+            }
+        }
+    }
+
+    async fn run_due(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse(due)) = self.queue.peek().cloned() {
+            if due.at > now {
+                break;
+            }
+            self.queue.pop();
+            if self.pods.get(&due.key).is_none_or(|t| t.uid != due.uid) {
+                continue;
+            }
+            let result = match due.action {
+                Action::Start => self.start(&due.key).await,
+                Action::Exit => self.exit(&due.key).await,
+                Action::Stop => self.stop(&due.key),
+            };
+            if let Err(err) = result
+                && !matches!(err.code, 404 | 409)
+            {
+                tracing::warn!(%err, pod = %due.key.name, "simulated kubelet");
+            }
+        }
+    }
+
+    fn pod(&self, key: &ObjectKey) -> Option<Value> {
+        self.sim.api.store.get(key).map(|o| o.value())
+    }
+
+    async fn start(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
+        let Some(pod) = self.pod(key) else {
+            return Ok(());
+        };
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(());
+        }
+        let node_name = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let Some(node) = self.sim.node_object(&node_name) else {
+            return Ok(());
+        };
+        if !nodes::is_ready(&node) {
+            // Started again when the node is Ready (observe_node).
+            return Ok(());
+        }
+        let first_start = self.pods.get(key).is_some_and(|t| !t.started);
+        if first_start && let Err(unfit) = placement::admits(&pod["spec"], &node) {
+            self.forget_after_write(key);
+            let status = json!({"phase": "Failed", "reason": unfit.reason, "message": format!("Pod was rejected: {}", unfit.message)});
+            return self.write_status(key, status);
+        }
+        let image = pod
+            .pointer("/spec/containers/0/image")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let worker = is_worker(&pod);
+        if !worker && self.sim.config.broken_images.iter().any(|b| b == image) {
+            return self.write_status(
+                key,
+                self.waiting_status(
+                    &pod,
+                    "ErrImagePull",
+                    &format!("failed to pull image \"{image}\": manifest unknown"),
+                ),
+            );
+        }
+        let index = self.sim.node_index(&node_name);
+        let ip = {
+            let tracked = self.pods.get(key);
+            match tracked.and_then(|t| t.ip.clone()) {
+                Some(ip) => ip,
+                None => {
+                    let n = self.next_ip.entry(node_name.clone()).or_insert(0);
+                    *n += 1;
+                    nodes::pod_ip(index, *n)
+                }
+            }
+        };
+        let now = rfc3339(self.sim.api.clock.now());
+        let restarts;
+        let start_time;
+        {
+            let Some(tracked) = self.pods.get_mut(key) else {
+                return Ok(());
+            };
+            if tracked.started {
+                tracked.restarts += 1;
+            }
+            tracked.started = true;
+            tracked.ip = Some(ip.clone());
+            start_time = tracked
+                .start_time
+                .get_or_insert_with(|| now.clone())
+                .clone();
+            restarts = tracked.restarts;
+        }
+        let host_ip = self.sim.node_ip(&node);
+        // A worker is Running (not Ready) while it works; other pods are Ready at once.
+        let status = running_status(&pod, &ip, &host_ip, &start_time, &now, restarts, !worker);
+        self.write_status(key, status)?;
+        let uid = self
+            .pods
+            .get(key)
+            .map(|t| t.uid.clone())
+            .unwrap_or_default();
+        if worker {
+            self.schedule(self.sim.config.timing.worker(), key, &uid, Action::Exit);
+        } else if let Some(after) =
+            annotation(&pod, EXIT_AFTER_ANNOTATION).and_then(|s| s.parse::<f64>().ok())
+        {
+            self.schedule(
+                Duration::from_secs_f64(after.max(0.0)),
+                key,
+                &uid,
+                Action::Exit,
+            );
+        }
+        Ok(())
+    }
+
+    /// Containers exited: a worker's result, or a pod's configured exit.
+    async fn exit(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
+        let Some(pod) = self.pod(key) else {
+            return Ok(());
+        };
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(());
+        }
+        let (code, message) = if is_worker(&pod) {
+            let node = pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            match self.sim.run_worker(node, &pod).await {
+                Ok(()) => (0, String::new()),
+                Err(reason) => (1, reason),
+            }
+        } else {
+            let code = annotation(&pod, EXIT_CODE_ANNOTATION)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            (code, String::new())
+        };
+        let policy = pod
+            .pointer("/spec/restartPolicy")
+            .and_then(Value::as_str)
+            .unwrap_or("Always");
+        let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
+        let uid = self
+            .pods
+            .get(key)
+            .map(|t| t.uid.clone())
+            .unwrap_or_default();
+        let restarts = self.pods.get(key).map(|t| t.restarts).unwrap_or(0);
+        let now = rfc3339(self.sim.api.clock.now());
+        let status = terminated_status(&pod, code, &message, &now, restarts, restart);
+        self.write_status(key, status)?;
+        if restart {
+            // CrashLoopBackOff, scaled to the simulation's pace: doubles per restart, capped.
+            let backoff = self.sim.config.timing.pod_start() * 2u32.saturating_pow(restarts.min(6));
+            self.schedule(
+                backoff.min(Duration::from_secs(5)),
+                key,
+                &uid,
+                Action::Start,
+            );
+        } else {
+            self.forget_after_write(key);
+        }
+        Ok(())
+    }
+
+    /// The containers stopped: the kubelet finishes the deletion (grace period 0).
+    fn stop(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
+        let Some(pods) = self.sim.api.registry.get("", "v1", "pods") else {
+            return Ok(());
+        };
+        let options = DeleteOptions {
+            grace_period_seconds: Some(0),
+            ..DeleteOptions::default()
+        };
+        self.sim
+            .api
+            .delete(&pods, &key.namespace, &key.name, &options)
+            .map(|_| ())
+    }
+
+    fn mark_unready(&mut self, key: &ObjectKey) {
+        let Some(pod) = self.pod(key) else { return };
+        let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+        let now = rfc3339(self.sim.api.clock.now());
+        set_condition(&mut status, "Ready", false, &now);
+        set_condition(&mut status, "ContainersReady", false, &now);
+        if let Some(Value::Array(containers)) = status.get_mut("containerStatuses") {
+            for c in containers {
+                c["ready"] = json!(false);
+            }
+        }
+        if let Err(err) = self.write_status(key, status)
+            && !matches!(err.code, 404 | 409)
+        {
+            tracing::warn!(%err, pod = %key.name, "marking a pod unready");
+        }
+    }
+
+    fn forget_after_write(&mut self, key: &ObjectKey) {
+        self.forget(key);
+    }
+
+    fn waiting_status(&self, pod: &Value, reason: &str, message: &str) -> Value {
+        let containers: Vec<Value> = containers(pod)
+            .map(|(name, image)| json!({"name": name, "image": image, "imageID": "", "ready": false, "started": false,
+                                        "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}))
+            .collect();
+        json!({"phase": "Pending", "containerStatuses": containers})
+    }
+
+    fn write_status(&self, key: &ObjectKey, status: Value) -> Result<(), ApiError> {
+        let Some(pods) = self.sim.api.registry.get("", "v1", "pods") else {
+            return Ok(());
+        };
+        let options = WriteOptions {
+            field_manager: Some(KUBELET.into()),
+            ..WriteOptions::default()
+        };
+        self.sim
+            .api
+            .patch(
+                &pods,
+                &key.namespace,
+                &key.name,
+                Some("status"),
+                PatchType::Merge,
+                json!({"status": status}),
+                &options,
+            )
+            .map(|_| ())
+    }
+}
+
+/// Whether a pod is one of capstan's kmod workers (recognised as KMM does, by labels).
+pub fn is_worker(pod: &Value) -> bool {
+    let label = |k: &str| {
+        pod.pointer(&format!("/metadata/labels/{}", k.replace('/', "~1")))
+            .and_then(Value::as_str)
+    };
+    label(labels::COMPONENT_LABEL) == Some(labels::WORKER_COMPONENT)
+        && label(labels::WORKER_ACTION_LABEL).is_some()
+}
+
+fn annotation<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
+    pod.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
+        .and_then(Value::as_str)
+}
+
+fn containers(pod: &Value) -> impl Iterator<Item = (String, String)> + '_ {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or("").to_string(),
+                c["image"].as_str().unwrap_or("").to_string(),
+            )
+        })
+}
+
+fn container_id(pod: &Value, name: &str, restarts: u32) -> String {
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    format!("cri-o://{:x}", fnv(&format!("{uid}/{name}/{restarts}")))
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn set_condition(status: &mut Value, kind: &str, value: bool, now: &str) {
+    let text = if value { "True" } else { "False" };
+    if !status.get("conditions").is_some_and(Value::is_array) {
+        status["conditions"] = json!([]);
+    }
+    if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
+        match conditions.iter_mut().find(|c| c["type"] == kind) {
+            Some(c) if c["status"] == text => {}
+            Some(c) => {
+                c["status"] = json!(text);
+                c["lastTransitionTime"] = json!(now);
+            }
+            None => conditions.push(json!({"type": kind, "status": text, "lastProbeTime": null, "lastTransitionTime": now})),
+        }
+    }
+}
+
+fn running_status(
+    pod: &Value,
+    ip: &str,
+    host_ip: &str,
+    start_time: &str,
+    now: &str,
+    restarts: u32,
+    ready: bool,
+) -> Value {
+    let containers: Vec<Value> = containers(pod)
+        .map(|(name, image)| {
+            json!({"name": name, "image": image, "imageID": format!("{image}@sha256:{:064x}", fnv(&image)),
+                   "containerID": container_id(pod, &name, restarts), "ready": ready, "started": true,
+                   "restartCount": restarts, "state": {"running": {"startedAt": now}}})
+        })
+        .collect();
+    let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+    status["phase"] = json!("Running");
+    status["hostIP"] = json!(host_ip);
+    status["hostIPs"] = json!([{"ip": host_ip}]);
+    status["podIP"] = json!(ip);
+    status["podIPs"] = json!([{"ip": ip}]);
+    status["startTime"] = json!(start_time);
+    status["qosClass"] = json!(
+        status
+            .get("qosClass")
+            .cloned()
+            .unwrap_or_else(|| json!("BestEffort"))
+    );
+    status["containerStatuses"] = json!(containers);
+    for (kind, value) in [
+        ("PodScheduled", true),
+        ("Initialized", true),
+        ("ContainersReady", ready),
+        ("Ready", ready),
+    ] {
+        set_condition(&mut status, kind, value, now);
+    }
+    status
+}
+
+fn terminated_status(
+    pod: &Value,
+    code: i64,
+    message: &str,
+    now: &str,
+    restarts: u32,
+    restarting: bool,
+) -> Value {
+    let reason = if code == 0 { "Completed" } else { "Error" };
+    let containers: Vec<Value> = containers(pod)
+        .map(|(name, image)| {
+            let mut terminated = json!({"exitCode": code, "reason": reason, "finishedAt": now,
+                                        "containerID": container_id(pod, &name, restarts)});
+            if !message.is_empty() {
+                terminated["message"] = json!(message);
+            }
+            let state = if restarting {
+                json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off restarting failed container {name}")}})
+            } else {
+                json!({"terminated": terminated.clone()})
+            };
+            let mut status = json!({"name": name, "image": image, "imageID": format!("{image}@sha256:{:064x}", fnv(&image)),
+                   "containerID": container_id(pod, &name, restarts), "ready": false, "started": false,
+                   "restartCount": restarts, "state": state});
+            if restarting {
+                status["lastState"] = json!({"terminated": terminated});
+            }
+            status
+        })
+        .collect();
+    let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+    if !restarting {
+        status["phase"] = json!(if code == 0 { "Succeeded" } else { "Failed" });
+    }
+    status["containerStatuses"] = json!(containers);
+    set_condition(&mut status, "ContainersReady", false, now);
+    set_condition(&mut status, "Ready", false, now);
+    if !restarting && !message.is_empty() {
+        status["message"] = json!(message);
+    }
+    status
+}
+
+/// The status a pod would show after each step, for the decision table below.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Value {
+        json!({"metadata": {"uid": "u1", "labels": {}}, "spec": {"containers": [{"name": "app", "image": "app:v1"}]}})
+    }
+
+    #[test]
+    fn statuses_follow_the_pod_lifecycle() {
+        let running = running_status(&pod(), "10.64.1.2", "10.0.0.11", "t0", "t1", 0, true);
+        assert_eq!(running["phase"], "Running");
+        assert_eq!(running["containerStatuses"][0]["ready"], true);
+        assert!(
+            running["conditions"]
+                .as_array()
+                .expect("conditions")
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        );
+        let cases = [
+            (
+                "exit 0, no restart",
+                0,
+                false,
+                Some("Succeeded"),
+                "terminated",
+            ),
+            ("exit 1, no restart", 1, false, Some("Failed"), "terminated"),
+            ("exit 1, restarting", 1, true, None, "waiting"),
+        ];
+        for (name, code, restarting, phase, state) in cases {
+            let status = terminated_status(&pod(), code, "", "t2", 1, restarting);
+            assert_eq!(status.get("phase").and_then(Value::as_str), phase, "{name}");
+            assert!(
+                status["containerStatuses"][0]["state"].get(state).is_some(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn workers_are_recognised_by_their_labels() {
+        let mut worker = pod();
+        worker["metadata"]["labels"] =
+            json!({labels::COMPONENT_LABEL: "worker", labels::WORKER_ACTION_LABEL: "Load"});
+        assert!(is_worker(&worker));
+        assert!(!is_worker(&pod()));
+    }
+
+    #[test]
+    fn conditions_change_their_transition_time_only_on_change() {
+        let mut status = json!({});
+        set_condition(&mut status, "Ready", true, "t1");
+        set_condition(&mut status, "Ready", true, "t2");
+        assert_eq!(status["conditions"][0]["lastTransitionTime"], "t1");
+        set_condition(&mut status, "Ready", false, "t3");
+        assert_eq!(status["conditions"][0]["lastTransitionTime"], "t3");
+    }
+}

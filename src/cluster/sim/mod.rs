@@ -1,0 +1,412 @@
+//! The simulated parts of the embedded cluster: nodes (kernel, boot ID, readiness, loaded
+//! kernel modules), the kubelet that runs pods on them, and the kube-controller-manager
+//! controllers that create pods (DaemonSet, StatefulSet), schedule them and keep node
+//! taints and disruption budgets up to date.
+
+pub mod config;
+pub mod daemonset;
+pub mod kubelet;
+pub mod lifecycle;
+pub mod nodes;
+pub mod placement;
+pub mod scheduler;
+pub mod statefulset;
+mod workload;
+pub mod workloads;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::api::labels;
+use crate::cluster::api::{Api, DeleteOptions, PatchType, WriteOptions};
+use crate::cluster::errors::ApiError;
+use crate::cluster::store::ObjectKey;
+use crate::worker::simulated::ModuleTable;
+use config::ClusterConfig;
+use nodes::{KUBELET, MODULES_ANNOTATION, NodeState};
+
+/// A change to a node's module table, as the simulation saw it happen.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModuleEvent {
+    pub at: Timestamp,
+    pub node: String,
+    /// `load`, `unload` or `reboot` (everything unloaded).
+    pub action: String,
+    /// The module table after the change.
+    pub modules: ModuleTable,
+}
+
+/// Why a simulation operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("no simulated node {0:?}")]
+    NoSuchNode(String),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
+/// The simulated nodes and control-plane controllers of one embedded cluster.
+pub struct Simulation {
+    pub(crate) api: Arc<Api>,
+    pub(crate) config: ClusterConfig,
+    node_order: Mutex<Vec<String>>,
+    history: Mutex<Vec<ModuleEvent>>,
+}
+
+/// How many times a read-modify-write of a node is retried on conflicts.
+const NODE_WRITE_ATTEMPTS: usize = 20;
+
+impl Simulation {
+    /// Registers the configured nodes (keeping those a state dir brought back), creates
+    /// the workloads, and starts the kubelet and the controllers.
+    pub fn start(
+        api: Arc<Api>,
+        config: ClusterConfig,
+    ) -> Result<(Arc<Self>, Vec<JoinHandle<()>>), ApiError> {
+        let sim = Arc::new(Simulation {
+            api,
+            node_order: Mutex::new(config.nodes.iter().map(|n| n.name.clone()).collect()),
+            config,
+            history: Mutex::new(Vec::new()),
+        });
+        sim.register_nodes()?;
+        workloads::create(&sim)?;
+        let tasks = vec![
+            tokio::spawn(kubelet::run(sim.clone())),
+            tokio::spawn(scheduler::run(sim.api.clone())),
+            tokio::spawn(lifecycle::run(sim.clone())),
+            tokio::spawn(daemonset::run(sim.api.clone())),
+            tokio::spawn(statefulset::run(sim.api.clone())),
+        ];
+        Ok((sim, tasks))
+    }
+
+    fn register_nodes(&self) -> Result<(), ApiError> {
+        let nodes = self.resource("nodes")?;
+        let leases = self.api.registry.get("coordination.k8s.io", "v1", "leases");
+        let now = self.api.clock.now();
+        let options = WriteOptions {
+            field_manager: Some(KUBELET.into()),
+            ..WriteOptions::default()
+        };
+        for (index, node) in self.config.nodes.iter().enumerate() {
+            if self.api.get(&nodes, "", &node.name).is_err() {
+                self.api
+                    .create(&nodes, "", nodes::registration(node, index, now), &options)?;
+            }
+            if let Some(leases) = &leases
+                && self.api.get(leases, "kube-node-lease", &node.name).is_err()
+            {
+                let lease = json!({"metadata": {"name": node.name, "namespace": "kube-node-lease"},
+                    "spec": {"holderIdentity": node.name, "leaseDurationSeconds": 40, "renewTime": crate::clock::rfc3339_micros(now)}});
+                self.api
+                    .create(leases, "kube-node-lease", lease, &options)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resource(&self, plural: &str) -> Result<Arc<crate::cluster::resources::Resource>, ApiError> {
+        let (group, version) = match plural {
+            "leases" => ("coordination.k8s.io", "v1"),
+            "poddisruptionbudgets" => ("policy", "v1"),
+            "statefulsets" | "daemonsets" => ("apps", "v1"),
+            _ => ("", "v1"),
+        };
+        self.api
+            .registry
+            .get(group, version, plural)
+            .ok_or_else(|| ApiError::internal(format!("{plural} are not served")))
+    }
+
+    /// Whether the simulated kubelet runs this node.
+    pub fn manages(&self, node: &str) -> bool {
+        self.node_order
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|n| n == node)
+    }
+
+    /// The simulated nodes, in configuration order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.node_order
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The position of a node, which picks its addresses.
+    pub(crate) fn node_index(&self, node: &str) -> usize {
+        self.node_order
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .position(|n| n == node)
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn node_object(&self, node: &str) -> Option<Value> {
+        self.api
+            .store
+            .get(&ObjectKey::new("nodes", "", node))
+            .map(|o| o.value())
+    }
+
+    pub(crate) fn node_ip(&self, node: &Value) -> String {
+        node.pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|a| a["type"] == "InternalIP")
+            .and_then(|a| a["address"].as_str())
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// The current state of a simulated node.
+    pub fn node(&self, name: &str) -> Result<NodeState, SimError> {
+        self.node_object(name)
+            .and_then(|n| NodeState::of(&n))
+            .ok_or_else(|| SimError::NoSuchNode(name.to_string()))
+    }
+
+    /// Every change to any node's module table so far, oldest first.
+    pub fn module_history(&self) -> Vec<ModuleEvent> {
+        self.history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads, changes and writes a node's status and module table, retrying on conflicts.
+    /// `change` gets the Node object and its module table and says what status to write;
+    /// returns its result and the module table as written.
+    fn update_node<R>(
+        &self,
+        name: &str,
+        mut change: impl FnMut(&Value, &mut ModuleTable) -> Result<(Option<Value>, R), SimError>,
+    ) -> Result<(R, ModuleTable), SimError> {
+        let nodes = self.resource("nodes")?;
+        let options = WriteOptions {
+            field_manager: Some(KUBELET.into()),
+            ..WriteOptions::default()
+        };
+        for _ in 0..NODE_WRITE_ATTEMPTS {
+            let node = self
+                .node_object(name)
+                .ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
+            let state =
+                NodeState::of(&node).ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
+            let mut modules = state.modules.clone();
+            let (status, result) = change(&node, &mut modules)?;
+            let rv = node
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let mut patch = json!({"metadata": {"resourceVersion": rv}});
+            if modules != state.modules {
+                let text = serde_json::to_string(&modules)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                patch["metadata"]["annotations"] = json!({MODULES_ANNOTATION: text});
+            }
+            let metadata_changed = patch["metadata"].get("annotations").is_some();
+            let write = match status {
+                Some(status) => {
+                    // Status goes through the status subresource; metadata through the main one.
+                    if metadata_changed {
+                        self.api.patch(
+                            &nodes,
+                            "",
+                            name,
+                            None,
+                            PatchType::Merge,
+                            patch.clone(),
+                            &options,
+                        )?;
+                        patch["metadata"]
+                            .as_object_mut()
+                            .map(|m| m.remove("resourceVersion"));
+                    }
+                    patch["status"] = status;
+                    self.api.patch(
+                        &nodes,
+                        "",
+                        name,
+                        Some("status"),
+                        PatchType::Merge,
+                        patch,
+                        &options,
+                    )
+                }
+                None if metadata_changed => {
+                    self.api
+                        .patch(&nodes, "", name, None, PatchType::Merge, patch, &options)
+                }
+                None => return Ok((result, modules)),
+            };
+            match write {
+                Ok(_) => return Ok((result, modules)),
+                Err(err) if err.code == 409 => continue,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(ApiError::internal(format!(
+            "node {name} kept changing; gave up after {NODE_WRITE_ATTEMPTS} attempts"
+        ))
+        .into())
+    }
+
+    fn record(&self, node: &str, action: &str, modules: &ModuleTable) {
+        self.history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ModuleEvent {
+                at: self.api.clock.now(),
+                node: node.to_string(),
+                action: action.to_string(),
+                modules: modules.clone(),
+            });
+    }
+
+    /// Reboots a node: a new boot ID, every module unloaded, Ready False for the reboot's
+    /// duration and then True again. Returns when the node is Ready.
+    pub async fn reboot(&self, name: &str) -> Result<(), SimError> {
+        self.go_down(name, None)?;
+        tokio::time::sleep(self.config.timing.reboot()).await;
+        self.set_ready(name, true)
+    }
+
+    /// Installs another kernel and reboots into it.
+    pub async fn upgrade_kernel(&self, name: &str, kernel: &str) -> Result<(), SimError> {
+        self.go_down(name, Some(kernel))?;
+        tokio::time::sleep(self.config.timing.reboot()).await;
+        self.set_ready(name, true)
+    }
+
+    fn go_down(&self, name: &str, kernel: Option<&str>) -> Result<(), SimError> {
+        let now = self.api.clock.now();
+        self.update_node(name, |node, modules| {
+            let state =
+                NodeState::of(node).ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
+            *modules = ModuleTable::default();
+            let kernel = kernel.unwrap_or(&state.kernel);
+            let status = json!({
+                "conditions": nodes::conditions(false, "node is rebooting", now, now),
+                "nodeInfo": nodes::node_info(kernel, &nodes::new_boot_id(), name),
+            });
+            Ok((Some(status), ()))
+        })?;
+        self.record(name, "reboot", &ModuleTable::default());
+        Ok(())
+    }
+
+    /// Makes a node Ready or NotReady (the kubelet stopped or resumed posting status).
+    pub fn set_ready(&self, name: &str, ready: bool) -> Result<(), SimError> {
+        let now = self.api.clock.now();
+        self.update_node(name, |node, _| {
+            if nodes::is_ready(node) == ready {
+                return Ok((None, ()));
+            }
+            let why = if ready {
+                ""
+            } else {
+                "kubelet stopped posting node status"
+            };
+            Ok((
+                Some(json!({"conditions": nodes::conditions(ready, why, now, now)})),
+                (),
+            ))
+        })
+        .map(|_| ())
+    }
+
+    /// Removes a node from the cluster; its pods are deleted with it.
+    pub fn remove(&self, name: &str) -> Result<(), SimError> {
+        let nodes = self.resource("nodes")?;
+        self.api
+            .delete(&nodes, "", name, &DeleteOptions::default())?;
+        self.node_order
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|n| n != name);
+        Ok(())
+    }
+
+    /// Runs a kmod worker pod's real worker code against the node's module table.
+    /// Err is the one-line reason the worker would exit non-zero with.
+    pub(crate) async fn run_worker(&self, node: &str, pod: &Value) -> Result<(), String> {
+        let annotation = |key: &str| {
+            pod.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
+                .and_then(Value::as_str)
+        };
+        let label = |key: &str| {
+            pod.pointer(&format!("/metadata/labels/{}", key.replace('/', "~1")))
+                .and_then(Value::as_str)
+        };
+        let config_text = annotation(labels::WORKER_CONFIG_ANNOTATION)
+            .ok_or("the worker pod has no worker-config annotation")?;
+        let config = crate::worker::config::parse(config_text, labels::WORKER_CONFIG_PATH)
+            .map_err(|e| e.to_string())?;
+        if self
+            .config
+            .broken_images
+            .iter()
+            .any(|b| *b == config.container_image)
+        {
+            return Err(format!(
+                "pulling image {}: manifest unknown",
+                config.container_image
+            ));
+        }
+        let version = annotation(labels::WORKER_MODULE_VERSION_ANNOTATION).map(str::to_string);
+        let action = label(labels::WORKER_ACTION_LABEL).unwrap_or("");
+        let load = match action {
+            "Load" => true,
+            "Unload" => false,
+            other => return Err(format!("unknown worker action {other:?}")),
+        };
+        let outcome = self.update_node(node, |_, modules| {
+            let mut kernel =
+                crate::worker::simulated::SimulatedKernel::new(modules, version.clone());
+            let result = if load {
+                crate::worker::run::load(
+                    &config,
+                    &mut kernel,
+                    &crate::worker::run::Paths::default(),
+                )
+            } else {
+                crate::worker::run::unload(
+                    &config,
+                    &mut kernel,
+                    &crate::worker::run::Paths::default(),
+                )
+            };
+            Ok((None, result.map_err(|e| e.to_string())))
+        });
+        match outcome {
+            Ok((result, modules)) => {
+                if result.is_ok() {
+                    self.record(node, if load { "load" } else { "unload" }, &modules);
+                }
+                result
+            }
+            Err(err) => Err(err.to_string()),
+        }
+    }
+}
+
+impl Simulation {
+    /// Every simulated node's module table, by node.
+    pub fn module_tables(&self) -> BTreeMap<String, ModuleTable> {
+        self.node_names()
+            .into_iter()
+            .filter_map(|n| self.node(&n).ok().map(|s| (n, s.modules)))
+            .collect()
+    }
+}

@@ -1,0 +1,216 @@
+//! Simulated nodes. A node's physical state lives in its Node object: kernel and boot ID
+//! in `status.nodeInfo`, readiness in the Ready condition, and the loaded kernel modules
+//! in the `sim.capstan.dev/kernel-modules` annotation. So it persists with the store,
+//! survives a restart of the cluster, and `kubectl get node -o yaml` shows it.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use super::config::NodeConfig;
+use crate::clock::rfc3339;
+use crate::worker::simulated::ModuleTable;
+
+/// The annotation holding a node's loaded kernel modules (JSON).
+pub const MODULES_ANNOTATION: &str = "sim.capstan.dev/kernel-modules";
+/// The label marking nodes the simulated kubelet runs pods on.
+pub const SIMULATED_LABEL: &str = "sim.capstan.dev/simulated";
+/// The field manager of the simulated kubelet's writes.
+pub const KUBELET: &str = "kubelet";
+/// The version every simulated kubelet reports.
+pub const KUBELET_VERSION: &str = "v1.33.0";
+
+/// What the simulation knows about a node, read from its Node object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeState {
+    pub name: String,
+    pub kernel: String,
+    pub boot_id: String,
+    pub ready: bool,
+    pub modules: ModuleTable,
+}
+
+impl NodeState {
+    /// Reads the simulated state of a Node object; None for nodes the simulation does
+    /// not run.
+    pub fn of(node: &Value) -> Option<NodeState> {
+        let meta = node.get("metadata")?;
+        if meta
+            .pointer(&format!("/labels/{}", SIMULATED_LABEL.replace('/', "~1")))
+            .is_none()
+        {
+            return None;
+        }
+        let info = node.pointer("/status/nodeInfo");
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
+        let modules = meta
+            .pointer(&format!(
+                "/annotations/{}",
+                MODULES_ANNOTATION.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
+        Some(NodeState {
+            name: text(meta.get("name")),
+            kernel: text(info.and_then(|i| i.get("kernelVersion"))),
+            boot_id: text(info.and_then(|i| i.get("bootID"))),
+            ready: is_ready(node),
+            modules,
+        })
+    }
+}
+
+/// Whether a Node's Ready condition is True.
+pub fn is_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// A fresh boot ID.
+pub fn new_boot_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// The Node object a simulated node registers with, as a kubelet would.
+pub fn registration(config: &NodeConfig, index: usize, now: Timestamp) -> Value {
+    let role = if config.role == "control-plane" {
+        "master"
+    } else {
+        config.role.as_str()
+    };
+    let mut labels: BTreeMap<String, String> = [
+        ("kubernetes.io/hostname", config.name.as_str()),
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", "amd64"),
+        ("beta.kubernetes.io/os", "linux"),
+        ("beta.kubernetes.io/arch", "amd64"),
+        (SIMULATED_LABEL, "true"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    labels.insert(format!("node-role.kubernetes.io/{role}"), String::new());
+    if role == "master" {
+        labels.insert(
+            "node-role.kubernetes.io/control-plane".into(),
+            String::new(),
+        );
+    }
+    labels.extend(config.labels.clone());
+    let modules = serde_json::to_string(&config.modules).unwrap_or_else(|_| "{}".into());
+    let mut node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": config.name, "labels": labels, "annotations": {MODULES_ANNOTATION: modules}},
+        "spec": {"podCIDR": pod_cidr(index), "podCIDRs": [pod_cidr(index)]},
+        "status": status(config, index, &new_boot_id(), !config.not_ready, now),
+    });
+    if !config.taints.is_empty() {
+        node["spec"]["taints"] = json!(config.taints);
+    }
+    node
+}
+
+fn pod_cidr(index: usize) -> String {
+    format!("10.{}.{}.0/24", 64 + index / 256, index % 256)
+}
+
+/// The address pods on node `index` get their IPs from.
+pub fn pod_ip(index: usize, n: u32) -> String {
+    format!("10.{}.{}.{}", 64 + index / 256, index % 256, 2 + n % 250)
+}
+
+fn status(config: &NodeConfig, index: usize, boot_id: &str, ready: bool, now: Timestamp) -> Value {
+    json!({
+        "conditions": conditions(ready, "", now, now),
+        "nodeInfo": node_info(&config.kernel, boot_id, &config.name),
+        "addresses": [
+            {"type": "InternalIP", "address": format!("10.0.{}.{}", index / 250, 10 + index % 250)},
+            {"type": "Hostname", "address": config.name},
+        ],
+        "capacity": config.allocatable,
+        "allocatable": config.allocatable,
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+    })
+}
+
+/// `status.nodeInfo` for a kernel and boot.
+pub fn node_info(kernel: &str, boot_id: &str, name: &str) -> Value {
+    json!({
+        "machineID": format!("{:032x}", fxhash(name)),
+        "systemUUID": format!("{:032x}", fxhash(name) ^ 0x5eed),
+        "bootID": boot_id,
+        "kernelVersion": kernel,
+        "osImage": "Fedora CoreOS 37",
+        "containerRuntimeVersion": "cri-o://1.33.0",
+        "kubeletVersion": KUBELET_VERSION,
+        "kubeProxyVersion": "",
+        "operatingSystem": "linux",
+        "architecture": "amd64",
+    })
+}
+
+fn fxhash(s: &str) -> u128 {
+    s.bytes().fold(0xcbf29ce484222325u128, |h, b| {
+        (h ^ u128::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// The node conditions a kubelet reports; `why` explains a NotReady.
+pub fn conditions(ready: bool, why: &str, transition: Timestamp, now: Timestamp) -> Value {
+    let pressure = |kind: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": "False", "reason": reason, "message": message,
+               "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(transition)})
+    };
+    let (status, reason, message) = if ready {
+        (
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status".to_string(),
+        )
+    } else {
+        (
+            "False",
+            "KubeletNotReady",
+            if why.is_empty() {
+                "node is not ready".to_string()
+            } else {
+                why.to_string()
+            },
+        )
+    };
+    json!([
+        pressure("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        pressure("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        pressure("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        {"type": "Ready", "status": status, "reason": reason, "message": message,
+         "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(transition)},
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::sim::config::ClusterConfig;
+
+    #[test]
+    fn a_registered_node_reads_back_as_its_state() {
+        let config = &ClusterConfig::default_cluster().nodes[1];
+        let now: Timestamp = "2026-11-20T00:00:00Z".parse().expect("time");
+        let node = registration(config, 1, now);
+        let state = NodeState::of(&node).expect("simulated");
+        assert_eq!(state.name, "worker-1");
+        assert_eq!(state.kernel, crate::cluster::sim::config::DEFAULT_KERNEL);
+        assert!(state.ready && !state.boot_id.is_empty());
+        assert_eq!(
+            node["metadata"]["labels"]["node-role.kubernetes.io/worker"],
+            ""
+        );
+        let unmanaged = json!({"metadata": {"name": "x"}});
+        assert!(NodeState::of(&unmanaged).is_none());
+    }
+}
