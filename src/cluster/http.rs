@@ -825,7 +825,7 @@ async fn simulated_node(
         }
         (&Method::POST, Some("ready")) => simulation.set_ready(name, true),
         (&Method::POST, Some("not-ready")) => simulation.set_ready(name, false),
-        (&Method::DELETE, None) => simulation.remove(name).map(|()| ()),
+        (&Method::DELETE, None) => simulation.remove(name),
         _ => {
             return Err(ApiError::method_not_allowed(format!(
                 "{method} is not a simulated node operation"

@@ -353,12 +353,7 @@ impl Simulation {
             .ok_or("the worker pod has no worker-config annotation")?;
         let config = crate::worker::config::parse(config_text, labels::WORKER_CONFIG_PATH)
             .map_err(|e| e.to_string())?;
-        if self
-            .config
-            .broken_images
-            .iter()
-            .any(|b| *b == config.container_image)
-        {
+        if self.config.broken_images.contains(&config.container_image) {
             return Err(format!(
                 "pulling image {}: manifest unknown",
                 config.container_image

@@ -36,12 +36,7 @@ impl NodeState {
     /// not run.
     pub fn of(node: &Value) -> Option<NodeState> {
         let meta = node.get("metadata")?;
-        if meta
-            .pointer(&format!("/labels/{}", SIMULATED_LABEL.replace('/', "~1")))
-            .is_none()
-        {
-            return None;
-        }
+        meta.pointer(&format!("/labels/{}", SIMULATED_LABEL.replace('/', "~1")))?;
         let info = node.pointer("/status/nodeInfo");
         let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
         let modules = meta
