@@ -354,17 +354,7 @@ impl Api {
         let manager = manager_of(options);
         self.prune_unknown(resource, name, &mut object, options.strict_fields)?;
         self.write_existing(resource, namespace, name, options.dry_run, |current| {
-            check_precondition(resource, name, current, &object)?;
-            let next = self.normalize_update(resource, current, object, subresource)?;
-            let now = rfc3339(self.now());
-            Ok(apply::track_update(
-                Some(current),
-                &next,
-                &manager,
-                resource.schema.as_ref(),
-                &now,
-                subresource,
-            ))
+            self.updated(resource, name, current, object, subresource, &manager)
         })
     }
 
@@ -450,17 +440,7 @@ impl Api {
             };
             let mut patched = self.intake(resource, patched);
             self.prune_unknown(resource, name, &mut patched, options.strict_fields)?;
-            check_precondition(resource, name, current, &patched)?;
-            let next = self.normalize_update(resource, current, patched, subresource)?;
-            let now = rfc3339(self.now());
-            Ok(apply::track_update(
-                Some(current),
-                &next,
-                &manager,
-                resource.schema.as_ref(),
-                &now,
-                subresource,
-            ))
+            self.updated(resource, name, current, patched, subresource, &manager)
         })
     }
 
@@ -558,6 +538,30 @@ impl Api {
             }
             (None, None) => Err(ApiError::not_found(resource, name)),
         }
+    }
+
+    /// The next state of `current` after a non-apply write of `next` by `manager`: the
+    /// precondition checked, server-owned parts kept, managed fields recorded.
+    fn updated(
+        &self,
+        resource: &Resource,
+        name: &str,
+        current: &Value,
+        next: Value,
+        subresource: Option<&str>,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
+        check_precondition(resource, name, current, &next)?;
+        let next = self.normalize_update(resource, current, next, subresource)?;
+        let now = rfc3339(self.now());
+        Ok(apply::track_update(
+            Some(current),
+            &next,
+            manager,
+            resource.schema.as_ref(),
+            &now,
+            subresource,
+        ))
     }
 
     /// Turns a client's full object into the next stored state of `current`: the parts
@@ -744,12 +748,7 @@ impl Api {
     fn purge(&self, storage: &str) {
         let page = self.store.list(storage, None, None, None, &|_| true);
         for object in page.items {
-            let meta = &object.projection["metadata"];
-            let key = ObjectKey::new(
-                storage,
-                meta["namespace"].as_str().unwrap_or(""),
-                meta["name"].as_str().unwrap_or(""),
-            );
+            let key = object.key(storage);
             if let Err(err) = self.store.transact::<ApiError>(&key, |_| Ok(Write::Delete)) {
                 tracing::warn!(%err, storage, "removing a custom resource of a deleted CRD");
             }

@@ -71,18 +71,9 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
     match covering.as_slice() {
         [] => Ok(()),
         [(pdb, selector)] => {
-            let selected: Vec<Value> = api
-                .list_values(&pods, Some(namespace), &ListOptions::default())?
-                .into_iter()
-                .filter(|p| {
-                    let labels = p
-                        .pointer("/metadata/labels")
-                        .and_then(Value::as_object)
-                        .cloned()
-                        .unwrap_or_default();
-                    selector.matches(&labels)
-                })
-                .collect();
+            let namespace_pods =
+                api.list_values(&pods, Some(namespace), &ListOptions::default())?;
+            let selected = covered_pods(selector, &namespace_pods);
             // An unhealthy pod may always go when the policy says so, or when the budget is met anyway.
             let policy = pdb
                 .pointer("/spec/unhealthyPodEvictionPolicy")
@@ -112,6 +103,25 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
             "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
         )),
     }
+}
+
+/// The pods a budget's selector covers; finished pods count for nothing.
+pub fn covered_pods(selector: &LabelSelector, pods: &[Value]) -> Vec<Value> {
+    pods.iter()
+        .filter(|p| {
+            let labels = p
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let finished = matches!(
+                p.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed")
+            );
+            selector.matches(&labels) && !finished
+        })
+        .cloned()
+        .collect()
 }
 
 /// A pod counts as healthy when Ready and not on its way out.

@@ -12,7 +12,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::api::{Api, DeleteOptions, PatchType, Propagation, WriteOptions};
 use super::errors::ApiError;
 use super::resources::Resource;
-use super::store::{Change, EventType, ObjectKey, StoredObject};
+use super::store::{Change, EventType, ObjectKey};
 
 const MANAGER: &str = "garbage-collector";
 
@@ -76,7 +76,7 @@ impl Collector {
                 .list(&storage, None, None, None, &|_| true)
                 .items
             {
-                all.push((key_of(&storage, &object), object));
+                all.push((object.key(&storage), object));
             }
         }
         for (key, object) in &all {
@@ -218,7 +218,7 @@ impl Collector {
             for object in page.items {
                 empty = false;
                 if !deleting(&object.projection) {
-                    self.delete(&key_of(&resource.storage, &object), Propagation::Background);
+                    self.delete(&object.key(&resource.storage), Propagation::Background);
                 }
             }
         }
@@ -333,15 +333,6 @@ fn blocks_owner(projection: &Value, owner_uid: &str) -> bool {
         .into_iter()
         .flatten()
         .any(|r| r["uid"] == owner_uid && r["blockOwnerDeletion"] == true)
-}
-
-fn key_of(storage: &str, object: &StoredObject) -> ObjectKey {
-    let meta = &object.projection["metadata"];
-    ObjectKey::new(
-        storage,
-        meta["namespace"].as_str().unwrap_or(""),
-        meta["name"].as_str().unwrap_or(""),
-    )
 }
 
 /// Conflicts and not-found are expected races: the next change event retries.

@@ -2,6 +2,7 @@
 //! `kubectl` use like a real one, for capstan's default run and its tests.
 
 pub mod api;
+pub mod canonical;
 pub mod defaults;
 pub mod errors;
 pub mod events_v1;

@@ -58,6 +58,16 @@ impl StoredObject {
         serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
     }
 
+    /// Where this object of bucket `storage` lives.
+    pub fn key(&self, storage: &str) -> ObjectKey {
+        let (namespace, name) = object_position(self);
+        ObjectKey {
+            storage: storage.to_string(),
+            namespace,
+            name,
+        }
+    }
+
     /// `metadata.uid`.
     pub fn uid(&self) -> &str {
         self.projection

@@ -1252,7 +1252,7 @@ fn custom_cell(kind: &str, value: &Value, now: Timestamp) -> Value {
         (_, Value::Null) => Value::Null,
         ("string", Value::String(_)) => value.clone(),
         ("string", Value::Bool(_) | Value::Number(_)) => json!(value.to_string()),
-        ("string", _) => json!(sorted_keys(value).to_string()),
+        ("string", _) => json!(crate::cluster::canonical::sorted_keys(value).to_string()),
         ("integer", Value::Number(number)) => number
             .as_i64()
             .map(Value::from)
@@ -1274,23 +1274,6 @@ fn custom_cell(kind: &str, value: &Value, now: Timestamp) -> Value {
             Err(_) => json!("<invalid>"),
         },
         _ => Value::Null,
-    }
-}
-
-/// A copy with object keys sorted, as Go's encoding/json writes maps.
-fn sorted_keys(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), sorted_keys(&map[k])))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(sorted_keys).collect()),
-        _ => value.clone(),
     }
 }
 

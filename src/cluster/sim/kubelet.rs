@@ -135,12 +135,7 @@ impl Kubelet {
             .list("pods", None, None, None, &|_| true)
             .items
         {
-            let meta = &pod.projection["metadata"];
-            let key = ObjectKey::new(
-                "pods",
-                meta["namespace"].as_str().unwrap_or(""),
-                meta["name"].as_str().unwrap_or(""),
-            );
+            let key = pod.key("pods");
             self.observe_pod(&key, &pod.projection);
         }
     }

@@ -175,22 +175,7 @@ fn update_budgets(api: &Api, namespace: &str) -> Result<(), ApiError> {
         let Ok(Some(selector)) = LabelSelector::from_object(pdb.pointer("/spec/selector")) else {
             continue;
         };
-        let selected: Vec<Value> = all_pods
-            .iter()
-            .filter(|p| {
-                let labels = p
-                    .pointer("/metadata/labels")
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default();
-                selector.matches(&labels)
-                    && !matches!(
-                        p.pointer("/status/phase").and_then(Value::as_str),
-                        Some("Succeeded" | "Failed")
-                    )
-            })
-            .cloned()
-            .collect();
+        let selected = eviction::covered_pods(&selector, &all_pods);
         let budget = eviction::budget(&pdb["spec"], &selected);
         let allowed = budget.disruptions_allowed > 0;
         let mut status = json!({

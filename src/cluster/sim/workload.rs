@@ -651,26 +651,7 @@ pub(in crate::cluster::sim) fn template_of_patch(data: &Value) -> Option<Value> 
     Some(template)
 }
 
-/// JSON with object keys sorted and no whitespace, as Go marshals maps: a stable input
-/// for hashing whatever order the fields came in.
-pub(in crate::cluster::sim) fn canonical_json(value: &Value) -> Vec<u8> {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), sorted(&map[k])))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    serde_json::to_vec(&sorted(value)).unwrap_or_default()
-}
+pub(in crate::cluster::sim) use crate::cluster::canonical::canonical_json;
 
 const FNV_OFFSET: u32 = 0x811c_9dc5;
 const FNV_PRIME: u32 = 0x0100_0193;
@@ -875,19 +856,6 @@ mod tests {
     #[test]
     fn safe_encoding_maps_digits_to_consonants() {
         assert_eq!(safe_encode(1_234_567_890), "56789bcdf4");
-    }
-
-    #[test]
-    fn canonical_json_ignores_key_order() {
-        let a: Value =
-            serde_json::from_str(r#"{"b":1,"a":{"d":[1,{"f":2,"e":3}],"c":null}}"#).expect("json");
-        let b: Value =
-            serde_json::from_str(r#"{"a":{"c":null,"d":[1,{"e":3,"f":2}]},"b":1}"#).expect("json");
-        assert_eq!(canonical_json(&a), canonical_json(&b));
-        assert_eq!(
-            String::from_utf8(canonical_json(&a)).expect("utf8"),
-            r#"{"a":{"c":null,"d":[1,{"e":3,"f":2}]},"b":1}"#
-        );
     }
 
     #[test]
