@@ -8,6 +8,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod cluster;
+pub mod sync;
 pub mod worker;
 
 /// Installs ring as the process's rustls crypto provider. kube and every other TLS

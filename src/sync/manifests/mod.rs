@@ -1,0 +1,1 @@
+//! Manifests: loading and validating the files of a commit.

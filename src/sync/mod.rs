@@ -1,0 +1,5 @@
+//! GitOps sync: follow a Git branch of manifests and make the cluster match it.
+
+pub mod diff;
+pub mod manifests;
+pub mod source;

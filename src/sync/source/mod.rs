@@ -1,0 +1,24 @@
+//! Where desired state comes from: a Git branch, local or remote.
+//!
+//! A [`Source`] follows one branch of one repository. A local repository is read in place and
+//! watched for new commits ([`watch_refs`]); a remote one is cloned bare into the state directory
+//! and fetched on an interval or when a signed webhook arrives ([`verify_github_signature`]).
+//! Either way only committed content counts: [`Source::files_at`] reads a commit's tree, never a
+//! work tree, and every sync knows its commit as a [`CommitInfo`], pull request included.
+
+mod auth;
+mod commit;
+mod error;
+mod git;
+mod watch;
+mod webhook;
+
+#[cfg(test)]
+mod testing;
+
+pub use auth::Auth;
+pub use commit::{CommitInfo, pull_request_of};
+pub use error::SourceError;
+pub use git::{RepoFile, Source};
+pub use watch::{RefWatcher, watch_refs};
+pub use webhook::{WebhookError, verify_github_signature};
