@@ -1,0 +1,786 @@
+//! The rules one commit's documents must follow: the header every object needs, scopes
+//! and namespaces, names, labels and annotations, strict checks of the kinds capstan
+//! understands (Module, UpgradeConfig, LeaderWorkerSet, Node version labels), duplicates,
+//! and version labels that must name a declared Module.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::catalog::{Catalog, Scope, capstan_crds};
+use super::yaml::{FieldPath, Node, NodeValue};
+use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
+use crate::api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
+use crate::api::module::{KernelMapping, ModprobeSpec};
+use crate::api::{LeaderWorkerSet, Module, UpgradeConfig, crds};
+use crate::cluster::validate::label_key;
+use crate::worker::modprobe::canonical_name;
+
+/// A document with a valid header, and the tree it came from (for lines).
+pub struct Parsed {
+    /// The object and where it is.
+    pub manifest: Manifest,
+    /// The YAML it was read from.
+    pub tree: Node,
+}
+
+/// A problem at a field of one document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The field.
+    pub path: FieldPath,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn finding(path: FieldPath, message: impl Into<String>) -> Finding {
+    Finding {
+        path,
+        message: message.into(),
+    }
+}
+
+impl Parsed {
+    /// The error for `message` at `path` of this document, on the line of that field.
+    pub fn error(&self, path: &FieldPath, message: impl Into<String>) -> ManifestError {
+        located(&self.manifest.file, &self.tree, path, message)
+    }
+}
+
+fn located(file: &str, tree: &Node, path: &FieldPath, message: impl Into<String>) -> ManifestError {
+    let field = (*path != FieldPath::root()).then(|| path.to_string());
+    let line = tree.line_of(path).or((tree.line > 0).then_some(tree.line));
+    ManifestError::new(file, line, field, message)
+}
+
+/// Reads the header of a document: it must be a mapping with string `apiVersion`, `kind`
+/// and `metadata.name`. Fails naming the first missing or mistyped of them.
+pub fn header(file: &str, tree: Node) -> Result<Parsed, ManifestError> {
+    let fail = |path: &[&str], message: &str| located(file, &tree, &FieldPath::of(path), message);
+    let NodeValue::Mapping(_) = &tree.value else {
+        return Err(fail(
+            &[],
+            "a manifest must be a mapping with apiVersion, kind and metadata",
+        ));
+    };
+    let object = tree.to_json();
+    let text = |path: &[&str]| -> Result<String, ManifestError> {
+        let pointer = format!("/{}", path.join("/"));
+        match object.pointer(&pointer) {
+            None | Some(Value::Null) => Err(fail(path, "required field is missing")),
+            Some(Value::String(text)) if text.is_empty() => {
+                Err(fail(path, "required field is empty"))
+            }
+            Some(Value::String(text)) => Ok(text.clone()),
+            Some(_) => Err(fail(path, "must be a string")),
+        }
+    };
+    let api_version = text(&["apiVersion"])?;
+    let kind = text(&["kind"])?;
+    match object.get("metadata") {
+        None | Some(Value::Null) => {
+            return Err(fail(&["metadata", "name"], "required field is missing"));
+        }
+        Some(Value::Object(_)) => {}
+        Some(_) => return Err(fail(&["metadata"], "must be a mapping")),
+    }
+    if object.pointer("/metadata/name").is_none()
+        && object.pointer("/metadata/generateName").is_some()
+    {
+        return Err(fail(
+            &["metadata", "name"],
+            "required field is missing (generateName cannot be used: an object from Git needs a \
+             stable name to be updated and pruned)",
+        ));
+    }
+    let name = text(&["metadata", "name"])?;
+    let namespace = match object.pointer("/metadata/namespace") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(namespace)) if namespace.is_empty() => None,
+        Some(Value::String(namespace)) => Some(namespace.clone()),
+        Some(_) => return Err(fail(&["metadata", "namespace"], "must be a string")),
+    };
+    Ok(Parsed {
+        manifest: Manifest {
+            file: file.to_string(),
+            line: tree.line,
+            api_version,
+            kind,
+            namespace,
+            name,
+            object,
+        },
+        tree,
+    })
+}
+
+/// Checks one document against the catalog and the per-kind rules, filling in
+/// `default_namespace` for a namespaced kind without a namespace.
+pub fn check(
+    parsed: &mut Parsed,
+    catalog: &dyn Catalog,
+    default_namespace: &str,
+) -> Vec<ManifestError> {
+    let mut found = Vec::new();
+    let manifest = &mut parsed.manifest;
+    match catalog.scope(&manifest.api_version, &manifest.kind) {
+        None => found.push(finding(
+            FieldPath::of(&["kind"]),
+            format!(
+                "kind {} in apiVersion {} is not served by the cluster",
+                manifest.kind, manifest.api_version
+            ),
+        )),
+        Some(Scope::Namespaced) if manifest.namespace.is_none() => {
+            manifest.namespace = Some(default_namespace.to_string());
+            if let Some(metadata) = manifest
+                .object
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+            {
+                metadata.insert(
+                    "namespace".to_string(),
+                    Value::String(default_namespace.to_string()),
+                );
+            }
+        }
+        Some(Scope::Cluster) if manifest.namespace.is_some() => found.push(finding(
+            FieldPath::of(&["metadata", "namespace"]),
+            format!(
+                "{} is cluster-scoped: remove metadata.namespace",
+                manifest.kind
+            ),
+        )),
+        Some(_) => {}
+    }
+    found.extend(metadata(&manifest.object));
+    found.extend(kind_rules(manifest, &parsed.tree));
+    found
+        .into_iter()
+        .map(|f| parsed.error(&f.path, f.message))
+        .collect()
+}
+
+/// The rules of the kinds capstan understands; other kinds are taken as they are.
+fn kind_rules(manifest: &Manifest, tree: &Node) -> Vec<Finding> {
+    let is = |api_version: &str, kind: &str| {
+        manifest.api_version == api_version && manifest.kind == kind
+    };
+    if is_node(manifest) {
+        node(&manifest.object)
+    } else if is(&Module::api_version(&()), &Module::kind(&())) {
+        match typed::<Module>(manifest, tree) {
+            Ok(module) => self::module(&module),
+            Err(found) => found,
+        }
+    } else if is(&UpgradeConfig::api_version(&()), &UpgradeConfig::kind(&())) {
+        typed::<UpgradeConfig>(manifest, tree)
+            .err()
+            .unwrap_or_default()
+    } else if is(
+        &LeaderWorkerSet::api_version(&()),
+        &LeaderWorkerSet::kind(&()),
+    ) {
+        typed::<LeaderWorkerSet>(manifest, tree)
+            .err()
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Decodes a manifest of one of capstan's kinds after checking it strictly against the
+/// kind's CRD: unknown fields (with a "did you mean"), then types and required fields.
+fn typed<K>(manifest: &Manifest, tree: &Node) -> Result<K, Vec<Finding>>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let crd = capstan_crds()
+        .iter()
+        .find(|crd| crd.spec.group == K::group(&()) && crd.spec.names.kind == K::kind(&()));
+    let schema = crd.and_then(|crd| schema::version_schema(crd, &manifest.api_version));
+    let (Some(crd), Some(schema)) = (crd, schema) else {
+        return decode(manifest);
+    };
+    let found = strict_fields(crd, schema, manifest, tree);
+    if found.is_empty() {
+        decode(manifest)
+    } else {
+        Err(found)
+    }
+}
+
+fn strict_fields(
+    crd: &CustomResourceDefinition,
+    root: &JSONSchemaProps,
+    manifest: &Manifest,
+    tree: &Node,
+) -> Vec<Finding> {
+    let mut found: Vec<Finding> = crds::unknown_fields(crd, &manifest.object)
+        .into_iter()
+        .map(|dotted| {
+            let path = tree.resolve(&dotted);
+            let hint = path.split_last_field().and_then(|(parent, name)| {
+                closest_name(name, schema::declared_fields(root, &parent))
+            });
+            match hint {
+                Some(meant) => finding(path, format!("unknown field; did you mean {meant}?")),
+                None => finding(path, "unknown field"),
+            }
+        })
+        .collect();
+    found.extend(
+        schema::violations(root, &manifest.object)
+            .into_iter()
+            .map(|violation| finding(violation.path, violation.message)),
+    );
+    found
+}
+
+fn decode<K: DeserializeOwned>(manifest: &Manifest) -> Result<K, Vec<Finding>> {
+    serde_json::from_value(manifest.object.clone()).map_err(|err| {
+        vec![finding(
+            FieldPath::root(),
+            format!("does not decode as a {}: {err}", manifest.kind),
+        )]
+    })
+}
+
+/// Names, namespaces, labels and annotations, as the API server checks them.
+fn metadata(object: &Value) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if let Err(reason) = object_name(name) {
+        found.push(finding(FieldPath::of(&["metadata", "name"]), reason));
+    }
+    if let Some(namespace) = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        && !namespace.is_empty()
+        && let Err(reason) = dns_label(namespace)
+    {
+        found.push(finding(
+            FieldPath::of(&["metadata", "namespace"]),
+            format!("{namespace:?} is not a valid namespace: {reason}"),
+        ));
+    }
+    for (field, values_are_labels) in [("labels", true), ("annotations", false)] {
+        let path = FieldPath::of(&["metadata", field]);
+        let entries = match object.pointer(&format!("/metadata/{field}")) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Object(entries)) => entries,
+            Some(_) => {
+                found.push(finding(path, "must be a mapping of strings to strings"));
+                continue;
+            }
+        };
+        found.extend(key_values(&path, entries, values_are_labels));
+    }
+    found
+}
+
+fn key_values(
+    path: &FieldPath,
+    entries: &Map<String, Value>,
+    values_are_labels: bool,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
+    for (key, value) in entries {
+        let at = path.field(key);
+        if let Err(reason) = label_key(key) {
+            found.push(finding(at.clone(), format!("invalid key: {reason}")));
+        }
+        match value {
+            Value::String(text) if values_are_labels => {
+                if let Err(err) = validate_label_value(text) {
+                    found.push(finding(at, err.to_string()));
+                }
+            }
+            Value::String(_) => {}
+            Value::Null => found.push(finding(
+                at,
+                "must be a string; write \"\" for an empty value",
+            )),
+            // YAML reads `1` or `true` as a number or boolean; Kubernetes wants text.
+            other => found.push(finding(
+                at,
+                format!("must be a string; quote it: \"{other}\""),
+            )),
+        }
+    }
+    found
+}
+
+/// A name Kubernetes accepts in a URL path segment (the rule every kind shares).
+fn object_name(name: &str) -> Result<(), String> {
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} cannot be a name"));
+    }
+    if let Some(bad) = name.chars().find(|c| matches!(c, '/' | '%')) {
+        return Err(format!("{name:?} may not contain {bad:?}"));
+    }
+    if name.len() > 253 {
+        return Err(format!(
+            "has {} characters, over the limit of 253",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
+/// RFC 1123 label, the shape of namespace names.
+pub fn dns_label(name: &str) -> Result<(), String> {
+    if name.len() > 63 {
+        return Err(format!(
+            "it has {} characters, over the limit of 63",
+            name.len()
+        ));
+    }
+    let allowed = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !allowed || name.starts_with('-') || name.ends_with('-') {
+        return Err(
+            "use lowercase letters, digits and '-', starting and ending with a letter or digit"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// A Node manifest only declares labels and annotations: capstan applies what the file
+/// sets and nothing else of the Node is Git's to own.
+fn node(object: &Value) -> Vec<Finding> {
+    const ONLY: &str = "a Node manifest may only set labels and annotations";
+    let mut found = Vec::new();
+    for key in object.as_object().into_iter().flat_map(Map::keys) {
+        if !matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+            found.push(finding(FieldPath::of(&[key]), ONLY));
+        }
+    }
+    let metadata = object.get("metadata").and_then(Value::as_object);
+    for key in metadata.into_iter().flat_map(Map::keys) {
+        // A namespace is reported by the scope check.
+        if !matches!(
+            key.as_str(),
+            "name" | "labels" | "annotations" | "namespace"
+        ) {
+            found.push(finding(FieldPath::of(&["metadata", key]), ONLY));
+        }
+    }
+    found
+}
+
+/// KMM's rules for a Module (upstream's webhook): names short enough for the per-module
+/// labels, a version that can be a label value, a valid modprobe setup and kernel
+/// mappings that say what they match.
+fn module(module: &Module) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let namespace = module.metadata.namespace.as_deref().unwrap_or_default();
+    let name = module.metadata.name.as_deref().unwrap_or_default();
+    if let Err(err) = ModuleKey::new(namespace, name) {
+        found.push(finding(
+            FieldPath::of(&["metadata", "name"]),
+            err.to_string(),
+        ));
+    }
+    let Some(loader) = &module.spec.module_loader else {
+        return found;
+    };
+    let container = FieldPath::of(&["spec", "moduleLoader", "container"]);
+    let version = &loader.container.version;
+    if let Err(err) = validate_label_value(version) {
+        found.push(finding(
+            container.field("version"),
+            format!("must be usable as a label value: {err}"),
+        ));
+    }
+    let modprobe = container.field("modprobe");
+    found.extend(
+        modprobe_problems(&loader.container.modprobe)
+            .into_iter()
+            .map(|(field, message)| finding(modprobe.field(field), message)),
+    );
+    let mappings = container.field("kernelMappings");
+    for (index, mapping) in loader.container.kernel_mappings.iter().enumerate() {
+        if let Some((field, message)) = kernel_mapping_problem(mapping) {
+            found.push(finding(mappings.index(index).field(field), message));
+        }
+    }
+    found
+}
+
+/// What is wrong with a modprobe setup, as (field, message): either `moduleName` without
+/// `rawArgs`, or `rawArgs.load` and `rawArgs.unload` both; a loading order starts with
+/// `moduleName`, has at least two modules and no repeats.
+fn modprobe_problems(modprobe: &ModprobeSpec) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    let named = !modprobe.module_name.is_empty();
+    let raw = modprobe.raw_args.as_ref();
+    let raw_load = raw.is_some_and(|raw| !raw.load.is_empty());
+    let raw_unload = raw.is_some_and(|raw| !raw.unload.is_empty());
+    match (named, raw.is_some()) {
+        (true, true) => problems.push((
+            "rawArgs",
+            "must not be set with moduleName: rawArgs replace moduleName, args and parameters"
+                .to_string(),
+        )),
+        (false, false) => problems.push((
+            "moduleName",
+            "must be set, or else rawArgs.load and rawArgs.unload".to_string(),
+        )),
+        (false, true) if !raw_load => problems.push((
+            "rawArgs.load",
+            "must be set when moduleName is not: rawArgs need both load and unload".to_string(),
+        )),
+        (false, true) if !raw_unload => problems.push((
+            "rawArgs.unload",
+            "must be set when moduleName is not: rawArgs need both load and unload".to_string(),
+        )),
+        _ => {}
+    }
+    let order = &modprobe.modules_loading_order;
+    if order.is_empty() {
+        return problems;
+    }
+    if !named {
+        problems.push((
+            "modulesLoadingOrder",
+            "needs moduleName, which must be its first entry".to_string(),
+        ));
+    } else if order.len() < 2 {
+        problems.push((
+            "modulesLoadingOrder",
+            "needs at least two modules, moduleName first".to_string(),
+        ));
+    } else if canonical_name(&order[0]) != canonical_name(&modprobe.module_name) {
+        problems.push((
+            "modulesLoadingOrder",
+            format!(
+                "starts with {:?}; the first entry must be moduleName {:?}",
+                order[0], modprobe.module_name
+            ),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for module in order {
+        if !seen.insert(canonical_name(module)) {
+            problems.push((
+                "modulesLoadingOrder",
+                format!("lists {module:?} more than once"),
+            ));
+        }
+    }
+    problems
+}
+
+/// A kernel mapping matches by `literal` or by `regexp`, exactly one of them. (The regexp
+/// itself is compiled where kernels are matched.)
+fn kernel_mapping_problem(mapping: &KernelMapping) -> Option<(&'static str, String)> {
+    match (mapping.literal.is_empty(), mapping.regexp.is_empty()) {
+        (true, true) => Some((
+            "literal",
+            "set literal or regexp: a kernel mapping must say which kernels it matches".to_string(),
+        )),
+        (false, false) => Some((
+            "regexp",
+            "literal and regexp cannot both be set in one kernel mapping".to_string(),
+        )),
+        _ => None,
+    }
+}
+
+/// Documents that declare the same object as an earlier one, reported at the later one.
+pub fn duplicates(documents: &[Parsed]) -> Vec<ManifestError> {
+    let mut first: HashMap<ObjectId, &Manifest> = HashMap::with_capacity(documents.len());
+    let mut errors = Vec::new();
+    for parsed in documents {
+        match first.entry(parsed.manifest.id()) {
+            Entry::Occupied(earlier) => errors.push(parsed.error(
+                &FieldPath::of(&["metadata", "name"]),
+                format!(
+                    "{} is declared twice: also at {}:{}; an object may be declared once",
+                    earlier.key(),
+                    earlier.get().file,
+                    earlier.get().line
+                ),
+            )),
+            Entry::Vacant(slot) => {
+                slot.insert(&parsed.manifest);
+            }
+        }
+    }
+    errors
+}
+
+/// A node's version labels must each name a Module this commit declares, with a version
+/// set; labels KMM's controllers own cannot be set from Git at all.
+pub fn version_labels(documents: &[Parsed]) -> Vec<ManifestError> {
+    let modules = modules_in(documents.iter().map(|parsed| &parsed.manifest));
+    let mut errors = Vec::new();
+    for parsed in documents.iter().filter(|p| is_node(&p.manifest)) {
+        let labels = parsed
+            .manifest
+            .object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object);
+        for (key, value) in labels.into_iter().flatten() {
+            let Some(label) = classify(key, &modules) else {
+                continue;
+            };
+            let path = FieldPath::of(&["metadata", "labels"]).field(key);
+            let value = value.as_str().unwrap_or_default();
+            match label {
+                KmmLabel::Unreadable => errors.push(parsed.error(
+                    &path,
+                    format!(
+                        "not a valid version label: expected \
+                         {KMM_PREFIX}/version-module.<module namespace>.<module name>"
+                    ),
+                )),
+                KmmLabel::ControllerOwned(label, module) => errors.push(parsed.error(
+                    &path,
+                    format!(
+                        "is set by capstan's controllers ({label:?} of Module {module}); Git may \
+                         only set {}",
+                        module.version_module_label()
+                    ),
+                )),
+                KmmLabel::Version(module) => match modules.get(&module) {
+                    None => errors.push(parsed.error(
+                        &path,
+                        format!(
+                            "version label {value:?} names Module {module}, which no manifest \
+                             of this commit declares; declare it or remove the label"
+                        ),
+                    )),
+                    Some(declared) if declared.version.is_empty() => errors.push(parsed.error(
+                        &path,
+                        format!(
+                            "version label {value:?} names Module {module} ({}:{}), which sets \
+                             no spec.moduleLoader.container.version; ordered upgrades need one",
+                            declared.file, declared.line
+                        ),
+                    )),
+                    Some(_) => {}
+                },
+            }
+        }
+    }
+    errors
+}
+
+/// A Module a commit declares.
+pub struct DeclaredModule<'a> {
+    /// File of the Module.
+    pub file: &'a str,
+    /// Line of the Module.
+    pub line: usize,
+    /// `spec.moduleLoader.container.version`, empty when unset.
+    pub version: &'a str,
+}
+
+/// The Modules among `manifests`, by key. Modules whose key is invalid are left out (they
+/// are reported by the Module rules).
+pub fn modules_in<'a>(
+    manifests: impl Iterator<Item = &'a Manifest>,
+) -> BTreeMap<ModuleKey, DeclaredModule<'a>> {
+    manifests
+        .filter(|m| m.api_version == Module::api_version(&()) && m.kind == Module::kind(&()))
+        .filter_map(|m| {
+            let key = ModuleKey::new(m.namespace.as_deref()?, m.name.as_str()).ok()?;
+            let version = m
+                .object
+                .pointer("/spec/moduleLoader/container/version")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            Some((
+                key,
+                DeclaredModule {
+                    file: &m.file,
+                    line: m.line,
+                    version,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Whether a manifest is a Node (a version-label declaration).
+pub fn is_node(manifest: &Manifest) -> bool {
+    manifest.api_version == "v1" && manifest.kind == "Node"
+}
+
+/// What a node label key means to KMM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KmmLabel {
+    /// `kmm.node.kubernetes.io/version-module.<ns>.<name>`: the version wanted on the node.
+    Version(ModuleKey),
+    /// A per-module label KMM's controllers set.
+    ControllerOwned(ModuleLabel, ModuleKey),
+    /// Looks like a version label but names no valid Module.
+    Unreadable,
+}
+
+/// Reads a label key as a per-module KMM label; `None` for labels KMM does not own.
+/// Ambiguous keys are read as naming a declared Module when one reading does.
+pub fn classify<V>(key: &str, modules: &BTreeMap<ModuleKey, V>) -> Option<KmmLabel> {
+    let readings = ModuleLabel::parse(key);
+    if readings.is_empty() {
+        let version_prefix = format!("{KMM_PREFIX}/version-module.");
+        return key
+            .starts_with(&version_prefix)
+            .then_some(KmmLabel::Unreadable);
+    }
+    let declared = readings
+        .iter()
+        .find(|(_, module)| modules.contains_key(module));
+    let version = readings
+        .iter()
+        .find(|(label, _)| *label == ModuleLabel::VersionModule);
+    let (label, module) = declared.or(version).or(readings.first())?.clone();
+    Some(match label {
+        ModuleLabel::VersionModule => KmmLabel::Version(module),
+        other => KmmLabel::ControllerOwned(other, module),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::module::ModprobeArgs;
+
+    fn modprobe(name: &str, raw: Option<(&[&str], &[&str])>, order: &[&str]) -> ModprobeSpec {
+        let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        ModprobeSpec {
+            module_name: name.to_string(),
+            raw_args: raw.map(|(load, unload)| ModprobeArgs {
+                load: strings(load),
+                unload: strings(unload),
+            }),
+            modules_loading_order: strings(order),
+            ..ModprobeSpec::default()
+        }
+    }
+
+    #[test]
+    fn modprobe_decision_table() {
+        let cases: &[(ModprobeSpec, &[&str])] = &[
+            (modprobe("my_kmod", None, &[]), &[]),
+            (modprobe("", Some((&["-v", "a"], &["-r", "a"])), &[]), &[]),
+            (
+                modprobe("my_kmod", Some((&["a"], &["a"])), &[]),
+                &["rawArgs"],
+            ),
+            (modprobe("", None, &[]), &["moduleName"]),
+            (modprobe("", Some((&[], &["a"])), &[]), &["rawArgs.load"]),
+            (modprobe("", Some((&["a"], &[])), &[]), &["rawArgs.unload"]),
+            (modprobe("my_kmod", None, &["my_kmod", "dep"]), &[]),
+            // modprobe reads '-' and '_' alike.
+            (modprobe("my-kmod", None, &["my_kmod", "dep"]), &[]),
+            (
+                modprobe("my_kmod", None, &["my_kmod"]),
+                &["modulesLoadingOrder"],
+            ),
+            (
+                modprobe("my_kmod", None, &["dep", "my_kmod"]),
+                &["modulesLoadingOrder"],
+            ),
+            (
+                modprobe("my_kmod", None, &["my_kmod", "dep", "dep"]),
+                &["modulesLoadingOrder"],
+            ),
+            (
+                modprobe("", Some((&["a"], &["a"])), &["a", "b"]),
+                &["modulesLoadingOrder"],
+            ),
+        ];
+        for (spec, expected) in cases {
+            let fields: Vec<&str> = modprobe_problems(spec)
+                .into_iter()
+                .map(|(f, _)| f)
+                .collect();
+            assert_eq!(fields, *expected, "{spec:?}");
+        }
+    }
+
+    #[test]
+    fn kernel_mapping_decision_table() {
+        let mapping = |literal: &str, regexp: &str| KernelMapping {
+            literal: literal.to_string(),
+            regexp: regexp.to_string(),
+            container_image: "img".to_string(),
+            ..KernelMapping::default()
+        };
+        let cases = [
+            (mapping("6.0.15", ""), None),
+            (mapping("", "^.+$"), None),
+            (mapping("", ""), Some("literal")),
+            (mapping("6.0.15", "^.+$"), Some("regexp")),
+        ];
+        for (mapping, expected) in cases {
+            assert_eq!(
+                kernel_mapping_problem(&mapping).map(|(f, _)| f),
+                expected,
+                "{mapping:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn label_classification_table() {
+        let demo = ModuleKey::new("kmm-demo", "my-kmod").unwrap();
+        let modules: BTreeMap<ModuleKey, ()> = [(demo.clone(), ())].into();
+        let cases = [
+            (
+                "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod",
+                Some(KmmLabel::Version(demo.clone())),
+            ),
+            (
+                "kmm.node.kubernetes.io/version-module.other.mod",
+                Some(KmmLabel::Version(ModuleKey::new("other", "mod").unwrap())),
+            ),
+            (
+                "kmm.node.kubernetes.io/version-module.x",
+                Some(KmmLabel::Unreadable),
+            ),
+            (
+                "beta.kmm.node.kubernetes.io/version-worker-pod.kmm-demo.my-kmod",
+                Some(KmmLabel::ControllerOwned(
+                    ModuleLabel::VersionWorkerPod,
+                    demo.clone(),
+                )),
+            ),
+            (
+                "kmm.node.kubernetes.io/kmm-demo.my-kmod.ready",
+                Some(KmmLabel::ControllerOwned(ModuleLabel::Ready, demo.clone())),
+            ),
+            ("node-role.kubernetes.io/worker", None),
+            ("example.com/version-module.a.b", None),
+        ];
+        for (key, expected) in cases {
+            assert_eq!(classify(key, &modules), expected, "{key}");
+        }
+    }
+
+    #[test]
+    fn names_and_namespaces() {
+        assert!(object_name("worker-1").is_ok());
+        assert!(object_name("system:nodes").is_ok());
+        assert!(object_name("a/b").is_err());
+        assert!(object_name("..").is_err());
+        assert!(dns_label("kmm-demo").is_ok());
+        assert!(dns_label("KMM").is_err());
+        assert!(dns_label("-a").is_err());
+        assert!(dns_label(&"a".repeat(64)).is_err());
+    }
+}

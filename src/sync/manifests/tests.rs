@@ -1,0 +1,775 @@
+//! `load` and `check_transition` on whole commits, one test per question a user would ask.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::*;
+
+const MODULE_V1: &str = r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
+kind: Module
+metadata: {name: my-kmod, namespace: kmm-demo}
+spec:
+  selector: {node-role.kubernetes.io/worker: ""}
+  moduleLoader:
+    container:
+      version: "v1"
+      modprobe: {moduleName: my_kmod, dirName: /opt, firmwarePath: /firmware, parameters: [param=1]}
+      kernelMappings:
+        - literal: 6.0.15-300.fc37.x86_64
+          containerImage: registry.example/org/my-kmod:v1-6.0.15
+        - regexp: '^.+$'
+          containerImage: "registry.example/org/my-kmod:v1-${KERNEL_FULL_VERSION}"
+  devicePlugin:
+    container: {image: registry.example/org/device-plugin:v1}
+"#;
+
+/// The files of a commit: path and contents.
+type Commit<'a> = Vec<(&'a str, String)>;
+
+const VERSION_LABEL: &str = "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod";
+
+/// The Module at `version`, with kmod images that carry the version.
+fn module(version: &str) -> String {
+    MODULE_V1
+        .replace("\"v1\"", &format!("{version:?}"))
+        .replace(":v1-", &format!(":{version}-"))
+}
+
+fn node(name: &str, version: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    {VERSION_LABEL}: {version}\n"
+    )
+}
+
+fn files<'a>(list: &'a [(&'a str, String)]) -> Vec<ManifestFile<'a>> {
+    list.iter()
+        .map(|(path, text)| ManifestFile {
+            path,
+            contents: text.as_bytes(),
+        })
+        .collect()
+}
+
+fn load_all(list: &[(&str, String)]) -> Result<DesiredState, Vec<ManifestError>> {
+    load(&files(list), "", &StaticCatalog::new())
+}
+
+/// The errors of a commit that must be rejected, as displayed.
+fn rejected(list: &[(&str, String)]) -> Vec<String> {
+    match load_all(list) {
+        Ok(state) => panic!(
+            "accepted: {:?}",
+            state.manifests.iter().map(Manifest::id).collect::<Vec<_>>()
+        ),
+        Err(errors) => errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// Asserts that `found` has exactly one error per expected prefix, in order.
+fn assert_errors(found: &[String], expected: &[&str]) {
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+    for (error, prefix) in found.iter().zip(expected) {
+        assert!(
+            error.starts_with(prefix),
+            "{error}\n  does not start with\n{prefix}"
+        );
+    }
+}
+
+#[test]
+fn a_fleet_repository_loads_in_path_order() {
+    let list = [
+        ("fleet/nodes/worker-2.yaml", node("worker-2", "v1")),
+        ("fleet/modules/my-kmod.yaml", MODULE_V1.to_string()),
+        (
+            "fleet/nodes/worker-1.yaml",
+            format!("# first worker\n---\n{}---\n", node("worker-1", "v1")),
+        ),
+        (
+            "fleet/config.yml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {name: kmm-demo}\n"
+                .to_string(),
+        ),
+        (
+            "fleet/capstan.yaml",
+            "maxNodesInFlight: 2\ndefaultNamespace: fleet\n".to_string(),
+        ),
+    ];
+    let state = load(&files(&list), "fleet/", &StaticCatalog::new()).unwrap();
+    let ids: Vec<String> = state.manifests.iter().map(|m| m.id().to_string()).collect();
+    assert_eq!(
+        ids,
+        [
+            "ConfigMap fleet/a",
+            "Namespace kmm-demo",
+            "Module kmm-demo/my-kmod",
+            "Node worker-1",
+            "Node worker-2",
+        ]
+    );
+    let lines: Vec<(&str, usize)> = state
+        .manifests
+        .iter()
+        .map(|m| (m.file.as_str(), m.line))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("fleet/config.yml", 1),
+            ("fleet/config.yml", 6),
+            ("fleet/modules/my-kmod.yaml", 1),
+            ("fleet/nodes/worker-1.yaml", 3),
+            ("fleet/nodes/worker-2.yaml", 1),
+        ]
+    );
+    assert_eq!(state.settings.max_nodes_in_flight, 2);
+    // The default namespace is written into the object that will be applied.
+    assert_eq!(
+        state.manifests[0].object["metadata"]["namespace"],
+        json!("fleet")
+    );
+    assert_eq!(
+        state.manifests[2].id(),
+        ObjectId {
+            group: "kmm.sigs.x-k8s.io".to_string(),
+            kind: "Module".to_string(),
+            namespace: Some("kmm-demo".to_string()),
+            name: "my-kmod".to_string(),
+        }
+    );
+    assert_eq!(
+        state.manifests[3].object["metadata"]["labels"][VERSION_LABEL],
+        json!("v1")
+    );
+}
+
+#[test]
+fn the_order_of_the_files_given_does_not_matter() {
+    let list = [
+        ("b.yaml", node("worker-1", "v1")),
+        ("a.yaml", MODULE_V1.to_string()),
+        ("c/d.yaml", node("worker-2", "v1")),
+        (
+            "c/capstan.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: worker-3}\n".to_string(),
+        ),
+    ];
+    let forward = load_all(&list).unwrap();
+    let mut reversed = list.clone();
+    reversed.reverse();
+    assert_eq!(load_all(&reversed).unwrap(), forward);
+
+    let broken = [
+        ("b.yaml", "kind: Node\n".to_string()),
+        ("a.yaml", "apiVersion: v1\n".to_string()),
+    ];
+    let mut reversed = broken.clone();
+    reversed.reverse();
+    assert_eq!(
+        load_all(&broken).unwrap_err(),
+        load_all(&reversed).unwrap_err()
+    );
+}
+
+#[test]
+fn only_yaml_files_under_the_path_are_manifests() {
+    let list = [
+        ("fleet/a.yaml", node("worker-1", "v1")),
+        ("fleet/m.yaml", MODULE_V1.to_string()),
+        ("fleet/README.md", "not yaml: [".to_string()),
+        ("fleet/.github/workflows/ci.yml", "on: push\n".to_string()),
+        ("fleet/.hidden.yaml", "garbage: [".to_string()),
+        ("fleetwood/x.yaml", "garbage: [".to_string()),
+        ("other/x.yaml", "garbage: [".to_string()),
+        ("capstan.yaml", "garbage: [".to_string()),
+        ("fleet/capstan.yaml", "prune: false\n".to_string()),
+        // Only the settings file at the root of the path is special.
+        (
+            "fleet/sub/capstan.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: worker-2}\n".to_string(),
+        ),
+    ];
+    for path in ["fleet", "fleet/", "./fleet", "/fleet/"] {
+        let state = load(&files(&list), path, &StaticCatalog::new()).unwrap();
+        let names: Vec<&str> = state.manifests.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["worker-1", "my-kmod", "worker-2"], "{path}");
+        assert!(!state.settings.prune);
+    }
+}
+
+#[test]
+fn documents_without_a_header_are_rejected_naming_the_field() {
+    let cases: &[(&str, &str)] = &[
+        ("- a\n- b\n", "x.yaml:1: a manifest must be a mapping"),
+        ("just text\n", "x.yaml:1: a manifest must be a mapping"),
+        (
+            "kind: Node\nmetadata: {name: a}\n",
+            "x.yaml:1: apiVersion: required field is missing",
+        ),
+        (
+            "apiVersion: v1\nmetadata: {name: a}\n",
+            "x.yaml:1: kind: required field is missing",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\n",
+            "x.yaml:1: metadata.name: required field is missing",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata:\n  labels: {}\n",
+            "x.yaml:3: metadata.name: required field is missing",
+        ),
+        (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: a-\n",
+            "x.yaml:3: metadata.name: required field is missing (generateName cannot be used",
+        ),
+        (
+            "apiVersion: 1\nkind: Node\nmetadata: {name: a}\n",
+            "x.yaml:1: apiVersion: must be a string",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: [a]\n",
+            "x.yaml:3: metadata: must be a mapping",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: 7\n",
+            "x.yaml:4: metadata.name: must be a string",
+        ),
+        (
+            "apiVersion: v1\nkind: ''\nmetadata: {name: a}\n",
+            "x.yaml:2: kind: required field is empty",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_errors(&rejected(&[("x.yaml", text.to_string())]), &[expected]);
+    }
+}
+
+#[test]
+fn yaml_syntax_errors_name_line_and_column() {
+    let found = rejected(&[(
+        "nodes.yaml",
+        format!(
+            "{}---\napiVersion: v1\nkind: Node\nmetadata:\n  name: [worker-2\n",
+            node("worker-1", "v1")
+        ),
+    )]);
+    assert_errors(&found, &["nodes.yaml:11: invalid YAML (column "]);
+    assert!(found[0].contains("bracket"), "{found:?}");
+}
+
+#[test]
+fn oversized_files_and_commits_are_rejected() {
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata:\n  a: \"{}\"\n",
+        "x".repeat(MAX_FILE_BYTES)
+    );
+    assert_errors(
+        &rejected(&[("big.yaml", big)]),
+        &["big.yaml: the file has 1048643 bytes, over the limit of 1048576 bytes (1 MiB)"],
+    );
+
+    let almost = format!("# {}\n", "x".repeat(MAX_FILE_BYTES - 4));
+    let count = MAX_COMMIT_BYTES / MAX_FILE_BYTES + 1;
+    let list: Vec<(String, String)> = (0..count)
+        .map(|i| (format!("f{i:03}.yaml"), almost.clone()))
+        .collect();
+    let borrowed: Vec<(&str, String)> = list.iter().map(|(p, t)| (p.as_str(), t.clone())).collect();
+    assert_errors(
+        &rejected(&borrowed),
+        &["f064.yaml: the manifest files reach "],
+    );
+}
+
+#[test]
+fn an_alias_bomb_is_rejected_quickly() {
+    let mut bomb = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\nl0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for level in 1..10 {
+        let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+        bomb.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+    }
+    let started = Instant::now();
+    let found = rejected(&[("bomb.yaml", bomb)]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_errors(&found, &["bomb.yaml:"]);
+    assert!(found[0].contains("alias bomb"), "{found:?}");
+}
+
+#[test]
+fn a_misspelt_module_field_is_named_with_its_line() {
+    let text = MODULE_V1.replace("firmwarePath: /firmware", "firmwarepath: /firmware");
+    assert_errors(
+        &rejected(&[("modules/my-kmod.yaml", text)]),
+        &[
+            "modules/my-kmod.yaml:9: spec.moduleLoader.container.modprobe.firmwarepath: unknown field; did you mean firmwarePath?",
+        ],
+    );
+    let text = MODULE_V1.replace("  devicePlugin:", "  nodeSelector: {a: b}\n  devicePlugin:");
+    assert_errors(
+        &rejected(&[("m.yaml", text)]),
+        &["m.yaml:15: spec.nodeSelector: unknown field"],
+    );
+}
+
+#[test]
+fn wrong_types_in_a_module_are_named_with_their_line() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "parameters: [param=1]",
+            "parameters: param=1",
+            "m.yaml:9: spec.moduleLoader.container.modprobe.parameters: expected a list, got string",
+        ),
+        (
+            "version: \"v1\"",
+            "version: 1",
+            "m.yaml:8: spec.moduleLoader.container.version: expected a string, got number 1",
+        ),
+        (
+            "        - regexp: '^.+$'\n",
+            "        - regexp: 5\n",
+            "m.yaml:13: spec.moduleLoader.container.kernelMappings[1].regexp: expected a string, got number 5",
+        ),
+        (
+            "  selector: {node-role.kubernetes.io/worker: \"\"}\n",
+            "",
+            "m.yaml:4: spec.selector: required field is missing",
+        ),
+    ];
+    for (from, to, expected) in cases {
+        let text = MODULE_V1.replace(from, to);
+        assert_ne!(text, MODULE_V1, "{from}");
+        assert_errors(&rejected(&[("m.yaml", text)]), &[expected]);
+    }
+}
+
+#[test]
+fn module_rules_from_kmm() {
+    let mappings = "      kernelMappings:\n        - literal: 6.0.15-300.fc37.x86_64\n          containerImage: registry.example/org/my-kmod:v1-6.0.15\n        - regexp: '^.+$'\n          containerImage: \"registry.example/org/my-kmod:v1-${KERNEL_FULL_VERSION}\"\n";
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "metadata: {name: my-kmod, namespace: kmm-demo}",
+            "metadata: {name: a-module-with-a-much-longer-name-here, namespace: kmm-demo}",
+            "m.yaml:3: metadata.name: Module kmm-demo/a-module-with-a-much-longer-name-here: label",
+        ),
+        (
+            mappings,
+            "      kernelMappings: []\n",
+            "m.yaml:10: spec.moduleLoader.container.kernelMappings: must have at least 1 item (has 0)",
+        ),
+        (
+            "modprobe: {moduleName: my_kmod,",
+            "modprobe: {moduleName: my_kmod, rawArgs: {load: [a], unload: [a]},",
+            "m.yaml:9: spec.moduleLoader.container.modprobe.rawArgs: must not be set with moduleName",
+        ),
+        (
+            "modprobe: {moduleName: my_kmod,",
+            "modprobe: {",
+            "m.yaml:9: spec.moduleLoader.container.modprobe.moduleName: must be set",
+        ),
+        (
+            "parameters: [param=1]}",
+            "parameters: [param=1], modulesLoadingOrder: [other, my_kmod]}",
+            "m.yaml:9: spec.moduleLoader.container.modprobe.modulesLoadingOrder: starts with \"other\"",
+        ),
+        (
+            "        - literal: 6.0.15-300.fc37.x86_64\n",
+            "        - literal: 6.0.15-300.fc37.x86_64\n          regexp: '^6'\n",
+            "m.yaml:12: spec.moduleLoader.container.kernelMappings[0].regexp: literal and regexp cannot both be set",
+        ),
+        (
+            "version: \"v1\"",
+            "version: \"v 1\"",
+            "m.yaml:8: spec.moduleLoader.container.version: must be usable as a label value",
+        ),
+    ];
+    for (from, to, expected) in cases {
+        let text = MODULE_V1.replace(from, to);
+        assert_ne!(text, MODULE_V1, "{from}");
+        assert_errors(&rejected(&[("m.yaml", text)]), &[expected]);
+    }
+}
+
+#[test]
+fn upgrade_configs_and_leader_worker_sets_are_strict_too() {
+    let upgrade = "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\nmetadata: {name: managed-upgrade-config, namespace: openshift-managed-upgrade-operator}\nspec:\n  type: OSD\n  upgradeAt: \"2026-01-01T00:00:00Z\"\n  PDBForceDrainTimeout: 60\n  desired: {version: 4.15.12, channel: stable-4.15}\n";
+    load_all(&[("u.yaml", upgrade.to_string())]).unwrap();
+    assert_errors(
+        &rejected(&[(
+            "u.yaml",
+            upgrade.replace("PDBForceDrainTimeout", "pdbForceDrainTimeout"),
+        )]),
+        &[
+            "u.yaml:4: spec.PDBForceDrainTimeout: required field is missing",
+            "u.yaml:7: spec.pdbForceDrainTimeout: unknown field; did you mean PDBForceDrainTimeout?",
+        ],
+    );
+
+    let lws = "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\nmetadata: {name: vllm}\nspec:\n  replicas: 2\n  leaderWorkerTemplate:\n    size: 4\n    workerTemplate:\n      spec:\n        containers:\n          - name: vllm\n            image: registry.example/vllm:v1\n";
+    let state = load_all(&[("l.yaml", lws.to_string())]).unwrap();
+    assert_eq!(state.manifests[0].namespace.as_deref(), Some("default"));
+    assert_errors(
+        &rejected(&[("l.yaml", lws.replace("replicas: 2", "replicas: two"))]),
+        &["l.yaml:5: spec.replicas: expected an integer, got string \"two\""],
+    );
+    assert_errors(
+        &rejected(&[("l.yaml", lws.replace("image: registry", "imag: registry"))]),
+        &[
+            "l.yaml:12: spec.leaderWorkerTemplate.workerTemplate.spec.containers[0].imag: unknown field; did you mean image?",
+        ],
+    );
+}
+
+#[test]
+fn node_manifests_only_set_labels_and_annotations() {
+    let ok = "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker-1\n  labels: {zone: a}\n  annotations: {example.com/note: \"anything at all\"}\n";
+    load_all(&[("n.yaml", ok.to_string())]).unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "spec:\n  unschedulable: true\n",
+            &["n.yaml:7: spec: a Node manifest may only set labels and annotations"],
+        ),
+        (
+            "status: {}\n",
+            &["n.yaml:7: status: a Node manifest may only set labels and annotations"],
+        ),
+        (
+            "  finalizers: [x]\n  uid: abc\n",
+            &[
+                "n.yaml:7: metadata.finalizers: a Node manifest may only set labels and annotations",
+                "n.yaml:8: metadata.uid: a Node manifest may only set labels and annotations",
+            ],
+        ),
+        (
+            "  namespace: default\n",
+            &["n.yaml:7: metadata.namespace: Node is cluster-scoped: remove metadata.namespace"],
+        ),
+    ];
+    for (extra, expected) in cases {
+        assert_errors(&rejected(&[("n.yaml", format!("{ok}{extra}"))]), expected);
+    }
+}
+
+#[test]
+fn labels_and_annotations_are_checked_on_every_kind() {
+    let base = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n";
+    let cases: &[(&str, &str)] = &[
+        (
+            "  labels:\n    bad key!: x\n",
+            "c.yaml:6: metadata.labels[bad key!]: invalid key:",
+        ),
+        (
+            "  labels:\n    zone: \"not valid\"\n",
+            "c.yaml:6: metadata.labels.zone: label value \"not valid\" is invalid",
+        ),
+        (
+            "  labels:\n    zone: 1\n",
+            "c.yaml:6: metadata.labels.zone: must be a string; quote it: \"1\"",
+        ),
+        (
+            "  labels: [a]\n",
+            "c.yaml:5: metadata.labels: must be a mapping of strings to strings",
+        ),
+        (
+            "  labels:\n    zone: ~\n",
+            "c.yaml:6: metadata.labels.zone: must be a string; write \"\" for an empty value",
+        ),
+        (
+            "  annotations:\n    example.com/n: 2\n",
+            "c.yaml:6: metadata.annotations[example.com/n]: must be a string",
+        ),
+        (
+            "  namespace: Kmm_Demo\n",
+            "c.yaml:5: metadata.namespace: \"Kmm_Demo\" is not a valid namespace",
+        ),
+    ];
+    for (extra, expected) in cases {
+        assert_errors(
+            &rejected(&[("c.yaml", format!("{base}{extra}"))]),
+            &[expected],
+        );
+    }
+    let long = format!("  labels:\n    zone: {}\n", "a".repeat(64));
+    assert_errors(
+        &rejected(&[("c.yaml", format!("{base}{long}"))]),
+        &["c.yaml:6: metadata.labels.zone: label value"],
+    );
+}
+
+#[test]
+fn version_labels_need_a_declared_module_with_a_version() {
+    let unversioned = MODULE_V1.replace("      version: \"v1\"\n", "");
+    let cases: Vec<(Commit<'_>, Vec<&str>)> = vec![
+        (
+            vec![
+                ("m.yaml", MODULE_V1.to_string()),
+                ("n.yaml", node("worker-1", "v1")),
+            ],
+            vec![],
+        ),
+        (
+            vec![("n.yaml", node("worker-1", "v1"))],
+            vec![
+                "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod]: version label \"v1\" names Module kmm-demo/my-kmod, which no manifest of this commit declares; declare it or remove the label",
+            ],
+        ),
+        (
+            vec![("m.yaml", unversioned), ("n.yaml", node("worker-1", "v1"))],
+            vec![
+                "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod]: version label \"v1\" names Module kmm-demo/my-kmod (m.yaml:1), which sets no spec.moduleLoader.container.version",
+            ],
+        ),
+        (
+            vec![
+                ("m.yaml", MODULE_V1.to_string()),
+                (
+                    "n.yaml",
+                    node("worker-1", "v1").replace("version-module.", "version-module.x"),
+                ),
+            ],
+            vec![
+                "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/version-module.xkmm-demo.my-kmod]: version label \"v1\" names Module xkmm-demo/my-kmod",
+            ],
+        ),
+        (
+            vec![
+                ("m.yaml", MODULE_V1.to_string()),
+                (
+                    "n.yaml",
+                    node("worker-1", "v1").replace(
+                        "kmm.node.kubernetes.io/version-module",
+                        "beta.kmm.node.kubernetes.io/version-worker-pod",
+                    ),
+                ),
+            ],
+            vec![
+                "n.yaml:6: metadata.labels[beta.kmm.node.kubernetes.io/version-worker-pod.kmm-demo.my-kmod]: is set by capstan's controllers",
+            ],
+        ),
+        (
+            vec![
+                ("m.yaml", MODULE_V1.to_string()),
+                (
+                    "n.yaml",
+                    node("worker-1", "v1").replace("kmm-demo.my-kmod", "nodot"),
+                ),
+            ],
+            vec![
+                "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/version-module.nodot]: not a valid version label",
+            ],
+        ),
+    ];
+    for (list, expected) in cases {
+        match load_all(&list) {
+            Ok(_) => assert!(expected.is_empty(), "accepted, expected {expected:?}"),
+            Err(errors) => {
+                let found: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                assert_errors(&found, &expected);
+            }
+        }
+    }
+}
+
+#[test]
+fn an_object_declared_twice_names_both_places() {
+    let found = rejected(&[
+        (
+            "a.yaml",
+            node("worker-1", "v1").replace(&format!("    {VERSION_LABEL}: v1\n"), "    zone: a\n"),
+        ),
+        (
+            "b.yaml",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\n---\n{}",
+                node("worker-1", "x")
+                    .replace(&format!("    {VERSION_LABEL}: x\n"), "    zone: b\n")
+            ),
+        ),
+    ]);
+    assert_errors(
+        &found,
+        &["b.yaml:8: metadata.name: Node worker-1 is declared twice: also at a.yaml:1"],
+    );
+    // The same name in another namespace is another object.
+    let config = |ns: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, namespace: {ns}}}\n")
+    };
+    load_all(&[("a.yaml", config("a")), ("b.yaml", config("b"))]).unwrap();
+    assert_errors(
+        &rejected(&[
+            ("a.yaml", config("default")),
+            (
+                "b.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n".to_string(),
+            ),
+        ]),
+        &["b.yaml:3: metadata.name: ConfigMap default/c is declared twice: also at a.yaml:1"],
+    );
+}
+
+#[test]
+fn kinds_the_cluster_does_not_serve_are_rejected() {
+    let found = rejected(&[(
+        "d.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n".to_string(),
+    )]);
+    assert_errors(
+        &found,
+        &["d.yaml:2: kind: kind Deployment in apiVersion apps/v1 is not served by the cluster"],
+    );
+    let found = rejected(&[("m.yaml", MODULE_V1.replace("v1beta1", "v1"))]);
+    assert_errors(
+        &found,
+        &[
+            "m.yaml:2: kind: kind Module in apiVersion kmm.sigs.x-k8s.io/v1 is not served by the cluster",
+        ],
+    );
+}
+
+#[test]
+fn a_crd_in_the_same_commit_serves_its_kind() {
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec:\n  group: example.com\n  names: {kind: Widget, plural: widgets}\n  scope: Namespaced\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {size: 3}\n";
+    let state = load_all(&[
+        ("crd.yaml", crd.to_string()),
+        ("widget.yaml", widget.to_string()),
+    ])
+    .unwrap();
+    assert_eq!(state.manifests[1].id().to_string(), "Widget default/w");
+    assert_errors(
+        &rejected(&[("widget.yaml", widget.to_string())]),
+        &[
+            "widget.yaml:2: kind: kind Widget in apiVersion example.com/v1 is not served by the cluster",
+        ],
+    );
+    assert_errors(
+        &rejected(&[(
+            "crd.yaml",
+            crd.replace("scope: Namespaced", "scope: Global"),
+        )]),
+        &["crd.yaml:7: spec.scope: \"Global\" is not a scope"],
+    );
+}
+
+#[test]
+fn settings_errors_reject_the_commit() {
+    let list = [
+        (
+            "fleet/capstan.yaml",
+            "maxNodesInFlight: 2\ndrfit: warn\n".to_string(),
+        ),
+        ("fleet/m.yaml", MODULE_V1.to_string()),
+    ];
+    let errors = load(&files(&list), "fleet", &StaticCatalog::new()).unwrap_err();
+    let found: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_errors(
+        &found,
+        &["fleet/capstan.yaml:2: drfit: unknown setting; did you mean drift?"],
+    );
+}
+
+#[test]
+fn every_problem_of_a_commit_is_reported() {
+    let found = rejected(&[
+        (
+            "a.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {}\n".to_string(),
+        ),
+        ("b.yaml", "key: [\n".to_string()),
+        (
+            "c.yaml",
+            "apiVersion: v1\nkind: Gadget\nmetadata: {name: g}\n---\nkind: Node\n".to_string(),
+        ),
+    ]);
+    assert_errors(
+        &found,
+        &[
+            "a.yaml:4: spec: a Node manifest",
+            "b.yaml:1: invalid YAML (column 6): unclosed bracket",
+            "c.yaml:2: kind: kind Gadget in apiVersion v1 is not served",
+            "c.yaml:5: apiVersion: required field is missing",
+        ],
+    );
+}
+
+#[test]
+fn errors_and_ids_display_as_documented() {
+    let full = ManifestError::new(
+        "m.yaml",
+        Some(12),
+        Some("spec.a".to_string()),
+        "unknown field",
+    );
+    assert_eq!(full.to_string(), "m.yaml:12: spec.a: unknown field");
+    let bare = ManifestError::new("m.yaml", None, None, "too big");
+    assert_eq!(bare.to_string(), "m.yaml: too big");
+    let id = |namespace: Option<&str>| ObjectId {
+        group: String::new(),
+        kind: "Node".to_string(),
+        namespace: namespace.map(str::to_string),
+        name: "worker-1".to_string(),
+    };
+    assert_eq!(id(None).to_string(), "Node worker-1");
+    assert_eq!(id(Some("ns")).to_string(), "Node ns/worker-1");
+    assert_eq!(
+        serde_json::to_value(&full).unwrap(),
+        json!({"file": "m.yaml", "line": 12, "field": "spec.a", "message": "unknown field"})
+    );
+}
+
+/// Seed 002 as commits: nodes on v1, the Module bumped to v2, then nodes relabelled.
+#[test]
+fn ordered_upgrade_commits_pass_the_transition_check() {
+    let commit = |version: &str, labels: [&str; 3]| {
+        load_all(&[
+            ("modules/my-kmod.yaml", module(version)),
+            ("nodes/worker-1.yaml", node("worker-1", labels[0])),
+            ("nodes/worker-2.yaml", node("worker-2", labels[1])),
+            ("nodes/worker-3.yaml", node("worker-3", labels[2])),
+        ])
+        .unwrap()
+    };
+    let start = commit("v1", ["v1", "v1", "v1"]);
+    assert_eq!(check_transition(None, &start), []);
+    let bumped = commit("v2", ["v1", "v1", "v1"]);
+    assert_eq!(check_transition(Some(&start), &bumped), []);
+    let relabelled = commit("v2", ["v2", "v1", "v1"]);
+    assert_eq!(check_transition(Some(&bumped), &relabelled), []);
+
+    let typo = commit("v2", ["v2", "v3", "v1"]);
+    let found: Vec<String> = check_transition(Some(&relabelled), &typo)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        found,
+        [format!(
+            "nodes/worker-2.yaml:1: metadata.labels[{VERSION_LABEL}]: version label moves to \"v3\", but Module \
+             kmm-demo/my-kmod (modules/my-kmod.yaml:1) declares version \"v2\"; a node can only be moved to the Module's version"
+        )]
+    );
+    // Without a previous commit, every label must name the Module's version.
+    assert_eq!(check_transition(None, &bumped).len(), 3);
+
+    let version_only = load_all(&[(
+        "modules/my-kmod.yaml",
+        MODULE_V1.replace("\"v1\"", "\"v2\""),
+    )])
+    .unwrap();
+    let found: Vec<String> = check_transition(Some(&start), &version_only)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_errors(
+        &found,
+        &[
+            "modules/my-kmod.yaml:1: spec.moduleLoader.container.version: changes from \"v1\" to \"v2\" but no kmod image changes",
+        ],
+    );
+}
