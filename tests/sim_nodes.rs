@@ -29,26 +29,39 @@ fn worker_pod(name: &str, node: &str, action: &str, image: &str, version: &str) 
     .expect("worker pod")
 }
 
+/// Creates a worker pod and waits until it has finished, either way.
+async fn run_worker(
+    client: &kube::Client,
+    name: &str,
+    node: &str,
+    action: &str,
+    image: &str,
+) -> Pod {
+    common::create_pod(
+        client,
+        "default",
+        &worker_pod(name, node, action, image, "v1"),
+    )
+    .await;
+    common::wait_for_pod(client, "default", name, "the worker finished", |p| {
+        matches!(common::phase(p), "Succeeded" | "Failed")
+    })
+    .await
+}
+
 #[tokio::test]
 async fn worker_pods_load_and_unload_the_node_module_table() {
     let (cluster, client) = common::start_default_simulated().await;
     let sim = cluster.simulation().expect("simulated").clone();
-    common::create_pod(
+    let finished = run_worker(
         &client,
-        "default",
-        &worker_pod(
-            "load",
-            "worker-1",
-            "Load",
-            "registry.example/my-kmod:v1",
-            "v1",
-        ),
+        "load",
+        "worker-1",
+        "Load",
+        "registry.example/my-kmod:v1",
     )
     .await;
-    common::wait_for_pod(&client, "default", "load", "loader succeeded", |p| {
-        common::phase(p) == "Succeeded"
-    })
-    .await;
+    assert_eq!(common::phase(&finished), "Succeeded");
     let loaded = sim.node("worker-1").expect("node").modules;
     let module = loaded.get("my_kmod").expect("my_kmod loaded");
     assert_eq!(module.version.as_deref(), Some("v1"));
@@ -57,22 +70,15 @@ async fn worker_pods_load_and_unload_the_node_module_table() {
         sim.node("worker-2").expect("node").modules.is_empty(),
         "only the pod's node changes"
     );
-    common::create_pod(
+    let finished = run_worker(
         &client,
-        "default",
-        &worker_pod(
-            "unload",
-            "worker-1",
-            "Unload",
-            "registry.example/my-kmod:v1",
-            "v1",
-        ),
+        "unload",
+        "worker-1",
+        "Unload",
+        "registry.example/my-kmod:v1",
     )
     .await;
-    common::wait_for_pod(&client, "default", "unload", "unloader succeeded", |p| {
-        common::phase(p) == "Succeeded"
-    })
-    .await;
+    assert_eq!(common::phase(&finished), "Succeeded");
     assert!(
         !sim.node("worker-1")
             .expect("node")
@@ -96,22 +102,15 @@ async fn a_broken_image_fails_the_worker_pod() {
     )
     .expect("config");
     let (cluster, client) = common::start_simulated(config).await;
-    common::create_pod(
+    let failed = run_worker(
         &client,
-        "default",
-        &worker_pod(
-            "load",
-            "worker-1",
-            "Load",
-            "registry.example/my-kmod:broken",
-            "v1",
-        ),
+        "load",
+        "worker-1",
+        "Load",
+        "registry.example/my-kmod:broken",
     )
     .await;
-    let failed = common::wait_for_pod(&client, "default", "load", "loader failed", |p| {
-        common::phase(p) == "Failed"
-    })
-    .await;
+    assert_eq!(common::phase(&failed), "Failed");
     let terminated = failed
         .status
         .and_then(|s| s.container_statuses)
@@ -140,22 +139,15 @@ async fn a_broken_image_fails_the_worker_pod() {
 async fn a_reboot_clears_modules_and_changes_the_boot_id() {
     let (cluster, client) = common::start_default_simulated().await;
     let sim = cluster.simulation().expect("simulated").clone();
-    common::create_pod(
+    let finished = run_worker(
         &client,
-        "default",
-        &worker_pod(
-            "load",
-            "worker-2",
-            "Load",
-            "registry.example/my-kmod:v1",
-            "v1",
-        ),
+        "load",
+        "worker-2",
+        "Load",
+        "registry.example/my-kmod:v1",
     )
     .await;
-    common::wait_for_pod(&client, "default", "load", "loaded", |p| {
-        common::phase(p) == "Succeeded"
-    })
-    .await;
+    assert_eq!(common::phase(&finished), "Succeeded");
     let before = sim.node("worker-2").expect("node");
     assert!(before.modules.contains("my_kmod"));
     let nodes = Api::<Node>::all(client.clone());

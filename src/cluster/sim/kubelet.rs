@@ -311,7 +311,7 @@ impl Kubelet {
         }
         let first_start = self.pods.get(key).is_some_and(|t| !t.started);
         if first_start && let Err(unfit) = placement::admits(&pod["spec"], &node) {
-            self.forget_after_write(key);
+            self.forget(key);
             let status = json!({"phase": "Failed", "reason": unfit.reason, "message": format!("Pod was rejected: {}", unfit.message)});
             return self.write_status(key, status);
         }
@@ -431,7 +431,7 @@ impl Kubelet {
                 Action::Start,
             );
         } else {
-            self.forget_after_write(key);
+            self.forget(key);
         }
         Ok(())
     }
@@ -467,10 +467,6 @@ impl Kubelet {
         {
             tracing::warn!(%err, pod = %key.name, "marking a pod unready");
         }
-    }
-
-    fn forget_after_write(&mut self, key: &ObjectKey) {
-        self.forget(key);
     }
 
     fn waiting_status(&self, pod: &Value, reason: &str, message: &str) -> Value {
@@ -647,7 +643,6 @@ fn terminated_status(
     status
 }
 
-/// The status a pod would show after each step, for the decision table below.
 #[cfg(test)]
 mod tests {
     use super::*;
