@@ -14,6 +14,7 @@ use schemars::transform::{RecursiveTransform, transform_subschemas};
 use serde_json::Value;
 use thiserror::Error;
 
+use super::capstan::{GitSync, HistoryRecord};
 use super::lws::LeaderWorkerSet;
 use super::module::Module;
 use super::nmc::NodeModulesConfig;
@@ -47,13 +48,15 @@ pub(super) fn drop_nested_descriptions(schema: &mut schemars::Schema) {
 }
 
 /// Every CRD capstan handles: `Module`, `NodeModulesConfig`, `UpgradeConfig`,
-/// `LeaderWorkerSet`, in that order.
+/// `LeaderWorkerSet`, then capstan's own `GitSync` and `HistoryRecord`, in that order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
         Module::crd(),
         NodeModulesConfig::crd(),
         UpgradeConfig::crd(),
         LeaderWorkerSet::crd(),
+        GitSync::crd(),
+        HistoryRecord::crd(),
     ]
 }
 

@@ -67,10 +67,22 @@ pub const WORKER_POD_FINALIZER: &str = "kmm.node.kubernetes.io/nodemodulesconfig
 
 // ---- capstan ----
 
-/// Annotation on everything capstan applies: `<branch>@sha1:<commit>` it came from.
+/// Annotation on everything capstan applies, and on its Events: `<branch>@sha1:<commit>`
+/// of the commit that last changed the object (on a Node: its labels from Git).
 pub const REVISION_ANNOTATION: &str = "capstan.dev/revision";
-/// Annotation on everything capstan applies: the pull request that merged the commit.
+/// Annotation beside [`REVISION_ANNOTATION`]: the pull request that commit merged or
+/// squashed; absent when it was not a pull request.
 pub const PULL_REQUEST_ANNOTATION: &str = "capstan.dev/pull-request";
+/// Label on history records: `Sync`, `Rejected` or `UpgradeStep`.
+pub const RECORD_TYPE_LABEL: &str = "capstan.dev/record-type";
+/// Label on history records: the full SHA of their commit.
+pub const RECORD_COMMIT_LABEL: &str = "capstan.dev/commit";
+/// Label on history records of upgrade steps: the node.
+pub const RECORD_NODE_LABEL: &str = "capstan.dev/node";
+/// Label on history records of upgrade steps: the Module, as `<namespace>.<name>`.
+pub const RECORD_MODULE_LABEL: &str = "capstan.dev/module";
+/// Label on history records: the `GitSync` they belong to.
+pub const RECORD_SYNC_LABEL: &str = "capstan.dev/sync";
 
 // ---- LeaderWorkerSet ----
 

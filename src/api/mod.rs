@@ -4,6 +4,7 @@
 //! Kinds, groups, versions, field names and short names are upstream's (KMM, MUO, LWS), so
 //! capstan reads and writes the same objects the upstream operators do.
 
+pub mod capstan;
 pub mod crds;
 pub mod labels;
 pub mod lws;
@@ -11,6 +12,10 @@ pub mod module;
 pub mod nmc;
 pub mod upgrade_config;
 
+pub use capstan::{
+    Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord, HistoryRecordSpec,
+    InventoryEntry, RecordType, SyncRun,
+};
 pub use labels::{LabelError, ModuleKey, ModuleLabel, WorkerAction};
 pub use lws::{LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus};
 pub use module::{Module, ModuleSpec, ModuleStatus};

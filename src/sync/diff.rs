@@ -9,6 +9,8 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use similar::TextDiff;
 
+use crate::api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
+
 /// The field manager capstan applies what comes from Git with.
 pub const FIELD_MANAGER: &str = "capstan";
 
@@ -106,7 +108,9 @@ pub async fn diff_object(
     }
 }
 
-/// The object without what the server owns, for comparing desired with live.
+/// The object without what the server owns, for comparing desired with live. capstan's
+/// own stamps ([`stamped`](super::inventory::stamped)) are left out too: they say which
+/// commit last changed the object, not what the object is.
 pub fn comparable(object: &Value) -> Value {
     let mut object = object.clone();
     if let Some(map) = object.as_object_mut() {
@@ -122,6 +126,10 @@ pub fn comparable(object: &Value) -> Value {
             "selfLink",
         ] {
             meta.remove(field);
+        }
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            annotations.remove(REVISION_ANNOTATION);
+            annotations.remove(PULL_REQUEST_ANNOTATION);
         }
         if meta
             .get("annotations")

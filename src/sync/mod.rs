@@ -1,5 +1,6 @@
 //! GitOps sync: follow a Git branch of manifests and make the cluster match it.
 
 pub mod diff;
+pub mod inventory;
 pub mod manifests;
 pub mod source;

@@ -1,0 +1,254 @@
+//! capstan's own kinds (`capstan.dev/v1alpha1`, namespaced, kept in [`SYSTEM_NAMESPACE`]):
+//!
+//! - `GitSync`: one per followed branch. Its status is the sync's memory in the cluster:
+//!   the last applied and last attempted commits, the error that stopped the last attempt,
+//!   the last runs, and the inventory of every object applied from Git (so a restarted
+//!   capstan knows what it owns, and what to prune).
+//! - `HistoryRecord`: the durable, commit-linked history. Every sync that changes something
+//!   or rejects a commit, and (with the ordered-upgrade controller) every step an upgrade
+//!   takes on a node, is one record naming the commit and pull request that asked for it.
+//!   Kubernetes Events carry the same facts but expire; records stay until the retention
+//!   limit (`historyRetention` in `capstan.yaml`) removes the oldest.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The namespace capstan keeps its own objects in.
+pub const SYSTEM_NAMESPACE: &str = "capstan-system";
+
+/// How many runs `GitSync` status keeps.
+pub const MAX_RUNS: usize = 10;
+
+/// Which branch of which repository a `GitSync` follows.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "capstan.dev",
+    version = "v1alpha1",
+    kind = "GitSync",
+    namespaced,
+    shortname = "gs",
+    status = "GitSyncStatus",
+    derive = "PartialEq",
+    doc = "GitSync is a Git branch capstan follows and the state of its sync.",
+    printcolumn(name = "Branch", type_ = "string", json_path = ".spec.branch"),
+    printcolumn(
+        name = "Applied",
+        type_ = "string",
+        json_path = ".status.lastAppliedCommit.shortSha"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Objects",
+        type_ = "integer",
+        json_path = ".status.inventoryCount"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GitSyncSpec {
+    /// The repository, as given to `capstan sync --repo` (passwords hidden).
+    pub repo: String,
+    /// The followed branch.
+    pub branch: String,
+    /// The synced folder inside the repository (`""` for all of it).
+    #[serde(default)]
+    pub path: String,
+}
+
+/// What a `GitSync` has done.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitSyncStatus {
+    /// `Applying` while a commit is being applied, then `Applied`, `Failed` (the last
+    /// attempt was rejected or could not finish; the last applied commit stays in force) or
+    /// `Interrupted` (capstan stopped during an apply; the next start applies it again).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// The commit whose desired state the cluster has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_commit: Option<CommitRef>,
+    /// The newest commit capstan tried to apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_commit: Option<CommitRef>,
+    /// Why the last attempt failed, one problem per line (file:line: field: message).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+    /// The last runs that changed something or met a new commit, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<SyncRun>,
+    /// How many objects the inventory holds (shown by `kubectl get gitsyncs`).
+    #[serde(default)]
+    pub inventory_count: u32,
+    /// Every object applied from Git, sorted; see [`InventoryEntry`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<InventoryEntry>,
+    /// `Ready`: whether the last applied commit is the newest one, applied in full.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A commit as status and history name it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitRef {
+    /// Full SHA.
+    pub sha: String,
+    /// First seven characters of the SHA.
+    pub short_sha: String,
+    /// `branch@sha1:<sha>`, as Flux writes revisions.
+    pub revision: String,
+    /// Author name.
+    #[serde(default)]
+    pub author: String,
+    /// Commit time, RFC 3339.
+    #[serde(default)]
+    pub time: String,
+    /// First line of the message.
+    #[serde(default)]
+    pub subject: String,
+    /// The pull request the commit merged or squashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<u64>,
+}
+
+/// One sync run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncRun {
+    /// The commit applied (or rejected).
+    pub commit: CommitRef,
+    /// When the run started, RFC 3339.
+    pub started_at: String,
+    /// How long it took, in seconds.
+    pub duration_seconds: f64,
+    /// `Applied`, `Failed` or `Interrupted`.
+    pub result: String,
+    /// Objects created.
+    #[serde(default)]
+    pub created: u32,
+    /// Objects changed.
+    #[serde(default)]
+    pub configured: u32,
+    /// Objects deleted, or Nodes whose capstan labels were released.
+    #[serde(default)]
+    pub pruned: u32,
+    /// Objects found changed by hand (reverted, or only reported with `drift: warn`).
+    #[serde(default)]
+    pub drifted: u32,
+    /// Why the run failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// One object applied from Git.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryEntry {
+    /// `apiVersion` it was applied with.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace, for namespaced kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Digest of the manifest as last applied (the first 16 hex digits of its canonical
+    /// JSON's SHA-256): an unchanged digest with a changed live object is drift.
+    pub digest: String,
+}
+
+/// One entry of the durable history.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "capstan.dev",
+    version = "v1alpha1",
+    kind = "HistoryRecord",
+    namespaced,
+    shortname = "hist",
+    derive = "PartialEq",
+    doc = "HistoryRecord is one commit-linked entry of capstan's history.",
+    printcolumn(name = "Time", type_ = "string", json_path = ".spec.time"),
+    printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
+    printcolumn(name = "Commit", type_ = "string", json_path = ".spec.commit.shortSha"),
+    printcolumn(name = "PR", type_ = "integer", json_path = ".spec.commit.pullRequest"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.node"),
+    printcolumn(name = "Message", type_ = "string", json_path = ".spec.message")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryRecordSpec {
+    /// When it happened (for a step: when the step finished), RFC 3339 with microseconds.
+    pub time: String,
+    /// What kind of record it is.
+    #[serde(rename = "type")]
+    pub type_: RecordType,
+    /// The `GitSync` it belongs to.
+    pub sync: String,
+    /// The commit that asked for it.
+    pub commit: CommitRef,
+    /// One line saying what happened.
+    pub message: String,
+    /// The objects a sync changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Change>,
+    /// The node an upgrade step ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The Module (`namespace/name`) an upgrade step is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// The upgrade step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The version the node leaves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
+    /// The version the node moves to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_version: Option<String>,
+    /// How long it took, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+}
+
+/// What a [`HistoryRecord`] records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RecordType {
+    /// A commit was applied, or drift was found and handled.
+    #[default]
+    Sync,
+    /// A commit was rejected: nothing of it was applied.
+    Rejected,
+    /// A step of an ordered upgrade on one node.
+    UpgradeStep,
+}
+
+impl RecordType {
+    /// The name written in records and labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordType::Sync => "Sync",
+            RecordType::Rejected => "Rejected",
+            RecordType::UpgradeStep => "UpgradeStep",
+        }
+    }
+}
+
+/// One object a sync changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// `created`, `configured`, `pruned`, `released` (a Node's capstan labels),
+    /// `drift-reverted` or `drift-detected`.
+    pub action: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace, for namespaced kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
