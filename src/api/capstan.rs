@@ -45,7 +45,11 @@ pub const MAX_RUNS: usize = 10;
         type_ = "integer",
         json_path = ".status.inventoryCount"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GitSyncSpec {
@@ -144,7 +148,9 @@ pub struct SyncRun {
 }
 
 /// One object applied from Git.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct InventoryEntry {
     /// `apiVersion` it was applied with.
@@ -238,7 +244,9 @@ impl RecordType {
 }
 
 /// One object a sync changed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Change {
     /// `created`, `configured`, `pruned`, `released` (a Node's capstan labels),
@@ -251,4 +259,93 @@ pub struct Change {
     pub namespace: Option<String>,
     /// Name.
     pub name: String,
+}
+
+/// The steps a node goes through when its version label moves (seed 002), in order. A node
+/// that gets a version label for the first time only loads and starts; one that loses it
+/// only stops and unloads.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradeStep {
+    /// (1) The old version's device-plugin pod is gone from the node.
+    DevicePluginStopped,
+    /// (2) The old module version is unloaded (its ready label gone).
+    OldModuleUnloaded,
+    /// (3) The new module version is loaded.
+    NewModuleLoaded,
+    /// (4) The new version's device-plugin pod runs on the node.
+    DevicePluginStarted,
+}
+
+impl UpgradeStep {
+    /// Every step, in order.
+    pub const ALL: [UpgradeStep; 4] = [
+        UpgradeStep::DevicePluginStopped,
+        UpgradeStep::OldModuleUnloaded,
+        UpgradeStep::NewModuleLoaded,
+        UpgradeStep::DevicePluginStarted,
+    ];
+
+    /// The steps of a move from `from` to `to` (either may be absent: a first label, or a
+    /// label removed), in order.
+    pub fn for_move(from: Option<&str>, to: Option<&str>) -> &'static [UpgradeStep] {
+        match (from, to) {
+            (Some(from), Some(to)) if from == to => &[],
+            (Some(_), Some(_)) => &Self::ALL,
+            (None, Some(_)) => &Self::ALL[2..],
+            (Some(_), None) => &Self::ALL[..2],
+            (None, None) => &[],
+        }
+    }
+
+    /// The name written in records and events: `device-plugin-stopped`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradeStep::DevicePluginStopped => "device-plugin-stopped",
+            UpgradeStep::OldModuleUnloaded => "old-module-unloaded",
+            UpgradeStep::NewModuleLoaded => "new-module-loaded",
+            UpgradeStep::DevicePluginStarted => "device-plugin-started",
+        }
+    }
+
+    /// The step's number in seed 002's four (1 to 4).
+    pub fn number(self) -> usize {
+        self as usize + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_of_each_kind_of_move() {
+        use UpgradeStep::*;
+        let cases: [(Option<&str>, Option<&str>, &[UpgradeStep]); 5] = [
+            (
+                Some("v1"),
+                Some("v2"),
+                &[
+                    DevicePluginStopped,
+                    OldModuleUnloaded,
+                    NewModuleLoaded,
+                    DevicePluginStarted,
+                ],
+            ),
+            (None, Some("v2"), &[NewModuleLoaded, DevicePluginStarted]),
+            (Some("v1"), None, &[DevicePluginStopped, OldModuleUnloaded]),
+            (Some("v1"), Some("v1"), &[]),
+            (None, None, &[]),
+        ];
+        for (from, to, steps) in cases {
+            assert_eq!(UpgradeStep::for_move(from, to), steps, "{from:?} -> {to:?}");
+        }
+        assert_eq!(DevicePluginStarted.number(), 4);
+        assert_eq!(
+            serde_json::to_value(OldModuleUnloaded).unwrap(),
+            "old-module-unloaded"
+        );
+    }
 }

@@ -133,9 +133,12 @@ mod tests {
 
     #[test]
     fn digest_ignores_key_order_and_sees_values() {
-        let a = json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}});
-        let b = json!({"data": {"y": "2", "x": "1"}, "metadata": {"name": "a"}, "kind": "ConfigMap"});
-        let c = json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1", "y": "3"}});
+        let a =
+            json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}});
+        let b =
+            json!({"data": {"y": "2", "x": "1"}, "metadata": {"name": "a"}, "kind": "ConfigMap"});
+        let c =
+            json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1", "y": "3"}});
         assert_eq!(digest(&a), digest(&b));
         assert_ne!(digest(&a), digest(&c));
         assert_eq!(digest(&a).len(), 16);
@@ -159,8 +162,15 @@ mod tests {
             without["metadata"]["annotations"],
             json!({"keep": "me", "capstan.dev/revision": "main@sha1:def"})
         );
-        let bare = stamped(&json!({"kind": "Namespace", "metadata": {"name": "x"}}), "r", None);
-        assert_eq!(bare["metadata"]["annotations"], json!({"capstan.dev/revision": "r"}));
+        let bare = stamped(
+            &json!({"kind": "Namespace", "metadata": {"name": "x"}}),
+            "r",
+            None,
+        );
+        assert_eq!(
+            bare["metadata"]["annotations"],
+            json!({"capstan.dev/revision": "r"})
+        );
     }
 
     #[test]

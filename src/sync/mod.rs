@@ -1,6 +1,7 @@
 //! GitOps sync: follow a Git branch of manifests and make the cluster match it.
 
 pub mod diff;
+pub mod discovery;
 pub mod inventory;
 pub mod manifests;
 pub mod source;
