@@ -1,0 +1,118 @@
+//! Pruning: the objects that left the repository are deleted, in the reverse of the apply
+//! stages (Node labels, then objects, then Namespaces and CRDs). Nodes are never deleted:
+//! capstan applies an empty manifest for them, which releases the labels and annotations it
+//! owned and leaves everything else on the Node alone.
+//!
+//! An object is deleted only while capstan still manages it (its field manager holds
+//! fields of it): an object recreated or taken over by someone else is left in place and
+//! reported.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::apply::{ApplyError, stage_of};
+use super::diff::FIELD_MANAGER;
+use super::discovery::ClusterKinds;
+use super::inventory::id_of;
+use super::manifests::ObjectId;
+use crate::api::InventoryEntry;
+
+/// What pruning did to one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pruned {
+    /// Deleted.
+    Deleted,
+    /// A Node: capstan's labels and annotations released.
+    Released,
+    /// Already gone.
+    Gone,
+    /// Left in place, with the reason.
+    Kept(String),
+}
+
+/// Prunes `leftovers` (inventory entries no longer in Git). Stops between objects once
+/// `stop` is set; the objects not reached stay in the inventory for the next sync.
+pub async fn prune(
+    client: &kube::Client,
+    kinds: &ClusterKinds,
+    leftovers: &[InventoryEntry],
+    stop: &AtomicBool,
+) -> Result<BTreeMap<ObjectId, Pruned>, ApplyError> {
+    let mut ordered: Vec<&InventoryEntry> = leftovers.iter().collect();
+    ordered.sort_by_key(|entry| {
+        (
+            std::cmp::Reverse(stage_of(&entry.kind, &entry.api_version)),
+            id_of(entry),
+        )
+    });
+    let mut done = BTreeMap::new();
+    for entry in ordered {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let outcome = prune_one(client, kinds, entry).await?;
+        done.insert(id_of(entry), outcome);
+    }
+    Ok(done)
+}
+
+async fn prune_one(
+    client: &kube::Client,
+    kinds: &ClusterKinds,
+    entry: &InventoryEntry,
+) -> Result<Pruned, ApplyError> {
+    let id = id_of(entry);
+    let Some(api) = kinds.api(
+        client,
+        &entry.api_version,
+        &entry.kind,
+        entry.namespace.as_deref(),
+    ) else {
+        // The kind is no longer served (its CRD went first): its objects went with it.
+        return Ok(Pruned::Gone);
+    };
+    let failed = |source| ApplyError::Write {
+        object: id.to_string(),
+        source,
+    };
+    let Some(live) = api.get_opt(&entry.name).await.map_err(failed)? else {
+        return Ok(Pruned::Gone);
+    };
+    if entry.api_version == "v1" && entry.kind == "Node" {
+        let empty = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": entry.name},
+        });
+        api.patch(
+            &entry.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&empty),
+        )
+        .await
+        .map_err(failed)?;
+        return Ok(Pruned::Released);
+    }
+    let managed = live
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|entry| entry.manager.as_deref() == Some(FIELD_MANAGER));
+    if !managed {
+        return Ok(Pruned::Kept(format!(
+            "not deleted: no field of it is managed by {FIELD_MANAGER} anymore"
+        )));
+    }
+    match api.delete(&entry.name, &DeleteParams::background()).await {
+        Ok(_) => Ok(Pruned::Deleted),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Pruned::Gone),
+        Err(source) => Err(ApplyError::Write {
+            object: id.to_string(),
+            source,
+        }),
+    }
+}

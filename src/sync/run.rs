@@ -1,0 +1,774 @@
+//! One sync, and the loop that keeps syncing.
+//!
+//! A [`Syncer`] follows one branch into one cluster. Each [`Syncer::sync`]:
+//!
+//! 1. fetches the remote (nothing is downloaded when its head has not moved);
+//! 2. when the head is a commit not seen before, loads and validates it (rejecting it whole,
+//!    with every problem named, when anything is wrong: the last good commit stays applied);
+//! 3. decides which objects need a write, dry-runs the writes, records in status that the
+//!    commit is being applied, writes in stages, prunes what left the repository, and
+//!    records the outcome: status, a history record, Events, metrics, one log line;
+//! 4. with no new commit, checks the applied one for drift the same way, which costs reads
+//!    only: a sync that finds nothing to do writes nothing at all.
+//!
+//! The status says which commit is applied and what the inventory holds, so a restarted
+//! capstan resumes where it left off without writing again. A stop request (SIGTERM) is
+//! honoured between writes; the interrupted commit is recorded as such and applied again by
+//! the next start.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::apply::{self, Action, ApplyError};
+use super::discovery::ClusterKinds;
+use super::history::{self, EventTarget};
+use super::inventory::{self, Inventory};
+use super::manifests::{
+    self, DesiredState, DriftPolicy, MAX_FILE_BYTES, ManifestError, ManifestFile, ObjectId,
+};
+use super::metrics::Metrics;
+use super::prune::{self, Pruned};
+use super::source::{CommitInfo, Source, SourceError};
+use super::status;
+use crate::api::capstan::{MAX_RUNS, SYSTEM_NAMESPACE};
+use crate::api::{
+    Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecordSpec, InventoryEntry,
+    RecordType, SyncRun,
+};
+
+/// Why a sync could not run at all (a rejected commit is an outcome, not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The repository could not be read or fetched.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The cluster could not be read or written.
+    #[error("cluster: {0}")]
+    Cluster(#[from] kube::Error),
+    /// Applying failed part-way (an API error); the commit is retried at the next sync.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+}
+
+/// How a [`Syncer`] behaves.
+#[derive(Clone, Debug)]
+pub struct SyncOptions {
+    /// The `GitSync` name (several capstans can sync several branches into one cluster).
+    pub name: String,
+    /// Overrides the repository's `drift` setting.
+    pub drift: Option<DriftPolicy>,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        SyncOptions {
+            name: inventory::DEFAULT_SYNC_NAME.to_string(),
+            drift: None,
+        }
+    }
+}
+
+/// What one sync did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// A new commit was applied.
+    Applied(Report),
+    /// The applied commit had drifted; the drift was reverted or reported.
+    Drift(Report),
+    /// Nothing to do.
+    Unchanged,
+    /// The head commit was rejected; the last good commit stays applied.
+    Rejected {
+        /// The rejected commit.
+        commit: CommitInfo,
+        /// Every problem, as `file:line: field: message`.
+        errors: Vec<String>,
+    },
+    /// A stop request came during the apply; what was written is recorded.
+    Interrupted(Report),
+}
+
+/// What a sync changed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// The commit applied (or checked for drift).
+    pub commit: Option<CommitInfo>,
+    /// Every object changed, pruned or found drifted, and how.
+    pub changes: Vec<Change>,
+    /// Objects left in place when pruning, with the reason.
+    pub kept: Vec<(ObjectId, String)>,
+    /// Time taken.
+    pub duration: Duration,
+}
+
+impl Report {
+    /// How many changes had `action` (`created`, `configured`, `pruned`, `released`,
+    /// `drift-reverted`, `drift-detected`).
+    pub fn count(&self, action: &str) -> usize {
+        self.changes.iter().filter(|c| c.action == action).count()
+    }
+
+    /// `3 created, 1 configured, 0 pruned` and any drift or releases.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![
+            format!("{} created", self.count("created")),
+            format!("{} configured", self.count("configured")),
+            format!("{} pruned", self.count("pruned")),
+        ];
+        for extra in ["released", "drift-reverted", "drift-detected"] {
+            let n = self.count(extra);
+            if n > 0 {
+                parts.push(format!("{n} {extra}"));
+            }
+        }
+        parts.join(", ")
+    }
+}
+
+/// The commit the cluster has, with its desired state.
+struct AppliedCommit {
+    commit: CommitInfo,
+    desired: DesiredState,
+}
+
+/// Follows one branch into one cluster.
+pub struct Syncer {
+    client: kube::Client,
+    source: Source,
+    options: SyncOptions,
+    kinds: ClusterKinds,
+    status: GitSyncStatus,
+    inventory: Inventory,
+    applied: Option<AppliedCommit>,
+    /// The head last rejected, so it is reported once, not at every interval.
+    rejected: Option<String>,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Syncer {
+    /// Prepares a sync of `source` into the cluster `client` talks to: installs capstan's
+    /// CRDs and namespace when missing, creates or reads the `GitSync`, and takes the
+    /// applied commit and inventory from its status.
+    pub async fn start(
+        client: kube::Client,
+        source: Source,
+        options: SyncOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Syncer, SyncError> {
+        let mut kinds = ClusterKinds::discover(&client).await?;
+        let spec = GitSyncSpec {
+            repo: source.location().to_string(),
+            branch: source.branch().to_string(),
+            path: source.path().to_string(),
+        };
+        let sync = status::ensure(&client, &mut kinds, &options.name, spec).await?;
+        let status = sync.status.clone().unwrap_or_default();
+        let inventory = inventory::inventory_of(&sync);
+        let mut syncer = Syncer {
+            client,
+            source,
+            options,
+            kinds,
+            status,
+            inventory,
+            applied: None,
+            rejected: None,
+            metrics,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        syncer.applied = syncer.reload_applied(&sync);
+        if let Some(applied) = &syncer.applied {
+            syncer.metrics.set_applied_commit(
+                &applied.commit.revision(),
+                applied.commit.pull_request,
+                &applied.commit.subject,
+            );
+        }
+        Ok(syncer)
+    }
+
+    /// The flag that stops a sync between writes; set it to shut down cleanly.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// The commit the cluster has, if any.
+    pub fn applied_commit(&self) -> Option<&CommitInfo> {
+        self.applied.as_ref().map(|a| &a.commit)
+    }
+
+    /// The source followed.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The last applied commit of the status, loaded again from Git. A commit that no
+    /// longer loads (history rewritten) leaves no applied state; the inventory still
+    /// says what capstan owns.
+    fn reload_applied(&self, sync: &GitSync) -> Option<AppliedCommit> {
+        let sha = &sync.status.as_ref()?.last_applied_commit.as_ref()?.sha;
+        let commit = self.source.resolve(sha).ok()?;
+        let desired = self.load(&commit, None).ok()?;
+        Some(AppliedCommit { commit, desired })
+    }
+
+    /// Reads and validates a commit; `previous` is the state it follows.
+    fn load(
+        &self,
+        commit: &CommitInfo,
+        previous: Option<&DesiredState>,
+    ) -> Result<DesiredState, Vec<String>> {
+        let files = self
+            .source
+            .files_at(&commit.sha, MAX_FILE_BYTES as u64)
+            .map_err(|err| vec![err.to_string()])?;
+        let files: Vec<ManifestFile<'_>> = files
+            .iter()
+            .map(|f| ManifestFile {
+                path: &f.path,
+                contents: &f.contents,
+            })
+            .collect();
+        let desired = manifests::load(&files, self.source.path(), &self.kinds).map_err(lines)?;
+        let problems = manifests::check_transition(previous, &desired);
+        if problems.is_empty() {
+            Ok(desired)
+        } else {
+            Err(lines(problems))
+        }
+    }
+
+    /// One sync: the head commit if it is new, else a drift check of the applied one.
+    pub async fn sync(&mut self) -> Result<Outcome, SyncError> {
+        let started = Instant::now();
+        let result = self.sync_inner(started).await;
+        let label = match &result {
+            Ok(Outcome::Applied(_) | Outcome::Drift(_)) => "applied",
+            Ok(Outcome::Unchanged) => "unchanged",
+            Ok(Outcome::Rejected { .. }) | Err(_) => "failed",
+            Ok(Outcome::Interrupted(_)) => "interrupted",
+        };
+        self.metrics.observe_sync(label, started.elapsed());
+        result
+    }
+
+    async fn sync_inner(&mut self, started: Instant) -> Result<Outcome, SyncError> {
+        if self.source.is_remote() {
+            tokio::task::block_in_place(|| self.source.fetch())?;
+        }
+        let head = self.source.head()?;
+        let applied_sha = self.applied.as_ref().map(|a| a.commit.sha.clone());
+        let head_is_new =
+            applied_sha.as_ref() != Some(&head.sha) && self.rejected.as_ref() != Some(&head.sha);
+        if !head_is_new {
+            let Some(applied) = self.applied.take() else {
+                return Ok(Outcome::Unchanged);
+            };
+            let result = self
+                .apply(&applied.commit, &applied.desired, false, started)
+                .await;
+            self.applied = Some(applied);
+            return result.map(|(outcome, _)| outcome);
+        }
+        self.kinds = ClusterKinds::discover(&self.client).await?;
+        let previous = self.applied.as_ref().map(|a| &a.desired);
+        match self.load(&head, previous) {
+            Err(errors) => {
+                self.reject(&head, errors.clone(), started).await?;
+                Ok(Outcome::Rejected {
+                    commit: head,
+                    errors,
+                })
+            }
+            Ok(desired) => {
+                let (outcome, applied) = self.apply(&head, &desired, true, started).await?;
+                if applied {
+                    self.rejected = None;
+                    self.metrics
+                        .set_applied_commit(&head.revision(), head.pull_request, &head.subject);
+                    self.applied = Some(AppliedCommit {
+                        commit: head,
+                        desired,
+                    });
+                }
+                Ok(outcome)
+            }
+        }
+    }
+
+    /// Applies `desired` (of `commit`; `new` when it is not the applied commit). Returns the
+    /// outcome and whether the commit is now fully applied.
+    async fn apply(
+        &mut self,
+        commit: &CommitInfo,
+        desired: &DesiredState,
+        new: bool,
+        started: Instant,
+    ) -> Result<(Outcome, bool), SyncError> {
+        let drift = self.options.drift.unwrap_or(desired.settings.drift);
+        let live = apply::read_live(&self.client, &self.kinds, &desired.manifests).await?;
+        let writes = apply::decide(
+            &self.client,
+            &self.kinds,
+            &desired.manifests,
+            &live,
+            &self.inventory,
+            commit,
+            drift,
+        )
+        .await?;
+        let wanted: BTreeSet<ObjectId> = desired.manifests.iter().map(|m| m.id()).collect();
+        let leftovers: Vec<InventoryEntry> = self
+            .inventory
+            .iter()
+            .filter(|(id, _)| !wanted.contains(id))
+            .map(|(_, entry)| entry.clone())
+            .collect();
+        if writes.is_empty() && leftovers.is_empty() && !new {
+            return Ok((Outcome::Unchanged, true));
+        }
+        if let Err(err) = apply::dry_run(
+            &self.client,
+            &self.kinds,
+            &desired.manifests,
+            &live,
+            &writes,
+        )
+        .await
+        {
+            return match err {
+                ApplyError::Refused(errors) => {
+                    self.reject(commit, errors.clone(), started).await?;
+                    Ok((
+                        Outcome::Rejected {
+                            commit: commit.clone(),
+                            errors,
+                        },
+                        false,
+                    ))
+                }
+                other => Err(other.into()),
+            };
+        }
+
+        let new_inventory: Inventory = desired
+            .manifests
+            .iter()
+            .map(|m| (m.id(), inventory::entry_of(m)))
+            .collect();
+        let writing = writes
+            .iter()
+            .any(|(_, action, _)| *action != Action::DriftDetected);
+        if writing || (!leftovers.is_empty() && desired.settings.prune) {
+            // Whatever happens next, everything that may get written is in the inventory.
+            let mut union = self.inventory.clone();
+            union.extend(new_inventory.clone());
+            self.inventory = union;
+            self.status.phase = "Applying".into();
+            self.status.last_attempted_commit = Some(history::commit_ref(commit));
+            self.put_inventory();
+            status::set_ready(&mut self.status, false, "Applying", &applying(commit));
+            status::write(&self.client, &self.options.name, &self.status).await?;
+        }
+
+        let written = apply::write(
+            &self.client,
+            &mut self.kinds,
+            &desired.manifests,
+            writes,
+            &self.stop,
+        )
+        .await;
+        let written = match written {
+            Ok(written) => written,
+            Err(err) => {
+                self.fail(commit, &err.to_string(), started).await?;
+                return Err(err.into());
+            }
+        };
+        let mut report = Report {
+            commit: Some(commit.clone()),
+            ..Report::default()
+        };
+        for (id, action) in &written.changes {
+            report.changes.push(change(action.as_str(), id));
+        }
+        let mut pruned_ids = BTreeSet::new();
+        if !written.interrupted && !leftovers.is_empty() {
+            if desired.settings.prune {
+                let pruned = prune::prune(&self.client, &self.kinds, &leftovers, &self.stop).await;
+                let pruned = match pruned {
+                    Ok(pruned) => pruned,
+                    Err(err) => {
+                        self.fail(commit, &err.to_string(), started).await?;
+                        return Err(err.into());
+                    }
+                };
+                for (id, outcome) in pruned {
+                    match outcome {
+                        Pruned::Deleted => report.changes.push(change("pruned", &id)),
+                        Pruned::Released => report.changes.push(change("released", &id)),
+                        Pruned::Gone => {}
+                        Pruned::Kept(reason) => report.kept.push((id.clone(), reason)),
+                    }
+                    pruned_ids.insert(id);
+                }
+            } else {
+                pruned_ids.extend(leftovers.iter().map(inventory::id_of));
+            }
+        }
+        report.duration = started.elapsed();
+        let interrupted = written.interrupted
+            || leftovers
+                .iter()
+                .any(|entry| desired.settings.prune && !pruned_ids.contains(&inventory::id_of(entry)));
+
+        if interrupted {
+            self.finish(commit, &report, "Interrupted", started).await?;
+            return Ok((Outcome::Interrupted(report), false));
+        }
+        self.inventory = new_inventory;
+        let drift_only = !new;
+        if drift_only && report.changes.is_empty() && report.kept.is_empty() {
+            return Ok((Outcome::Unchanged, true));
+        }
+        self.finish(commit, &report, "Applied", started).await?;
+        let outcome = if drift_only {
+            Outcome::Drift(report)
+        } else {
+            Outcome::Applied(report)
+        };
+        Ok((outcome, true))
+    }
+
+    /// Records a finished (or interrupted) apply: status, history, events, metrics.
+    async fn finish(
+        &mut self,
+        commit: &CommitInfo,
+        report: &Report,
+        result: &str,
+        started: Instant,
+    ) -> Result<(), SyncError> {
+        let reference = history::commit_ref(commit);
+        self.status.phase = result.into();
+        self.status.last_attempted_commit = Some(reference.clone());
+        if result == "Applied" {
+            self.status.last_applied_commit = Some(reference.clone());
+            self.status.error.clear();
+            status::set_ready(&mut self.status, true, "Applied", &applied_message(commit));
+        } else {
+            status::set_ready(
+                &mut self.status,
+                false,
+                result,
+                &format!("stopped while applying {}; the next start applies it again", commit.short_sha()),
+            );
+        }
+        self.put_inventory();
+        self.push_run(SyncRun {
+            commit: reference.clone(),
+            started_at: history::now(),
+            duration_seconds: started.elapsed().as_secs_f64(),
+            result: result.into(),
+            created: report.count("created") as u32,
+            configured: report.count("configured") as u32,
+            pruned: (report.count("pruned") + report.count("released")) as u32,
+            drifted: (report.count("drift-reverted") + report.count("drift-detected")) as u32,
+            error: String::new(),
+        });
+        status::write(&self.client, &self.options.name, &self.status).await?;
+
+        for (action, metric) in [
+            ("created", "created"),
+            ("configured", "configured"),
+            ("pruned", "pruned"),
+            ("released", "pruned"),
+        ] {
+            self.metrics.add_objects(metric, report.count(action) as u64);
+        }
+        let mut drift_by_kind: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        for c in &report.changes {
+            let action = match c.action.as_str() {
+                "drift-reverted" => "reverted",
+                "drift-detected" => "reported",
+                _ => continue,
+            };
+            *drift_by_kind.entry((&c.kind, action)).or_default() += 1;
+        }
+        for ((kind, action), count) in drift_by_kind {
+            self.metrics.add_drift(kind, action, count);
+        }
+
+        let message = format!(
+            "{} {}: {}{}",
+            if result == "Applied" { "applied" } else { "interrupted" },
+            describe_commit(commit),
+            report.summary(),
+            list_changes(&report.changes),
+        );
+        let drift = report.count("drift-reverted") + report.count("drift-detected") > 0;
+        let reason = match (result, drift) {
+            ("Applied", false) => "Synced",
+            ("Applied", true) => "DriftFound",
+            _ => "SyncInterrupted",
+        };
+        self.record(RecordType::Sync, &reference, &message, report.changes.clone())
+            .await;
+        self.event(drift || result != "Applied", reason, &message, &reference)
+            .await;
+        for c in report.changes.iter().filter(|c| c.kind == "Node") {
+            let target = EventTarget {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                namespace: None,
+                name: c.name.clone(),
+                uid: None,
+            };
+            let message = format!("{} by {}", c.action, describe_commit(commit));
+            if let Err(err) =
+                history::emit_event(&self.client, &target, false, "LabelsFromGit", &message, &reference)
+                    .await
+            {
+                tracing::warn!(node = %c.name, error = %err, "could not record an event");
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a rejected commit: nothing of it was applied.
+    async fn reject(
+        &mut self,
+        commit: &CommitInfo,
+        errors: Vec<String>,
+        started: Instant,
+    ) -> Result<(), SyncError> {
+        self.rejected = Some(commit.sha.clone());
+        let reference = history::commit_ref(commit);
+        let error = errors.join("\n");
+        self.status.phase = "Failed".into();
+        self.status.last_attempted_commit = Some(reference.clone());
+        self.status.error = error.clone();
+        status::set_ready(
+            &mut self.status,
+            false,
+            "CommitRejected",
+            &format!("{} rejected; {} stays applied", commit.short_sha(), self.applied_name()),
+        );
+        self.push_run(SyncRun {
+            commit: reference.clone(),
+            started_at: history::now(),
+            duration_seconds: started.elapsed().as_secs_f64(),
+            result: "Failed".into(),
+            error: error.clone(),
+            ..SyncRun::default()
+        });
+        status::write(&self.client, &self.options.name, &self.status).await?;
+        let message = format!(
+            "rejected {}: {} problem(s), nothing applied: {}",
+            describe_commit(commit),
+            errors.len(),
+            errors.join("; ")
+        );
+        self.record(RecordType::Rejected, &reference, &message, Vec::new())
+            .await;
+        self.event(true, "CommitRejected", &message, &reference).await;
+        Ok(())
+    }
+
+    /// Records an apply that failed part-way (an API error): status only, so the next sync
+    /// retries; the inventory already holds everything that may have been written.
+    async fn fail(
+        &mut self,
+        commit: &CommitInfo,
+        error: &str,
+        started: Instant,
+    ) -> Result<(), SyncError> {
+        self.status.phase = "Failed".into();
+        self.status.error = error.to_string();
+        status::set_ready(&mut self.status, false, "ApplyFailed", error);
+        self.push_run(SyncRun {
+            commit: history::commit_ref(commit),
+            started_at: history::now(),
+            duration_seconds: started.elapsed().as_secs_f64(),
+            result: "Failed".into(),
+            error: error.to_string(),
+            ..SyncRun::default()
+        });
+        status::write(&self.client, &self.options.name, &self.status).await?;
+        Ok(())
+    }
+
+    fn applied_name(&self) -> String {
+        self.applied
+            .as_ref()
+            .map_or("nothing".to_string(), |a| a.commit.short_sha().to_string())
+    }
+
+    fn put_inventory(&mut self) {
+        self.status.inventory = self.inventory.values().cloned().collect();
+        self.status.inventory_count = self.status.inventory.len() as u32;
+    }
+
+    fn push_run(&mut self, run: SyncRun) {
+        self.status.runs.insert(0, run);
+        self.status.runs.truncate(MAX_RUNS);
+    }
+
+    /// Writes a history record and enforces retention; failures are logged, not fatal:
+    /// the status already has the outcome.
+    async fn record(
+        &self,
+        type_: RecordType,
+        commit: &CommitRef,
+        message: &str,
+        changes: Vec<Change>,
+    ) {
+        let spec = HistoryRecordSpec {
+            time: history::now(),
+            type_,
+            sync: self.options.name.clone(),
+            commit: commit.clone(),
+            message: message.to_string(),
+            changes,
+            ..HistoryRecordSpec::default()
+        };
+        let retention = self
+            .applied
+            .as_ref()
+            .map_or(1000, |a| a.desired.settings.history_retention);
+        let result = async {
+            history::write_record(&self.client, spec).await?;
+            history::enforce_retention(&self.client, &self.options.name, retention).await
+        }
+        .await;
+        if let Err(err) = result {
+            tracing::warn!(error = %err, "could not write a history record");
+        }
+    }
+
+    async fn event(&self, warning: bool, reason: &str, message: &str, commit: &CommitRef) {
+        let target = EventTarget {
+            api_version: "capstan.dev/v1alpha1".into(),
+            kind: "GitSync".into(),
+            namespace: Some(SYSTEM_NAMESPACE.into()),
+            name: self.options.name.clone(),
+            uid: None,
+        };
+        if let Err(err) =
+            history::emit_event(&self.client, &target, warning, reason, message, commit).await
+        {
+            tracing::warn!(error = %err, "could not record an event");
+        }
+    }
+}
+
+fn change(action: &str, id: &ObjectId) -> Change {
+    Change {
+        action: action.into(),
+        kind: id.kind.clone(),
+        namespace: id.namespace.clone(),
+        name: id.name.clone(),
+    }
+}
+
+fn lines(errors: Vec<ManifestError>) -> Vec<String> {
+    errors.iter().map(ToString::to_string).collect()
+}
+
+/// `a1b2c3d "Subject" (#42)`.
+pub fn describe_commit(commit: &CommitInfo) -> String {
+    match commit.pull_request {
+        Some(pr) => format!("{} \"{}\" (#{pr})", commit.short_sha(), commit.subject),
+        None => format!("{} \"{}\"", commit.short_sha(), commit.subject),
+    }
+}
+
+fn applying(commit: &CommitInfo) -> String {
+    format!("applying {}", describe_commit(commit))
+}
+
+fn applied_message(commit: &CommitInfo) -> String {
+    format!("applied {}", describe_commit(commit))
+}
+
+/// `: created Module kmm/a, configured Node worker-1` (empty without changes).
+fn list_changes(changes: &[Change]) -> String {
+    if changes.is_empty() {
+        return String::new();
+    }
+    let items: Vec<String> = changes
+        .iter()
+        .map(|c| match &c.namespace {
+            Some(ns) => format!("{} {} {ns}/{}", c.action, c.kind, c.name),
+            None => format!("{} {} {}", c.action, c.kind, c.name),
+        })
+        .collect();
+    format!(" ({})", items.join(", "))
+}
+
+/// What wakes the loop besides its interval.
+pub struct Wakers {
+    /// Local repositories: a message per change of the branch refs.
+    pub refs: Option<tokio::sync::mpsc::Receiver<()>>,
+    /// A verified webhook.
+    pub webhook: Arc<Notify>,
+}
+
+/// Syncs at once, then whenever the branch moves (local ref change, webhook) or `interval`
+/// passes, until `shutdown` is notified. Each outcome goes to `report` (the progress log).
+/// `ready` is set once the first sync finished.
+pub async fn follow(
+    mut syncer: Syncer,
+    interval: Duration,
+    mut wakers: Wakers,
+    shutdown: Arc<Notify>,
+    ready: Arc<AtomicBool>,
+    mut report: impl FnMut(&Result<Outcome, SyncError>),
+) {
+    let stop = syncer.stop_flag();
+    let stopper = {
+        let shutdown = shutdown.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            shutdown.notified().await;
+            stop.store(true, Ordering::SeqCst);
+        })
+    };
+    loop {
+        let result = syncer.sync().await;
+        report(&result);
+        ready.store(true, Ordering::SeqCst);
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let refs = async {
+            match wakers.refs.as_mut() {
+                Some(rx) => {
+                    if rx.recv().await.is_none() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = refs => {}
+            _ = wakers.webhook.notified() => {}
+            _ = wait_for(&stop) => break,
+        }
+    }
+    stopper.abort();
+}
+
+/// Resolves once `flag` is set (checked every 50 ms).
+async fn wait_for(flag: &AtomicBool) {
+    while !flag.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,112 @@
+//! The sync's state in the cluster: capstan's namespace, its CRDs (on a cluster that lacks
+//! them), the `GitSync` object and its status.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{CustomResourceExt as _, Resource as _};
+use serde_json::json;
+
+use super::diff::FIELD_MANAGER;
+use super::discovery::ClusterKinds;
+use crate::api::capstan::SYSTEM_NAMESPACE;
+use crate::api::{GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord};
+
+/// How long capstan's own CRDs get to become served.
+const CRD_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Makes sure the cluster serves capstan's kinds and has its namespace and `GitSync`:
+/// applies what is missing (server-side apply, field manager `capstan`) and returns the
+/// `GitSync` as it is, status included.
+pub async fn ensure(
+    client: &kube::Client,
+    kinds: &mut ClusterKinds,
+    name: &str,
+    spec: GitSyncSpec,
+) -> Result<GitSync, kube::Error> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let served = |kinds: &ClusterKinds| {
+        [GitSync::api_version(&()), HistoryRecord::api_version(&())]
+            .iter()
+            .zip([GitSync::kind(&()), HistoryRecord::kind(&())])
+            .all(|(api_version, kind)| kinds.resource(api_version, &kind).is_some())
+    };
+    if !served(kinds) {
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(client.clone());
+        for crd in [GitSync::crd(), HistoryRecord::crd()] {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            crds.patch(&name, &params, &Patch::Apply(&crd)).await?;
+        }
+        let deadline = Instant::now() + CRD_DEADLINE;
+        while !served(kinds) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            *kinds = ClusterKinds::discover(client).await?;
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(SYSTEM_NAMESPACE).await?.is_none() {
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": SYSTEM_NAMESPACE}});
+        namespaces
+            .patch(SYSTEM_NAMESPACE, &params, &Patch::Apply(&namespace))
+            .await?;
+    }
+    let syncs: Api<GitSync> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    match syncs.get_opt(name).await? {
+        Some(existing) if existing.spec == spec => Ok(existing),
+        _ => {
+            let object = json!({
+                "apiVersion": GitSync::api_version(&()),
+                "kind": GitSync::kind(&()),
+                "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+                "spec": spec,
+            });
+            syncs.patch(name, &params, &Patch::Apply(&object)).await
+        }
+    }
+}
+
+/// Replaces the `GitSync` status with `status` (one write).
+pub async fn write(
+    client: &kube::Client,
+    name: &str,
+    status: &GitSyncStatus,
+) -> Result<(), kube::Error> {
+    let syncs: Api<GitSync> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(
+        json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/status").expect("a valid pointer"),
+            value: serde_json::to_value(status).unwrap_or_default(),
+        },
+    )]);
+    syncs
+        .patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map(|_| ())
+}
+
+/// Sets the `Ready` condition: `True` with reason `Applied`, else `False` with `reason`.
+pub fn set_ready(status: &mut GitSyncStatus, ready: bool, reason: &str, message: &str) {
+    let value = if ready { "True" } else { "False" };
+    let unchanged = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .is_some_and(|c| c.status == value);
+    let transition = match status.conditions.iter().find(|c| c.type_ == "Ready") {
+        Some(old) if unchanged => old.last_transition_time.clone(),
+        _ => Time(jiff::Timestamp::now()),
+    };
+    status.conditions.retain(|c| c.type_ != "Ready");
+    status.conditions.push(Condition {
+        type_: "Ready".into(),
+        status: value.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: transition,
+        observed_generation: None,
+    });
+}
