@@ -1,11 +1,13 @@
 //! GitOps sync: follow a Git branch of manifests and make the cluster match it.
 
-pub mod diff;
 pub mod apply;
+pub mod diff;
 pub mod discovery;
 pub mod history;
 pub mod inventory;
 pub mod manifests;
+pub mod metrics;
 pub mod prune;
+pub mod run;
 pub mod source;
 pub mod status;
