@@ -117,6 +117,19 @@ async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A client for the cluster of the kubeconfig at `path` (its current context).
+pub async fn client_for(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let kubeconfig: kube::config::Kubeconfig = serde_saphyr::from_str(&text)
+        .with_context(|| format!("{} is not a kubeconfig", path.display()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("using the kubeconfig {}", path.display()))?;
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// SIGINT or SIGTERM.
 pub async fn wait_for_shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
@@ -145,13 +158,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<i32> {
     let path = args
         .kubeconfig
         .context("no kubeconfig: pass --kubeconfig (the file `capstan cluster serve` wrote) or set KUBECONFIG")?;
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let kubeconfig: kube::config::Kubeconfig = serde_saphyr::from_str(&text)
-        .with_context(|| format!("{} is not a kubeconfig", path.display()))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    config.default_retry = false;
-    let client = kube::Client::try_from(config)?;
+    let client = client_for(&path).await?;
     let (method, node, operation) = match &args.operation {
         NodeOperation::Show { node } => ("GET", node, String::new()),
         NodeOperation::Reboot { node } => ("POST", node, "/reboot".into()),

@@ -553,12 +553,12 @@ impl Syncer {
         self.status.phase = "Failed".into();
         self.status.last_attempted_commit = Some(reference.clone());
         self.status.error = error.clone();
-        status::set_ready(
-            &mut self.status,
-            false,
-            "CommitRejected",
-            &format!("{} rejected; {} stays applied", commit.short_sha(), self.applied_name()),
+        let message = format!(
+            "{} rejected; {} stays applied",
+            commit.short_sha(),
+            self.applied_name()
         );
+        status::set_ready(&mut self.status, false, "CommitRejected", &message);
         self.push_run(SyncRun {
             commit: reference.clone(),
             started_at: history::now(),

@@ -1,0 +1,348 @@
+//! `capstan sync`: follow a branch into a cluster (the embedded one unless `--kubeconfig`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use tokio::sync::Notify;
+
+use super::cluster::{client_for, wait_for_shutdown_signal};
+use crate::cluster::sim::config::ClusterConfig;
+use crate::cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
+use crate::sync::manifests::DriftPolicy;
+use crate::sync::metrics::Metrics;
+use crate::sync::run::{self, Outcome, SyncError, SyncOptions, Syncer, Wakers, describe_commit};
+use crate::sync::server::{self, ServerState};
+use crate::sync::source::{Auth, Source};
+
+/// Exit code of `--once` when the cluster did not converge within `--timeout`.
+pub const EXIT_TIMEOUT: i32 = 3;
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// The repository: a local repository, a folder inside one (which becomes --path), or
+    /// an https/ssh URL (cloned into --state-dir).
+    #[arg(long)]
+    pub repo: String,
+    /// The branch to follow.
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// The folder inside the repository to sync (default: all of it).
+    #[arg(long)]
+    pub path: Option<PathBuf>,
+    /// The cluster to sync into. Without it capstan starts its embedded (simulated) cluster;
+    /// it never guesses a real one.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// How often to fetch a remote and check for drift (`30s`, `5m`).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Apply the head commit, wait until it is applied, and exit: 0 applied, 1 error
+    /// (rejected commit included), 3 not done within --timeout.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: how long to wait.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Where capstan keeps its clone of a remote and the embedded cluster's state.
+    #[arg(long, default_value = ".capstan")]
+    pub state_dir: PathBuf,
+    /// Address of the /metrics, /healthz, /readyz and /hooks/github endpoints; port 0
+    /// picks a free one.
+    #[arg(long, default_value = "127.0.0.1:9477")]
+    pub listen: SocketAddr,
+    /// File holding the GitHub webhook secret; enables POST /hooks/github.
+    #[arg(long)]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Environment variable holding an https token for the remote.
+    #[arg(long, conflicts_with_all = ["token_file", "ssh_key"])]
+    pub token_env: Option<String>,
+    /// File holding an https token for the remote.
+    #[arg(long, conflicts_with = "ssh_key")]
+    pub token_file: Option<PathBuf>,
+    /// Private key for an ssh remote.
+    #[arg(long)]
+    pub ssh_key: Option<PathBuf>,
+    /// known_hosts file for an ssh remote (default: ~/.ssh/known_hosts).
+    #[arg(long, requires = "ssh_key")]
+    pub known_hosts: Option<PathBuf>,
+    /// Overrides the repository's `drift` setting: `revert` writes hand-made changes back,
+    /// `warn` only reports them.
+    #[arg(long, value_parser = parse_drift)]
+    pub drift: Option<DriftPolicy>,
+    /// Name of the GitSync object keeping this sync's status.
+    #[arg(long, default_value = crate::sync::inventory::DEFAULT_SYNC_NAME)]
+    pub name: String,
+    /// Nodes and workloads of the embedded cluster (docs/cluster-config.md).
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub cluster_config: Option<PathBuf>,
+}
+
+/// Reads `30s`, `5m`, `1h30m`, `500ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let parsed: jiff::SignedDuration = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("{text:?} is not a duration like 30s, 5m or 1h ({e})"))?;
+    Duration::try_from(parsed).map_err(|_| format!("{text:?} is negative"))
+}
+
+fn parse_drift(text: &str) -> Result<DriftPolicy, String> {
+    match text {
+        "revert" => Ok(DriftPolicy::Revert),
+        "warn" => Ok(DriftPolicy::Warn),
+        other => Err(format!("{other:?}: use revert or warn")),
+    }
+}
+
+fn auth(args: &SyncArgs) -> anyhow::Result<Auth> {
+    if let Some(var) = &args.token_env {
+        let token = std::env::var(var)
+            .with_context(|| format!("--token-env {var}: the variable is not set"))?;
+        return Ok(Auth::Token { token });
+    }
+    if let Some(file) = &args.token_file {
+        let token = std::fs::read_to_string(file)
+            .with_context(|| format!("--token-file {}", file.display()))?;
+        return Ok(Auth::Token { token });
+    }
+    if let Some(key) = &args.ssh_key {
+        return Ok(Auth::SshKey {
+            private_key: key.clone(),
+            known_hosts: args.known_hosts.clone(),
+        });
+    }
+    Ok(Auth::None)
+}
+
+/// The cluster to sync into: the kubeconfig's, or the embedded one, started loudly.
+async fn connect(args: &SyncArgs) -> anyhow::Result<(kube::Client, Option<EmbeddedCluster>)> {
+    if let Some(path) = &args.kubeconfig {
+        return Ok((client_for(path).await?, None));
+    }
+    let config = match &args.cluster_config {
+        Some(path) => ClusterConfig::read(path)?,
+        None => ClusterConfig::default_cluster(),
+    };
+    let options = ClusterOptions {
+        simulation: Some(config),
+        state_dir: Some(args.state_dir.join("cluster")),
+        ..ClusterOptions::default()
+    };
+    let cluster = EmbeddedCluster::start(options)
+        .await
+        .context("starting the embedded cluster")?;
+    let path = absolute(&args.state_dir.join("kubeconfig"));
+    kubeconfig::write(&path, &cluster.kubeconfig())
+        .with_context(|| format!("writing the kubeconfig to {}", path.display()))?;
+    eprintln!("================================================================================");
+    eprintln!(" No --kubeconfig: capstan started its EMBEDDED cluster (simulated nodes, not a");
+    eprintln!(" real cluster) and syncs into it.");
+    eprintln!("   API server: {}", cluster.url());
+    eprintln!("   kubeconfig: {}", path.display());
+    eprintln!("   try:        kubectl --kubeconfig {} get nodes --show-labels", path.display());
+    eprintln!("================================================================================");
+    let client = cluster.client().context("connecting to the embedded cluster")?;
+    Ok((client, Some(cluster)))
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
+    let auth = auth(&args)?;
+    let source = Source::open(
+        &args.repo,
+        &args.branch,
+        args.path.as_deref(),
+        &args.state_dir,
+        auth,
+    )?;
+    let (client, cluster) = connect(&args).await?;
+    let metrics = Arc::new(Metrics::new());
+    let options = SyncOptions {
+        name: args.name.clone(),
+        drift: args.drift,
+    };
+    let syncer = Syncer::start(client, source, options, metrics.clone())
+        .await
+        .context("preparing the sync")?;
+    let path = syncer.source().path();
+    eprintln!(
+        "following {} of {}{}",
+        args.branch,
+        syncer.source().location(),
+        if path.is_empty() {
+            String::new()
+        } else {
+            format!(" (path {path})")
+        }
+    );
+    let code = if args.once {
+        run_once(syncer, args.timeout).await
+    } else {
+        run_forever(&args, syncer, metrics).await?
+    };
+    if let Some(cluster) = cluster {
+        cluster.shutdown().await;
+    }
+    Ok(code)
+}
+
+async fn run_once(mut syncer: Syncer, timeout: Duration) -> i32 {
+    let stop = syncer.stop_flag();
+    let outcome = tokio::select! {
+        outcome = tokio::time::timeout(timeout, syncer.sync()) => outcome,
+        _ = wait_for_shutdown_signal() => {
+            stop.store(true, Ordering::SeqCst);
+            return 1;
+        }
+    };
+    match outcome {
+        Err(_) => {
+            eprintln!("not applied within {timeout:?}");
+            EXIT_TIMEOUT
+        }
+        Ok(result) => {
+            log_outcome(&result);
+            match result {
+                Ok(Outcome::Applied(_) | Outcome::Drift(_) | Outcome::Unchanged) => 0,
+                Ok(Outcome::Interrupted(_) | Outcome::Rejected { .. }) | Err(_) => 1,
+            }
+        }
+    }
+}
+
+async fn run_forever(args: &SyncArgs, syncer: Syncer, metrics: Arc<Metrics>) -> anyhow::Result<i32> {
+    let webhook_secret = match &args.webhook_secret_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .with_context(|| format!("--webhook-secret-file {}", file.display()))?
+                .trim()
+                .as_bytes()
+                .to_vec(),
+        ),
+        None => None,
+    };
+    let ready = Arc::new(AtomicBool::new(false));
+    let trigger = Arc::new(Notify::new());
+    let shutdown = Arc::new(Notify::new());
+    let state = ServerState {
+        metrics,
+        ready: ready.clone(),
+        webhook_secret,
+        trigger: trigger.clone(),
+        branch: Some(args.branch.clone()),
+    };
+    let server_shutdown = shutdown.clone();
+    let (address, server) = server::serve(args.listen, state, async move {
+        server_shutdown.notified().await;
+    })
+    .await
+    .with_context(|| format!("listening on {}", args.listen))?;
+    eprintln!("metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github");
+
+    let (_watcher, refs) = if syncer.source().is_remote() {
+        (None, None)
+    } else {
+        let (watcher, rx) = crate::sync::source::watch_refs(&syncer.source().git_dir())?;
+        (Some(watcher), Some(rx))
+    };
+    let stop_loop = Arc::new(Notify::new());
+    {
+        let stop_loop = stop_loop.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_shutdown_signal().await;
+            eprintln!("stopping: finishing the write in flight");
+            stop_loop.notify_one();
+            shutdown.notify_waiters();
+        });
+    }
+    let wakers = Wakers {
+        refs,
+        webhook: trigger,
+    };
+    run::follow(syncer, args.interval, wakers, stop_loop, ready, log_outcome).await;
+    shutdown.notify_waiters();
+    let _ = server.await;
+    eprintln!("stopped");
+    Ok(0)
+}
+
+/// One line per sync that did something; problems one per line below.
+fn log_outcome(result: &Result<Outcome, SyncError>) {
+    let time = jiff::Zoned::now().strftime("%H:%M:%S");
+    match result {
+        Ok(Outcome::Unchanged) => {}
+        Ok(Outcome::Applied(report)) => {
+            let commit = report.commit.as_ref().map(describe_commit).unwrap_or_default();
+            eprintln!(
+                "{time} applied {commit}: {} in {} ms",
+                report.summary(),
+                report.duration.as_millis()
+            );
+            for change in &report.changes {
+                eprintln!("{time}   {}", describe_change(change));
+            }
+            for (id, reason) in &report.kept {
+                eprintln!("{time}   kept {id}: {reason}");
+            }
+        }
+        Ok(Outcome::Drift(report)) => {
+            eprintln!("{time} drift: {}", report.summary());
+            for change in &report.changes {
+                eprintln!("{time}   {}", describe_change(change));
+            }
+        }
+        Ok(Outcome::Interrupted(report)) => {
+            eprintln!(
+                "{time} interrupted: {} before stopping; the next start applies the commit again",
+                report.summary()
+            );
+        }
+        Ok(Outcome::Rejected { commit, errors }) => {
+            eprintln!(
+                "{time} rejected {}: {} problem(s); nothing of it applied",
+                describe_commit(commit),
+                errors.len()
+            );
+            for error in errors {
+                eprintln!("{time}   {error}");
+            }
+        }
+        Err(err) => eprintln!("{time} sync failed: {err}"),
+    }
+}
+
+fn describe_change(change: &crate::api::Change) -> String {
+    match &change.namespace {
+        Some(ns) => format!("{} {} {ns}/{}", change.action, change.kind, change.name),
+        None => format!("{} {} {}", change.action, change.kind, change.name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_flux_intervals() {
+        let cases = [
+            ("30s", Some(Duration::from_secs(30))),
+            ("5m", Some(Duration::from_secs(300))),
+            ("1h30m", Some(Duration::from_secs(5400))),
+            ("500ms", Some(Duration::from_millis(500))),
+            ("soon", None),
+            ("-5s", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_duration(text).ok(), expected, "{text}");
+        }
+    }
+}
