@@ -5,4 +5,5 @@ pub mod discovery;
 pub mod inventory;
 pub mod manifests;
 pub mod metrics;
+pub mod server;
 pub mod source;
