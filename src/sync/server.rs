@@ -253,6 +253,7 @@ fn push_ref(content_type: &str, body: &[u8]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::source::WebhookError;
     use axum::body::Body;
     use futures::FutureExt as _;
     use http::Request;
@@ -261,6 +262,7 @@ mod tests {
     use tower::ServiceExt as _;
 
     const SECRET: &[u8] = b"fleet webhook secret";
+    const JSON: &str = "application/json";
     const PUSH_TO_MAIN: &str = r#"{"ref":"refs/heads/main","after":"2222222"}"#;
 
     struct Fixture {
@@ -309,11 +311,36 @@ mod tests {
             (status, body)
         }
 
-        /// Whether a sync was triggered since the last check; Notify keeps the permit of a
-        /// notify_one without waiters, so polling once tells.
-        fn triggered(&self) -> bool {
-            self.trigger.notified().now_or_never().is_some()
+        /// Delivers a webhook and tells what came back and whether a sync was triggered.
+        async fn deliver(&self, request: Request<Body>) -> Delivered {
+            let (status, _, body) = self.call(request).await;
+            // Notify keeps the permit of a notify_one without waiters, so polling once tells.
+            let triggered = self.trigger.notified().now_or_never().is_some();
+            Delivered {
+                status,
+                body,
+                triggered,
+            }
         }
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    struct Delivered {
+        status: StatusCode,
+        body: String,
+        triggered: bool,
+    }
+
+    fn answer(status: StatusCode, body: &str, triggered: bool) -> Delivered {
+        Delivered {
+            status,
+            body: body.to_string(),
+            triggered,
+        }
+    }
+
+    fn refused(err: WebhookError) -> Delivered {
+        answer(StatusCode::UNAUTHORIZED, &err.to_string(), false)
     }
 
     fn sign(secret: &[u8], body: &[u8]) -> String {
@@ -344,7 +371,7 @@ mod tests {
     fn signed(event: &str, body: &str) -> Request<Body> {
         webhook(
             Some(event),
-            "application/json",
+            JSON,
             body,
             Some(&sign(SECRET, body.as_bytes())),
         )
@@ -410,111 +437,97 @@ mod tests {
     #[tokio::test]
     async fn a_signed_push_triggers_a_sync() {
         let server = fixture(Some(SECRET), None);
-        let (status, _, body) = server.call(signed("push", PUSH_TO_MAIN)).await;
         assert_eq!(
-            (status, body.as_str()),
-            (StatusCode::ACCEPTED, "sync triggered")
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(StatusCode::ACCEPTED, "sync triggered", true)
         );
-        assert!(server.triggered());
     }
 
     #[tokio::test]
     async fn a_bad_signature_is_refused() {
         let server = fixture(Some(SECRET), None);
         let forged = sign(b"another secret", PUSH_TO_MAIN.as_bytes());
-        let request = webhook(
-            Some("push"),
-            "application/json",
-            PUSH_TO_MAIN,
-            Some(&forged),
+        let request = webhook(Some("push"), JSON, PUSH_TO_MAIN, Some(&forged));
+        assert_eq!(
+            server.deliver(request).await,
+            refused(WebhookError::SignatureMismatch)
         );
-        let (status, _, body) = server.call(request).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED);
-        assert!(body.contains("does not match the body"), "{body}");
-        assert!(!server.triggered());
     }
 
     #[tokio::test]
     async fn a_malformed_signature_is_refused() {
         let server = fixture(Some(SECRET), None);
-        let request = webhook(
-            Some("push"),
-            "application/json",
-            PUSH_TO_MAIN,
-            Some("sha1=0123"),
+        let request = webhook(Some("push"), JSON, PUSH_TO_MAIN, Some("sha1=0123"));
+        assert_eq!(
+            server.deliver(request).await,
+            refused(WebhookError::MalformedSignature("expected sha256=<hex>"))
         );
-        let (status, _, body) = server.call(request).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED);
-        assert!(body.starts_with("malformed X-Hub-Signature-256"), "{body}");
-        assert!(!server.triggered());
     }
 
     #[tokio::test]
     async fn a_missing_signature_is_refused() {
         let server = fixture(Some(SECRET), None);
-        let request = webhook(Some("push"), "application/json", PUSH_TO_MAIN, None);
-        let (status, _, body) = server.call(request).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED);
-        assert!(body.starts_with("missing X-Hub-Signature-256"), "{body}");
-        assert!(!server.triggered());
+        let request = webhook(Some("push"), JSON, PUSH_TO_MAIN, None);
+        assert_eq!(
+            server.deliver(request).await,
+            refused(WebhookError::MissingSignature)
+        );
     }
 
     #[tokio::test]
     async fn a_ping_is_answered_with_pong() {
         let server = fixture(Some(SECRET), Some("main"));
-        let (status, _, body) = server
-            .call(signed("ping", r#"{"zen":"Keep it logically awesome."}"#))
-            .await;
-        assert_eq!((status, body.as_str()), (StatusCode::OK, "pong"));
-        assert!(!server.triggered());
+        let ping = signed("ping", r#"{"zen":"Keep it logically awesome."}"#);
+        assert_eq!(
+            server.deliver(ping).await,
+            answer(StatusCode::OK, "pong", false)
+        );
     }
 
     #[tokio::test]
     async fn other_events_are_ignored() {
         let server = fixture(Some(SECRET), Some("main"));
-        let (status, _, body) = server
-            .call(signed("pull_request", r#"{"action":"opened"}"#))
-            .await;
+        let opened = signed("pull_request", r#"{"action":"opened"}"#);
         assert_eq!(
-            (status, body.as_str()),
-            (StatusCode::ACCEPTED, "ignored: pull_request")
+            server.deliver(opened).await,
+            answer(StatusCode::ACCEPTED, "ignored: pull_request", false)
         );
-        assert!(!server.triggered());
     }
 
     #[tokio::test]
     async fn without_a_secret_the_webhook_endpoint_is_not_found() {
         let server = fixture(None, None);
-        let (status, _, body) = server.call(signed("push", PUSH_TO_MAIN)).await;
-        assert_eq!(status, StatusCode::NOT_FOUND);
-        assert!(body.contains("--webhook-secret-file"), "{body}");
-        assert!(!server.triggered());
+        assert_eq!(
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(
+                StatusCode::NOT_FOUND,
+                "webhooks are off: start capstan sync with --webhook-secret-file to accept GitHub webhooks",
+                false
+            )
+        );
     }
 
     #[tokio::test]
     async fn a_push_to_the_followed_branch_triggers_a_sync() {
         let server = fixture(Some(SECRET), Some("main"));
-        let (status, _, body) = server.call(signed("push", PUSH_TO_MAIN)).await;
         assert_eq!(
-            (status, body.as_str()),
-            (StatusCode::ACCEPTED, "sync triggered")
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(StatusCode::ACCEPTED, "sync triggered", true)
         );
-        assert!(server.triggered());
     }
 
     #[tokio::test]
     async fn a_push_to_another_branch_is_ignored() {
         let server = fixture(Some(SECRET), Some("main"));
-        let body = r#"{"ref":"refs/heads/feature","after":"3333333"}"#;
-        let (status, _, text) = server.call(signed("push", body)).await;
+        let push = signed("push", r#"{"ref":"refs/heads/feature","after":"3333333"}"#);
         assert_eq!(
-            (status, text.as_str()),
-            (
+            server.deliver(push).await,
+            answer(
                 StatusCode::ACCEPTED,
-                "ignored: push to refs/heads/feature, capstan follows refs/heads/main"
+                "ignored: push to refs/heads/feature, capstan follows refs/heads/main",
+                false
             )
         );
-        assert!(!server.triggered());
     }
 
     #[tokio::test]
@@ -523,44 +536,44 @@ mod tests {
         let body: String = form_urlencoded::Serializer::new(String::new())
             .append_pair("payload", PUSH_TO_MAIN)
             .finish();
+        let signature = sign(SECRET, body.as_bytes());
         let request = webhook(
             Some("push"),
             "application/x-www-form-urlencoded",
             &body,
-            Some(&sign(SECRET, body.as_bytes())),
+            Some(&signature),
         );
-        let (status, _, text) = server.call(request).await;
         assert_eq!(
-            (status, text.as_str()),
-            (StatusCode::ACCEPTED, "sync triggered")
+            server.deliver(request).await,
+            answer(StatusCode::ACCEPTED, "sync triggered", true)
         );
-        assert!(server.triggered());
     }
 
     #[tokio::test]
     async fn a_push_without_a_ref_is_a_bad_request() {
         let server = fixture(Some(SECRET), Some("main"));
-        let (status, _, body) = server.call(signed("push", r#"{"after":"1"}"#)).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST);
-        assert!(body.contains("missing field `ref`"), "{body}");
-        assert!(!server.triggered());
+        let delivered = server.deliver(signed("push", r#"{"after":"1"}"#)).await;
+        assert_eq!(delivered.status, StatusCode::BAD_REQUEST);
+        assert!(
+            delivered.body.contains("missing field `ref`"),
+            "{delivered:?}"
+        );
+        assert!(!delivered.triggered);
     }
 
     #[tokio::test]
     async fn a_signed_webhook_without_an_event_is_a_bad_request() {
         let server = fixture(Some(SECRET), None);
-        let request = webhook(
-            None,
-            "application/json",
-            PUSH_TO_MAIN,
-            Some(&sign(SECRET, PUSH_TO_MAIN.as_bytes())),
-        );
-        let (status, _, body) = server.call(request).await;
+        let signature = sign(SECRET, PUSH_TO_MAIN.as_bytes());
+        let request = webhook(None, JSON, PUSH_TO_MAIN, Some(&signature));
         assert_eq!(
-            (status, body.as_str()),
-            (StatusCode::BAD_REQUEST, "missing X-GitHub-Event header")
+            server.deliver(request).await,
+            answer(
+                StatusCode::BAD_REQUEST,
+                "missing X-GitHub-Event header",
+                false
+            )
         );
-        assert!(!server.triggered());
     }
 
     #[tokio::test]
@@ -572,9 +585,9 @@ mod tests {
             .header("x-hub-signature-256", sign(SECRET, &body))
             .body(Body::from(body))
             .expect("request");
-        let (status, _, _) = server.call(request).await;
-        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-        assert!(!server.triggered());
+        let delivered = server.deliver(request).await;
+        assert_eq!(delivered.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(!delivered.triggered);
     }
 
     #[test]
