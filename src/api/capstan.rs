@@ -168,6 +168,7 @@ pub struct InventoryEntry {
 }
 
 /// One entry of the durable history.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "capstan.dev",

@@ -2,6 +2,8 @@
 
 pub mod cluster;
 pub mod crds;
+pub mod history;
+pub mod sync;
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +21,10 @@ pub enum Command {
     Cluster(cluster::ClusterArgs),
     /// Print capstan's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
     Crds,
+    /// Follow a Git branch and make the cluster match it.
+    Sync(sync::SyncArgs),
+    /// Show the commit-linked history: syncs, rejected commits, upgrade steps.
+    History(history::HistoryArgs),
 }
 
 /// Runs a parsed command line; the exit code is the process's.
@@ -26,6 +32,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Cluster(args) => cluster::run(args).await,
         Command::Crds => crds::run(),
+        Command::Sync(args) => sync::run(args).await,
+        Command::History(args) => history::run(args).await,
     }
 }
 

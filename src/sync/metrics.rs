@@ -257,8 +257,16 @@ mod tests {
         metrics.encode().lines().map(str::to_string).collect()
     }
 
-    fn has_line(metrics: &Metrics, line: &str) -> bool {
-        lines(metrics).iter().any(|l| l == line)
+    /// Fails unless every one of `expected` is a whole line of the encoded text.
+    #[track_caller]
+    fn assert_lines(metrics: &Metrics, expected: &[&str]) {
+        let text = metrics.encode();
+        for line in expected {
+            assert!(
+                text.lines().any(|l| l == *line),
+                "missing {line:?} in\n{text}"
+            );
+        }
     }
 
     fn lines_starting(metrics: &Metrics, prefix: &str) -> Vec<String> {
@@ -272,22 +280,23 @@ mod tests {
     fn a_fresh_process_reports_zero_runs_and_no_applied_commit() {
         let metrics = Metrics::new();
         let text = metrics.encode();
-        for line in [
-            "# TYPE capstan_sync_runs counter",
-            "capstan_sync_runs_total{result=\"applied\"} 0",
-            "capstan_sync_runs_total{result=\"failed\"} 0",
-            "capstan_sync_runs_total{result=\"interrupted\"} 0",
-            "capstan_sync_runs_total{result=\"unchanged\"} 0",
-            "capstan_sync_failures_total 0",
-            "# TYPE capstan_sync_last_applied_timestamp_seconds gauge",
-            "# UNIT capstan_sync_last_applied_timestamp_seconds seconds",
-            "capstan_sync_last_applied_timestamp_seconds 0.0",
-            "capstan_sync_objects_total{action=\"created\"} 0",
-            "capstan_sync_objects_total{action=\"configured\"} 0",
-            "capstan_sync_objects_total{action=\"pruned\"} 0",
-        ] {
-            assert!(has_line(&metrics, line), "missing {line:?} in\n{text}");
-        }
+        assert_lines(
+            &metrics,
+            &[
+                "# TYPE capstan_sync_runs counter",
+                "capstan_sync_runs_total{result=\"applied\"} 0",
+                "capstan_sync_runs_total{result=\"failed\"} 0",
+                "capstan_sync_runs_total{result=\"interrupted\"} 0",
+                "capstan_sync_runs_total{result=\"unchanged\"} 0",
+                "capstan_sync_failures_total 0",
+                "# TYPE capstan_sync_last_applied_timestamp_seconds gauge",
+                "# UNIT capstan_sync_last_applied_timestamp_seconds seconds",
+                "capstan_sync_last_applied_timestamp_seconds 0.0",
+                "capstan_sync_objects_total{action=\"created\"} 0",
+                "capstan_sync_objects_total{action=\"configured\"} 0",
+                "capstan_sync_objects_total{action=\"pruned\"} 0",
+            ],
+        );
         assert!(text.ends_with("# EOF\n"), "{text}");
         // A family without series is left out altogether.
         assert!(!text.contains("capstan_sync_last_applied_info"), "{text}");
@@ -301,25 +310,25 @@ mod tests {
         metrics.observe_sync("applied", Duration::from_millis(1500));
         metrics.observe_sync("applied", Duration::from_millis(2));
         metrics.observe_sync("unchanged", Duration::from_millis(20));
-        let text = metrics.encode();
-        for line in [
-            "capstan_sync_runs_total{result=\"applied\"} 2",
-            "capstan_sync_runs_total{result=\"unchanged\"} 1",
-            "capstan_sync_runs_total{result=\"failed\"} 0",
-            "capstan_sync_failures_total 0",
-            "capstan_sync_duration_seconds_count{result=\"applied\"} 2",
-            "capstan_sync_duration_seconds_sum{result=\"applied\"} 1.502",
-            "# TYPE capstan_sync_duration_seconds histogram",
-            "# UNIT capstan_sync_duration_seconds seconds",
-            "capstan_sync_duration_seconds_bucket{le=\"0.005\",result=\"applied\"} 1",
-            "capstan_sync_duration_seconds_bucket{le=\"1.07\",result=\"applied\"} 1",
-            "capstan_sync_duration_seconds_bucket{le=\"2.1\",result=\"applied\"} 2",
-            "capstan_sync_duration_seconds_bucket{le=\"60.0\",result=\"applied\"} 2",
-            "capstan_sync_duration_seconds_bucket{le=\"+Inf\",result=\"applied\"} 2",
-            "capstan_sync_duration_seconds_count{result=\"unchanged\"} 1",
-        ] {
-            assert!(has_line(&metrics, line), "missing {line:?} in\n{text}");
-        }
+        assert_lines(
+            &metrics,
+            &[
+                "capstan_sync_runs_total{result=\"applied\"} 2",
+                "capstan_sync_runs_total{result=\"unchanged\"} 1",
+                "capstan_sync_runs_total{result=\"failed\"} 0",
+                "capstan_sync_failures_total 0",
+                "capstan_sync_duration_seconds_count{result=\"applied\"} 2",
+                "capstan_sync_duration_seconds_sum{result=\"applied\"} 1.502",
+                "# TYPE capstan_sync_duration_seconds histogram",
+                "# UNIT capstan_sync_duration_seconds seconds",
+                "capstan_sync_duration_seconds_bucket{le=\"0.005\",result=\"applied\"} 1",
+                "capstan_sync_duration_seconds_bucket{le=\"1.07\",result=\"applied\"} 1",
+                "capstan_sync_duration_seconds_bucket{le=\"2.1\",result=\"applied\"} 2",
+                "capstan_sync_duration_seconds_bucket{le=\"60.0\",result=\"applied\"} 2",
+                "capstan_sync_duration_seconds_bucket{le=\"+Inf\",result=\"applied\"} 2",
+                "capstan_sync_duration_seconds_count{result=\"unchanged\"} 1",
+            ],
+        );
     }
 
     #[test]
@@ -351,15 +360,12 @@ mod tests {
         let metrics = Metrics::new();
         metrics.observe_sync("failed", Duration::from_secs(3));
         metrics.observe_sync("interrupted", Duration::from_secs(1));
-        assert!(has_line(
+        assert_lines(&metrics, &["capstan_sync_runs_total{result=\"failed\"} 1"]);
+        assert_lines(
             &metrics,
-            "capstan_sync_runs_total{result=\"failed\"} 1"
-        ));
-        assert!(has_line(
-            &metrics,
-            "capstan_sync_runs_total{result=\"interrupted\"} 1"
-        ));
-        assert!(has_line(&metrics, "capstan_sync_failures_total 1"));
+            &["capstan_sync_runs_total{result=\"interrupted\"} 1"],
+        );
+        assert_lines(&metrics, &["capstan_sync_failures_total 1"]);
     }
 
     #[test]
@@ -378,10 +384,10 @@ mod tests {
             "{}",
             metrics.encode()
         );
-        assert!(has_line(
+        assert_lines(
             &metrics,
-            "capstan_sync_last_applied_timestamp_seconds 1748779290.5"
-        ));
+            &["capstan_sync_last_applied_timestamp_seconds 1748779290.5"],
+        );
     }
 
     #[test]
@@ -403,14 +409,14 @@ mod tests {
         metrics.add_drift("ConfigMap", "reverted", 2);
         metrics.add_drift("ConfigMap", "reverted", 1);
         metrics.add_drift("Module", "reported", 1);
-        assert!(has_line(
+        assert_lines(
             &metrics,
-            "capstan_drift_objects_total{kind=\"ConfigMap\",action=\"reverted\"} 3"
-        ));
-        assert!(has_line(
+            &["capstan_drift_objects_total{kind=\"ConfigMap\",action=\"reverted\"} 3"],
+        );
+        assert_lines(
             &metrics,
-            "capstan_drift_objects_total{kind=\"Module\",action=\"reported\"} 1"
-        ));
+            &["capstan_drift_objects_total{kind=\"Module\",action=\"reported\"} 1"],
+        );
     }
 
     #[test]
@@ -419,18 +425,18 @@ mod tests {
         metrics.add_objects("created", 4);
         metrics.add_objects("pruned", 1);
         metrics.add_objects("created", 1);
-        assert!(has_line(
+        assert_lines(
             &metrics,
-            "capstan_sync_objects_total{action=\"created\"} 5"
-        ));
-        assert!(has_line(
+            &["capstan_sync_objects_total{action=\"created\"} 5"],
+        );
+        assert_lines(
             &metrics,
-            "capstan_sync_objects_total{action=\"pruned\"} 1"
-        ));
-        assert!(has_line(
+            &["capstan_sync_objects_total{action=\"pruned\"} 1"],
+        );
+        assert_lines(
             &metrics,
-            "capstan_sync_objects_total{action=\"configured\"} 0"
-        ));
+            &["capstan_sync_objects_total{action=\"configured\"} 0"],
+        );
     }
 
     #[test]

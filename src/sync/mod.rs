@@ -9,5 +9,6 @@ pub mod manifests;
 pub mod metrics;
 pub mod prune;
 pub mod run;
+pub mod server;
 pub mod source;
 pub mod status;

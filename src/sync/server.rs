@@ -1,0 +1,635 @@
+//! The HTTP endpoints of the long-running `capstan sync` process (see `docs/metrics.md`):
+//!
+//! - `GET /metrics`: the [`Metrics`] in OpenMetrics text;
+//! - `GET /healthz`: 200 while the process serves;
+//! - `GET /readyz`: 200 once the first sync attempt finished, 503 before;
+//! - `POST /hooks/github`: a signed GitHub webhook; a push makes the sync loop fetch at once.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode, Uri, header};
+use serde::Deserialize;
+use tokio::sync::Notify;
+
+use super::metrics::{self, Metrics};
+use super::source::verify_github_signature;
+
+/// The largest webhook body accepted: GitHub caps payloads at 25 MiB.
+pub const MAX_WEBHOOK_BYTES: usize = 25 * 1024 * 1024;
+
+/// What the endpoints share with the sync loop.
+pub struct ServerState {
+    /// The metrics `/metrics` serves.
+    pub metrics: Arc<Metrics>,
+    /// Set once the first sync attempt finished (success or rejected commit) — readiness.
+    pub ready: Arc<AtomicBool>,
+    /// Shared secret for GitHub webhooks; None: the webhook endpoint answers 404 with a hint to
+    /// set --webhook-secret-file.
+    pub webhook_secret: Option<Vec<u8>>,
+    /// Notified when a valid webhook arrives: the sync loop fetches at once.
+    pub trigger: Arc<Notify>,
+    /// The branch the sync follows; a push to any other branch is ignored. None: every push
+    /// triggers a fetch.
+    pub branch: Option<String>,
+}
+
+/// The routes above; any other path answers 404.
+pub fn router(state: ServerState) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route(
+            "/hooks/github",
+            post(github_webhook).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)),
+        )
+        .fallback(not_found)
+        .with_state(Arc::new(state))
+}
+
+/// Binds `listen` and serves [`router`] on it until `shutdown` resolves.
+///
+/// Returns the bound address (useful with port 0) and the serving task, which ends once
+/// `shutdown` resolved and open requests finished. Fails when the address cannot be bound.
+pub async fn serve(
+    listen: SocketAddr,
+    state: ServerState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let address = listener.local_addr()?;
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(%err, %address, "the HTTP server stopped");
+        }
+    });
+    tracing::info!(%address, "serving /metrics, /healthz, /readyz and /hooks/github");
+    Ok((address, task))
+}
+
+async fn serve_metrics(State(state): State<Arc<ServerState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static str) {
+    if state.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the first sync has not finished",
+        )
+    }
+}
+
+async fn not_found(uri: Uri) -> (StatusCode, String) {
+    (
+        StatusCode::NOT_FOUND,
+        format!(
+            "not found: {}; capstan sync serves /metrics, /healthz, /readyz and POST /hooks/github",
+            uri.path()
+        ),
+    )
+}
+
+async fn github_webhook(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let delivery = header_text(&headers, "x-github-delivery").unwrap_or("-");
+    let Some(secret) = &state.webhook_secret else {
+        tracing::warn!(
+            delivery,
+            "a GitHub webhook arrived but no secret is configured"
+        );
+        return (
+            StatusCode::NOT_FOUND,
+            "webhooks are off: start capstan sync with --webhook-secret-file to accept GitHub webhooks",
+        )
+            .into_response();
+    };
+    let signature = header_text(&headers, "x-hub-signature-256");
+    if let Err(err) = verify_github_signature(secret, &body, signature) {
+        tracing::warn!(delivery, %err, "refused a GitHub webhook");
+        return (StatusCode::UNAUTHORIZED, err.to_string()).into_response();
+    }
+    let Some(event) = header_text(&headers, "x-github-event") else {
+        tracing::warn!(delivery, "a signed GitHub webhook without X-GitHub-Event");
+        return (StatusCode::BAD_REQUEST, "missing X-GitHub-Event header").into_response();
+    };
+    let content_type = header_text(&headers, "content-type").unwrap_or("application/json");
+    match read_delivery(event, content_type, &body, state.branch.as_deref()) {
+        Ok(Delivery::Ping) => {
+            tracing::info!(delivery, "GitHub webhook ping");
+            (StatusCode::OK, "pong").into_response()
+        }
+        Ok(Delivery::Push { git_ref }) => {
+            let git_ref = git_ref.as_deref().unwrap_or("-");
+            tracing::info!(delivery, git_ref, "GitHub push: fetching now");
+            state.trigger.notify_one();
+            (StatusCode::ACCEPTED, "sync triggered").into_response()
+        }
+        Ok(Delivery::OtherBranch { git_ref, followed }) => {
+            tracing::info!(
+                delivery,
+                git_ref,
+                followed,
+                "GitHub push to another branch ignored"
+            );
+            (
+                StatusCode::ACCEPTED,
+                format!("ignored: push to {git_ref}, capstan follows {followed}"),
+            )
+                .into_response()
+        }
+        Ok(Delivery::OtherEvent) => {
+            tracing::info!(delivery, event, "GitHub webhook event ignored");
+            (StatusCode::ACCEPTED, format!("ignored: {event}")).into_response()
+        }
+        Err(problem) => {
+            tracing::warn!(delivery, event, problem, "unreadable GitHub webhook");
+            (StatusCode::BAD_REQUEST, problem).into_response()
+        }
+    }
+}
+
+/// A header's value; a value that is not visible ASCII reads as empty, so a garbled signature
+/// is reported as malformed rather than missing.
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|value| value.to_str().unwrap_or(""))
+}
+
+/// What a correctly signed webhook asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Delivery {
+    /// GitHub checking the hook after it was set up.
+    Ping,
+    /// A push that concerns the followed branch (any push when no branch is set); the ref is
+    /// unknown only when no branch is set and the body holds none.
+    Push { git_ref: Option<String> },
+    /// A push to a branch or tag the sync does not follow.
+    OtherBranch { git_ref: String, followed: String },
+    /// Any other event; the hook should subscribe to pushes only, but may send more.
+    OtherEvent,
+}
+
+#[derive(Deserialize)]
+struct PushEvent {
+    #[serde(rename = "ref")]
+    git_ref: String,
+}
+
+/// Decides what a signed delivery of `event` asks for. Only a push with a followed `branch`
+/// needs the body; it fails when that body holds no `ref`.
+fn read_delivery(
+    event: &str,
+    content_type: &str,
+    body: &[u8],
+    branch: Option<&str>,
+) -> Result<Delivery, String> {
+    match event {
+        "ping" => return Ok(Delivery::Ping),
+        "push" => {}
+        _ => return Ok(Delivery::OtherEvent),
+    }
+    let Some(branch) = branch else {
+        return Ok(Delivery::Push {
+            git_ref: push_ref(content_type, body).ok(),
+        });
+    };
+    let git_ref = push_ref(content_type, body)?;
+    let followed = format!("refs/heads/{branch}");
+    if git_ref == followed {
+        Ok(Delivery::Push {
+            git_ref: Some(git_ref),
+        })
+    } else {
+        Ok(Delivery::OtherBranch { git_ref, followed })
+    }
+}
+
+/// The `ref` of a push payload, sent as JSON or, with GitHub's form content type, as JSON in
+/// the `payload` field.
+fn push_ref(content_type: &str, body: &[u8]) -> Result<String, String> {
+    let form = content_type
+        .split(';')
+        .next()
+        .is_some_and(|media| media.trim() == "application/x-www-form-urlencoded");
+    let parsed = if form {
+        let payload = form_urlencoded::parse(body)
+            .find(|(key, _)| key == "payload")
+            .map(|(_, value)| value.into_owned())
+            .ok_or("push payload: the form has no payload field")?;
+        serde_json::from_str::<PushEvent>(&payload)
+    } else {
+        serde_json::from_slice::<PushEvent>(body)
+    };
+    parsed
+        .map(|push| push.git_ref)
+        .map_err(|err| format!("push payload: {err}; expected JSON with a \"ref\" field"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::source::WebhookError;
+    use axum::body::Body;
+    use futures::FutureExt as _;
+    use http::Request;
+    use http_body_util::BodyExt as _;
+    use ring::hmac;
+    use tower::ServiceExt as _;
+
+    const SECRET: &[u8] = b"fleet webhook secret";
+    const JSON: &str = "application/json";
+    const PUSH_TO_MAIN: &str = r#"{"ref":"refs/heads/main","after":"2222222"}"#;
+
+    struct Fixture {
+        app: Router,
+        ready: Arc<AtomicBool>,
+        trigger: Arc<Notify>,
+        metrics: Arc<Metrics>,
+    }
+
+    fn fixture(secret: Option<&[u8]>, branch: Option<&str>) -> Fixture {
+        let metrics = Arc::new(Metrics::new());
+        let ready = Arc::new(AtomicBool::new(false));
+        let trigger = Arc::new(Notify::new());
+        let app = router(ServerState {
+            metrics: metrics.clone(),
+            ready: ready.clone(),
+            webhook_secret: secret.map(<[u8]>::to_vec),
+            trigger: trigger.clone(),
+            branch: branch.map(str::to_string),
+        });
+        Fixture {
+            app,
+            ready,
+            trigger,
+            metrics,
+        }
+    }
+
+    impl Fixture {
+        async fn call(&self, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+            let response = self.app.clone().oneshot(request).await.expect("infallible");
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes();
+            (status, headers, String::from_utf8_lossy(&body).into_owned())
+        }
+
+        async fn get(&self, path: &str) -> (StatusCode, String) {
+            let request = Request::get(path).body(Body::empty()).expect("request");
+            let (status, _, body) = self.call(request).await;
+            (status, body)
+        }
+
+        /// Delivers a webhook and tells what came back and whether a sync was triggered.
+        async fn deliver(&self, request: Request<Body>) -> Delivered {
+            let (status, _, body) = self.call(request).await;
+            // Notify keeps the permit of a notify_one without waiters, so polling once tells.
+            let triggered = self.trigger.notified().now_or_never().is_some();
+            Delivered {
+                status,
+                body,
+                triggered,
+            }
+        }
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    struct Delivered {
+        status: StatusCode,
+        body: String,
+        triggered: bool,
+    }
+
+    fn answer(status: StatusCode, body: &str, triggered: bool) -> Delivered {
+        Delivered {
+            status,
+            body: body.to_string(),
+            triggered,
+        }
+    }
+
+    fn refused(err: WebhookError) -> Delivered {
+        answer(StatusCode::UNAUTHORIZED, &err.to_string(), false)
+    }
+
+    fn sign(secret: &[u8], body: &[u8]) -> String {
+        let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
+        let tag = hmac::sign(&key, body);
+        let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256={hex}")
+    }
+
+    fn webhook(
+        event: Option<&str>,
+        content_type: &str,
+        body: &str,
+        signature: Option<&str>,
+    ) -> Request<Body> {
+        let mut request = Request::post("/hooks/github")
+            .header("content-type", content_type)
+            .header("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958");
+        if let Some(event) = event {
+            request = request.header("x-github-event", event);
+        }
+        if let Some(signature) = signature {
+            request = request.header("x-hub-signature-256", signature);
+        }
+        request.body(Body::from(body.to_string())).expect("request")
+    }
+
+    fn signed(event: &str, body: &str) -> Request<Body> {
+        webhook(
+            Some(event),
+            JSON,
+            body,
+            Some(&sign(SECRET, body.as_bytes())),
+        )
+    }
+
+    #[tokio::test]
+    async fn healthz_answers_ok() {
+        let server = fixture(None, None);
+        assert_eq!(
+            server.get("/healthz").await,
+            (StatusCode::OK, "ok".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_the_first_sync() {
+        let server = fixture(None, None);
+        assert_eq!(
+            server.get("/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: the first sync has not finished".to_string()
+            )
+        );
+        server.ready.store(true, Ordering::Release);
+        assert_eq!(
+            server.get("/readyz").await,
+            (StatusCode::OK, "ok".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_as_openmetrics_text() {
+        let server = fixture(None, None);
+        server
+            .metrics
+            .set_applied_commit("2222222", Some(12), "Move gpu nodes to v2");
+        let request = Request::get("/metrics")
+            .body(Body::empty())
+            .expect("request");
+        let (status, headers, body) = server.call(request).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            headers[header::CONTENT_TYPE],
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        assert_eq!(body, server.metrics.encode());
+        assert!(
+            body.lines().any(|line| line
+                == "capstan_sync_last_applied_info{revision=\"2222222\",pull_request=\"12\",subject=\"Move gpu nodes to v2\"} 1"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_are_not_found() {
+        let server = fixture(Some(SECRET), None);
+        let (status, body) = server.get("/hooks/gitlab").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.starts_with("not found: /hooks/gitlab;"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_signed_push_triggers_a_sync() {
+        let server = fixture(Some(SECRET), None);
+        assert_eq!(
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(StatusCode::ACCEPTED, "sync triggered", true)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bad_signature_is_refused() {
+        let server = fixture(Some(SECRET), None);
+        let forged = sign(b"another secret", PUSH_TO_MAIN.as_bytes());
+        let request = webhook(Some("push"), JSON, PUSH_TO_MAIN, Some(&forged));
+        assert_eq!(
+            server.deliver(request).await,
+            refused(WebhookError::SignatureMismatch)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_malformed_signature_is_refused() {
+        let server = fixture(Some(SECRET), None);
+        let request = webhook(Some("push"), JSON, PUSH_TO_MAIN, Some("sha1=0123"));
+        assert_eq!(
+            server.deliver(request).await,
+            refused(WebhookError::MalformedSignature("expected sha256=<hex>"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_signature_is_refused() {
+        let server = fixture(Some(SECRET), None);
+        let request = webhook(Some("push"), JSON, PUSH_TO_MAIN, None);
+        assert_eq!(
+            server.deliver(request).await,
+            refused(WebhookError::MissingSignature)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_ping_is_answered_with_pong() {
+        let server = fixture(Some(SECRET), Some("main"));
+        let ping = signed("ping", r#"{"zen":"Keep it logically awesome."}"#);
+        assert_eq!(
+            server.deliver(ping).await,
+            answer(StatusCode::OK, "pong", false)
+        );
+    }
+
+    #[tokio::test]
+    async fn other_events_are_ignored() {
+        let server = fixture(Some(SECRET), Some("main"));
+        let opened = signed("pull_request", r#"{"action":"opened"}"#);
+        assert_eq!(
+            server.deliver(opened).await,
+            answer(StatusCode::ACCEPTED, "ignored: pull_request", false)
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_secret_the_webhook_endpoint_is_not_found() {
+        let server = fixture(None, None);
+        assert_eq!(
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(
+                StatusCode::NOT_FOUND,
+                "webhooks are off: start capstan sync with --webhook-secret-file to accept GitHub webhooks",
+                false
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_push_to_the_followed_branch_triggers_a_sync() {
+        let server = fixture(Some(SECRET), Some("main"));
+        assert_eq!(
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(StatusCode::ACCEPTED, "sync triggered", true)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_push_to_another_branch_is_ignored() {
+        let server = fixture(Some(SECRET), Some("main"));
+        let push = signed("push", r#"{"ref":"refs/heads/feature","after":"3333333"}"#);
+        assert_eq!(
+            server.deliver(push).await,
+            answer(
+                StatusCode::ACCEPTED,
+                "ignored: push to refs/heads/feature, capstan follows refs/heads/main",
+                false
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_form_encoded_push_is_understood() {
+        let server = fixture(Some(SECRET), Some("main"));
+        let body: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", PUSH_TO_MAIN)
+            .finish();
+        let signature = sign(SECRET, body.as_bytes());
+        let request = webhook(
+            Some("push"),
+            "application/x-www-form-urlencoded",
+            &body,
+            Some(&signature),
+        );
+        assert_eq!(
+            server.deliver(request).await,
+            answer(StatusCode::ACCEPTED, "sync triggered", true)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_push_without_a_ref_is_a_bad_request() {
+        let server = fixture(Some(SECRET), Some("main"));
+        let delivered = server.deliver(signed("push", r#"{"after":"1"}"#)).await;
+        assert_eq!(delivered.status, StatusCode::BAD_REQUEST);
+        assert!(
+            delivered.body.contains("missing field `ref`"),
+            "{delivered:?}"
+        );
+        assert!(!delivered.triggered);
+    }
+
+    #[tokio::test]
+    async fn a_signed_webhook_without_an_event_is_a_bad_request() {
+        let server = fixture(Some(SECRET), None);
+        let signature = sign(SECRET, PUSH_TO_MAIN.as_bytes());
+        let request = webhook(None, JSON, PUSH_TO_MAIN, Some(&signature));
+        assert_eq!(
+            server.deliver(request).await,
+            answer(
+                StatusCode::BAD_REQUEST,
+                "missing X-GitHub-Event header",
+                false
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_over_githubs_limit_is_refused() {
+        let server = fixture(Some(SECRET), None);
+        let body = vec![b' '; MAX_WEBHOOK_BYTES + 1];
+        let request = Request::post("/hooks/github")
+            .header("x-github-event", "push")
+            .header("x-hub-signature-256", sign(SECRET, &body))
+            .body(Body::from(body))
+            .expect("request");
+        let delivered = server.deliver(request).await;
+        assert_eq!(delivered.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(!delivered.triggered);
+    }
+
+    #[test]
+    fn deliveries_are_read_by_event_and_branch() {
+        let push = PUSH_TO_MAIN.as_bytes();
+        let cases: [(&str, Option<&str>, Delivery); 5] = [
+            ("ping", Some("main"), Delivery::Ping),
+            (
+                "push",
+                None,
+                Delivery::Push {
+                    git_ref: Some("refs/heads/main".into()),
+                },
+            ),
+            (
+                "push",
+                Some("main"),
+                Delivery::Push {
+                    git_ref: Some("refs/heads/main".into()),
+                },
+            ),
+            (
+                "push",
+                Some("release"),
+                Delivery::OtherBranch {
+                    git_ref: "refs/heads/main".into(),
+                    followed: "refs/heads/release".into(),
+                },
+            ),
+            ("check_run", Some("main"), Delivery::OtherEvent),
+        ];
+        for (event, branch, expected) in cases {
+            assert_eq!(
+                read_delivery(event, "application/json", push, branch),
+                Ok(expected),
+                "{event} with branch {branch:?}"
+            );
+        }
+        assert_eq!(
+            read_delivery("push", "application/json", b"not json", None),
+            Ok(Delivery::Push { git_ref: None }),
+            "without a followed branch any push triggers"
+        );
+    }
+}
