@@ -146,6 +146,9 @@ pub struct Syncer {
     applied: Option<AppliedCommit>,
     /// The head last rejected, so it is reported once, not at every interval.
     rejected: Option<String>,
+    /// Drift reported but not reverted (`drift: warn`), by the live resourceVersion it
+    /// was seen at, so it is reported once, not at every interval.
+    reported_drift: BTreeMap<ObjectId, String>,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 }
@@ -178,6 +181,7 @@ impl Syncer {
             inventory,
             applied: None,
             rejected: None,
+            reported_drift: BTreeMap::new(),
             metrics,
             stop: Arc::new(AtomicBool::new(false)),
         };
@@ -322,6 +326,7 @@ impl Syncer {
             drift,
         )
         .await?;
+        let writes = self.unreported(writes, &live);
         let wanted: BTreeSet<ObjectId> = desired.manifests.iter().map(|m| m.id()).collect();
         let leftovers: Vec<InventoryEntry> = self
             .inventory
@@ -444,6 +449,34 @@ impl Syncer {
             Outcome::Applied(report)
         };
         Ok((outcome, true))
+    }
+
+    /// `writes` without drift already reported at the same live resourceVersion; notes the
+    /// drift reported now.
+    fn unreported(
+        &mut self,
+        writes: Vec<(ObjectId, Action, serde_json::Value)>,
+        live: &apply::LiveObjects,
+    ) -> Vec<(ObjectId, Action, serde_json::Value)> {
+        let version = |id: &ObjectId| {
+            live.get(id)
+                .and_then(|o| o.pointer("/metadata/resourceVersion"))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        self.reported_drift
+            .retain(|id, seen| live.get(id).is_some() && *seen == version(id));
+        writes
+            .into_iter()
+            .filter(|(id, action, _)| {
+                if *action != Action::DriftDetected {
+                    return true;
+                }
+                let now = version(id);
+                self.reported_drift.insert(id.clone(), now.clone()) != Some(now)
+            })
+            .collect()
     }
 
     /// Records a finished (or interrupted) apply: status, history, events, metrics.

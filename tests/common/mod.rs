@@ -2,6 +2,8 @@
 //! client for it, and condition waits with generous deadlines.
 #![allow(dead_code)]
 
+pub mod git;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -179,4 +181,37 @@ pub fn is_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The cluster's resourceVersion: it moves with every write, anywhere in the cluster.
+pub async fn cluster_revision(client: &kube::Client) -> String {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        .expect("list namespaces")
+        .metadata
+        .resource_version
+        .expect("resourceVersion")
+}
+
+/// A syncer of the repository at `repo` into the cluster of `client`.
+pub async fn syncer(client: &kube::Client, repo: &std::path::Path) -> capstan::sync::run::Syncer {
+    let state = tempfile::tempdir().expect("tempdir");
+    let source = capstan::sync::source::Source::open(
+        repo.to_str().expect("utf-8 path"),
+        "main",
+        None,
+        state.path(),
+        capstan::sync::source::Auth::None,
+    )
+    .expect("source opens");
+    capstan::sync::run::Syncer::start(
+        client.clone(),
+        source,
+        capstan::sync::run::SyncOptions::default(),
+        std::sync::Arc::new(capstan::sync::metrics::Metrics::new()),
+    )
+    .await
+    .expect("syncer starts")
 }
