@@ -37,8 +37,14 @@ async fn commits_are_applied_changed_and_pruned() {
             ("ns.yaml", Some(NAMESPACE)),
             ("module.yaml", Some(&module("my-kmod", "v1"))),
             ("cm.yaml", Some(&config_map("settings", "a"))),
-            ("nodes/w1.yaml", Some(&node_label("worker-1", "my-kmod", "v1"))),
-            ("nodes/w2.yaml", Some(&node_label("worker-2", "my-kmod", "v1"))),
+            (
+                "nodes/w1.yaml",
+                Some(&node_label("worker-1", "my-kmod", "v1")),
+            ),
+            (
+                "nodes/w2.yaml",
+                Some(&node_label("worker-2", "my-kmod", "v1")),
+            ),
         ],
         "Fleet on my-kmod v1 (#1)",
     );
@@ -129,7 +135,15 @@ async fn commits_are_applied_changed_and_pruned() {
 
     // Every commit has a history record and an Event annotated with its revision.
     let records: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
-    assert_eq!(records.list(&ListParams::default()).await.unwrap().items.len(), 3);
+    assert_eq!(
+        records
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), "capstan-system");
     let synced: Vec<Event> = events
         .list(&ListParams::default())
@@ -156,7 +170,10 @@ async fn a_restart_resumes_from_the_cluster_without_writing() {
             ("ns.yaml", Some(NAMESPACE)),
             ("module.yaml", Some(&module("my-kmod", "v1"))),
             ("cm.yaml", Some(&config_map("settings", "a"))),
-            ("nodes/w1.yaml", Some(&node_label("worker-1", "my-kmod", "v1"))),
+            (
+                "nodes/w1.yaml",
+                Some(&node_label("worker-1", "my-kmod", "v1")),
+            ),
         ],
         "Fleet",
     );

@@ -34,10 +34,7 @@ async fn repo_with(settings: &str) -> FleetRepo {
             ("ns.yaml", Some(NAMESPACE)),
             ("cm.yaml", Some(&config_map("settings", "from-git"))),
             ("w1.yaml", Some(&node_label("worker-1", "my-kmod", "v1"))),
-            (
-                "module.yaml",
-                Some(&common::git::module("my-kmod", "v1")),
-            ),
+            ("module.yaml", Some(&common::git::module("my-kmod", "v1"))),
         ],
         "Fleet",
     );

@@ -50,7 +50,9 @@ async fn an_invalid_commit_applies_nothing_and_the_last_good_one_stays() {
     assert_eq!(commit.sha, bad);
     assert_eq!(commit.pull_request, Some(7));
     assert!(
-        errors.iter().any(|e| e.starts_with("module.yaml:13: spec.moduleLoader.container.modprobe.moduleNmae: unknown field")),
+        errors.iter().any(|e| e.starts_with(
+            "module.yaml:13: spec.moduleLoader.container.modprobe.moduleNmae: unknown field"
+        )),
         "{errors:#?}"
     );
     assert!(
@@ -65,7 +67,11 @@ async fn an_invalid_commit_applies_nothing_and_the_last_good_one_stays() {
     assert_eq!(status.last_applied_commit.unwrap().sha, good);
     assert_eq!(status.last_attempted_commit.unwrap().sha, bad);
     assert!(status.error.contains("moduleNmae"), "{}", status.error);
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
     assert_eq!(ready.status, "False");
     assert_eq!(ready.reason, "CommitRejected");
 
@@ -142,7 +148,9 @@ async fn an_object_the_api_server_refuses_rejects_the_whole_commit() {
         panic!("expected a rejection");
     };
     assert!(
-        errors.iter().any(|e| e.starts_with("pod.yaml:1: Pod kmm-demo/p:")),
+        errors
+            .iter()
+            .any(|e| e.starts_with("pod.yaml:1: Pod kmm-demo/p:")),
         "{errors:#?}"
     );
     assert_eq!(setting(&client, "settings").await.as_deref(), Some("good"));

@@ -144,9 +144,14 @@ async fn connect(args: &SyncArgs) -> anyhow::Result<(kube::Client, Option<Embedd
     eprintln!(" real cluster) and syncs into it.");
     eprintln!("   API server: {}", cluster.url());
     eprintln!("   kubeconfig: {}", path.display());
-    eprintln!("   try:        kubectl --kubeconfig {} get nodes --show-labels", path.display());
+    eprintln!(
+        "   try:        kubectl --kubeconfig {} get nodes --show-labels",
+        path.display()
+    );
     eprintln!("================================================================================");
-    let client = cluster.client().context("connecting to the embedded cluster")?;
+    let client = cluster
+        .client()
+        .context("connecting to the embedded cluster")?;
     Ok((client, Some(cluster)))
 }
 
@@ -172,17 +177,20 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     let syncer = Syncer::start(client, source, options, metrics.clone())
         .await
         .context("preparing the sync")?;
-    let path = syncer.source().path();
-    eprintln!(
-        "following {} of {}{}",
-        args.branch,
-        syncer.source().location(),
-        if path.is_empty() {
-            String::new()
-        } else {
-            format!(" (path {path})")
-        }
-    );
+    {
+        let source = syncer.source();
+        let path = source.path();
+        eprintln!(
+            "following {} of {}{}",
+            args.branch,
+            source.location(),
+            if path.is_empty() {
+                String::new()
+            } else {
+                format!(" (path {path})")
+            }
+        );
+    }
     let code = if args.once {
         run_once(syncer, args.timeout).await
     } else {
@@ -218,7 +226,11 @@ async fn run_once(mut syncer: Syncer, timeout: Duration) -> i32 {
     }
 }
 
-async fn run_forever(args: &SyncArgs, syncer: Syncer, metrics: Arc<Metrics>) -> anyhow::Result<i32> {
+async fn run_forever(
+    args: &SyncArgs,
+    syncer: Syncer,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<i32> {
     let webhook_secret = match &args.webhook_secret_file {
         Some(file) => Some(
             std::fs::read_to_string(file)
@@ -245,13 +257,20 @@ async fn run_forever(args: &SyncArgs, syncer: Syncer, metrics: Arc<Metrics>) -> 
     })
     .await
     .with_context(|| format!("listening on {}", args.listen))?;
-    eprintln!("metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github");
+    eprintln!(
+        "metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github"
+    );
 
-    let (_watcher, refs) = if syncer.source().is_remote() {
-        (None, None)
-    } else {
-        let (watcher, rx) = crate::sync::source::watch_refs(&syncer.source().git_dir())?;
-        (Some(watcher), Some(rx))
+    let local_git_dir = {
+        let source = syncer.source();
+        (!source.is_remote()).then(|| source.git_dir())
+    };
+    let (_watcher, refs) = match local_git_dir {
+        Some(git_dir) => {
+            let (watcher, rx) = crate::sync::source::watch_refs(&git_dir)?;
+            (Some(watcher), Some(rx))
+        }
+        None => (None, None),
     };
     let stop_loop = Arc::new(Notify::new());
     {
@@ -281,7 +300,11 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
     match result {
         Ok(Outcome::Unchanged) => {}
         Ok(Outcome::Applied(report)) => {
-            let commit = report.commit.as_ref().map(describe_commit).unwrap_or_default();
+            let commit = report
+                .commit
+                .as_ref()
+                .map(describe_commit)
+                .unwrap_or_default();
             eprintln!(
                 "{time} applied {commit}: {} in {} ms",
                 report.summary(),

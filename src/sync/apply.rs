@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::Value;
 
@@ -147,18 +147,24 @@ pub async fn read_live(
             source,
         };
         let found: Vec<DynamicObject> = if wanted.len() <= GET_LIMIT {
-            let gets = wanted.iter().map(|m| {
-                let api = match &m.namespace {
-                    Some(ns) => kinds.api(client, api_version, kind, Some(ns)),
-                    None => kinds.api(client, api_version, kind, None),
-                };
-                async move {
-                    match api {
-                        Some(api) => api.get_opt(&m.name).await,
-                        None => Ok(None),
+            // Collected first: a lazy iterator of futures held across awaits makes the
+            // future not `Send`.
+            let gets: Vec<_> = wanted
+                .iter()
+                .map(|m| {
+                    let api = match &m.namespace {
+                        Some(ns) => kinds.api(client, api_version, kind, Some(ns)),
+                        None => kinds.api(client, api_version, kind, None),
+                    };
+                    async move {
+                        match api {
+                            Some(api) => api.get_opt(&m.name).await,
+                            None => Ok(None),
+                        }
                     }
-                }
-            });
+                    .boxed()
+                })
+                .collect();
             futures::stream::iter(gets)
                 .buffer_unordered(CONCURRENCY)
                 .try_collect::<Vec<_>>()
@@ -288,11 +294,15 @@ pub async fn decide(
         }
     }
     // A suspect is drift only if applying it would change the live object.
-    let confirmed = futures::stream::iter(suspects.into_iter().map(|decision| async {
-        let manifest = &manifests[decision.index];
-        let live_object = live.get(&manifest.id());
-        let changes = would_change(client, kinds, manifest, &decision.object, live_object).await?;
-        Ok::<_, ApplyError>(changes.then_some(decision))
+    let confirmed = futures::stream::iter(suspects.into_iter().map(|decision| {
+        async {
+            let manifest = &manifests[decision.index];
+            let live_object = live.get(&manifest.id());
+            let changes =
+                would_change(client, kinds, manifest, &decision.object, live_object).await?;
+            Ok::<_, ApplyError>(changes.then_some(decision))
+        }
+        .boxed()
     }))
     .buffer_unordered(CONCURRENCY)
     .try_collect::<Vec<_>>()
@@ -389,7 +399,7 @@ pub async fn dry_run(
     writes: &[(ObjectId, Action, Value)],
 ) -> Result<(), ApplyError> {
     let by_id: HashMap<ObjectId, &Manifest> = manifests.iter().map(|m| (m.id(), m)).collect();
-    let checks = writes
+    let checks: Vec<_> = writes
         .iter()
         .filter(|(_, action, _)| *action != Action::DriftDetected)
         .filter_map(|(id, _, object)| {
@@ -403,12 +413,24 @@ pub async fn dry_run(
                 .is_none_or(|ns| live.namespaces.contains(ns));
             (served && namespace_exists).then_some((manifest, object))
         })
-        .map(|(manifest, object)| async move {
-            ssa(client, kinds, manifest, object, true)
-                .await
-                .err()
-                .map(|err| format!("{}:{}: {}: {}", manifest.file, manifest.line, manifest.id(), reason(&err)))
-        });
+        .map(|(manifest, object)| {
+            async move {
+                ssa(client, kinds, manifest, object, true)
+                    .await
+                    .err()
+                    .map(|err| {
+                        format!(
+                            "{}:{}: {}: {}",
+                            manifest.file,
+                            manifest.line,
+                            manifest.id(),
+                            reason(&err)
+                        )
+                    })
+            }
+            .boxed()
+        })
+        .collect();
     let refused: Vec<String> = futures::stream::iter(checks)
         .buffer_unordered(CONCURRENCY)
         .filter_map(|refusal| async move { refusal })
@@ -473,8 +495,13 @@ pub async fn write(
                         object: format!("{}:{}: {id}", manifest.file, manifest.line),
                         source,
                     })?;
-                Ok::<_, ApplyError>(Some((id, action, manifest.kind == "CustomResourceDefinition")))
+                Ok::<_, ApplyError>(Some((
+                    id,
+                    action,
+                    manifest.kind == "CustomResourceDefinition",
+                )))
             }
+            .boxed()
         }))
         .buffer_unordered(CONCURRENCY)
         .collect::<Vec<_>>()
@@ -549,13 +576,22 @@ mod tests {
         let live = json!({"metadata": {"name": "n", "labels": {"a": "1", "b": "2"}, "uid": "u"},
             "spec": {"replicas": 3, "items": [{"name": "x", "image": "i", "pull": "Always"}]}});
         let cases = [
-            (json!({"metadata": {"name": "n", "labels": {"a": "1"}}}), true),
+            (
+                json!({"metadata": {"name": "n", "labels": {"a": "1"}}}),
+                true,
+            ),
             (json!({"metadata": {"labels": {"a": "2"}}}), false),
             (json!({"metadata": {"labels": {"c": "1"}}}), false),
             (json!({"spec": {"replicas": 3.0}}), true),
             (json!({"spec": {"replicas": 4}}), false),
-            (json!({"spec": {"items": [{"name": "x", "image": "i"}]}}), true),
-            (json!({"spec": {"items": [{"name": "x", "image": "j"}]}}), false),
+            (
+                json!({"spec": {"items": [{"name": "x", "image": "i"}]}}),
+                true,
+            ),
+            (
+                json!({"spec": {"items": [{"name": "x", "image": "j"}]}}),
+                false,
+            ),
             (json!({"spec": {"items": []}}), false),
             (json!({}), true),
         ];

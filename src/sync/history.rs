@@ -88,7 +88,10 @@ pub fn record_name(spec: &HistoryRecordSpec) -> String {
 /// The labels a record is found by.
 fn labels_of(spec: &HistoryRecordSpec) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
-        (RECORD_TYPE_LABEL.to_string(), spec.type_.as_str().to_string()),
+        (
+            RECORD_TYPE_LABEL.to_string(),
+            spec.type_.as_str().to_string(),
+        ),
         (RECORD_COMMIT_LABEL.to_string(), spec.commit.sha.clone()),
         (RECORD_SYNC_LABEL.to_string(), spec.sync.clone()),
     ]);
@@ -119,10 +122,8 @@ pub async fn write_record(
 }
 
 fn stamp_annotations(commit: &CommitRef) -> BTreeMap<String, String> {
-    let mut annotations = BTreeMap::from([(
-        REVISION_ANNOTATION.to_string(),
-        commit.revision.clone(),
-    )]);
+    let mut annotations =
+        BTreeMap::from([(REVISION_ANNOTATION.to_string(), commit.revision.clone())]);
     if let Some(pr) = commit.pull_request {
         annotations.insert(PULL_REQUEST_ANNOTATION.to_string(), pr.to_string());
     }
@@ -213,9 +214,7 @@ pub async fn list(
         .into_iter()
         .filter(|record| filter.matches(&record.spec))
         .collect();
-    records.sort_by(|a, b| {
-        (&a.spec.time, &a.metadata.name).cmp(&(&b.spec.time, &b.metadata.name))
-    });
+    records.sort_by(|a, b| (&a.spec.time, &a.metadata.name).cmp(&(&b.spec.time, &b.metadata.name)));
     Ok(records)
 }
 

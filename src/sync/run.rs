@@ -138,7 +138,9 @@ struct AppliedCommit {
 /// Follows one branch into one cluster.
 pub struct Syncer {
     client: kube::Client,
-    source: Source,
+    /// Behind a lock only so that a sync can run on any thread (git2 repositories are
+    /// `Send` but not `Sync`); it is never held across an await.
+    source: std::sync::Mutex<Source>,
     options: SyncOptions,
     kinds: ClusterKinds,
     status: GitSyncStatus,
@@ -174,7 +176,7 @@ impl Syncer {
         let inventory = inventory::inventory_of(&sync);
         let mut syncer = Syncer {
             client,
-            source,
+            source: std::sync::Mutex::new(source),
             options,
             kinds,
             status,
@@ -207,8 +209,10 @@ impl Syncer {
     }
 
     /// The source followed.
-    pub fn source(&self) -> &Source {
-        &self.source
+    pub fn source(&self) -> std::sync::MutexGuard<'_, Source> {
+        self.source
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The last applied commit of the status, loaded again from Git. A commit that no
@@ -216,7 +220,7 @@ impl Syncer {
     /// says what capstan owns.
     fn reload_applied(&self, sync: &GitSync) -> Option<AppliedCommit> {
         let sha = &sync.status.as_ref()?.last_applied_commit.as_ref()?.sha;
-        let commit = self.source.resolve(sha).ok()?;
+        let commit = self.source().resolve(sha).ok()?;
         let desired = self.load(&commit, None).ok()?;
         Some(AppliedCommit { commit, desired })
     }
@@ -227,10 +231,13 @@ impl Syncer {
         commit: &CommitInfo,
         previous: Option<&DesiredState>,
     ) -> Result<DesiredState, Vec<String>> {
-        let files = self
-            .source
-            .files_at(&commit.sha, MAX_FILE_BYTES as u64)
-            .map_err(|err| vec![err.to_string()])?;
+        let (files, path) = {
+            let source = self.source();
+            let files = source
+                .files_at(&commit.sha, MAX_FILE_BYTES as u64)
+                .map_err(|err| vec![err.to_string()])?;
+            (files, source.path().to_string())
+        };
         let files: Vec<ManifestFile<'_>> = files
             .iter()
             .map(|f| ManifestFile {
@@ -238,7 +245,7 @@ impl Syncer {
                 contents: &f.contents,
             })
             .collect();
-        let desired = manifests::load(&files, self.source.path(), &self.kinds).map_err(lines)?;
+        let desired = manifests::load(&files, &path, &self.kinds).map_err(lines)?;
         let problems = manifests::check_transition(previous, &desired);
         if problems.is_empty() {
             Ok(desired)
@@ -262,10 +269,13 @@ impl Syncer {
     }
 
     async fn sync_inner(&mut self, started: Instant) -> Result<Outcome, SyncError> {
-        if self.source.is_remote() {
-            tokio::task::block_in_place(|| self.source.fetch())?;
-        }
-        let head = self.source.head()?;
+        let head = {
+            let mut source = self.source();
+            if source.is_remote() {
+                tokio::task::block_in_place(|| source.fetch())?;
+            }
+            source.head()?
+        };
         let applied_sha = self.applied.as_ref().map(|a| a.commit.sha.clone());
         let head_is_new =
             applied_sha.as_ref() != Some(&head.sha) && self.rejected.as_ref() != Some(&head.sha);
@@ -293,8 +303,11 @@ impl Syncer {
                 let (outcome, applied) = self.apply(&head, &desired, true, started).await?;
                 if applied {
                     self.rejected = None;
-                    self.metrics
-                        .set_applied_commit(&head.revision(), head.pull_request, &head.subject);
+                    self.metrics.set_applied_commit(
+                        &head.revision(),
+                        head.pull_request,
+                        &head.subject,
+                    );
                     self.applied = Some(AppliedCommit {
                         commit: head,
                         desired,
@@ -429,9 +442,9 @@ impl Syncer {
         }
         report.duration = started.elapsed();
         let interrupted = written.interrupted
-            || leftovers
-                .iter()
-                .any(|entry| desired.settings.prune && !pruned_ids.contains(&inventory::id_of(entry)));
+            || leftovers.iter().any(|entry| {
+                desired.settings.prune && !pruned_ids.contains(&inventory::id_of(entry))
+            });
 
         if interrupted {
             self.finish(commit, &report, "Interrupted", started).await?;
@@ -499,7 +512,10 @@ impl Syncer {
                 &mut self.status,
                 false,
                 result,
-                &format!("stopped while applying {}; the next start applies it again", commit.short_sha()),
+                &format!(
+                    "stopped while applying {}; the next start applies it again",
+                    commit.short_sha()
+                ),
             );
         }
         self.put_inventory();
@@ -522,7 +538,8 @@ impl Syncer {
             ("pruned", "pruned"),
             ("released", "pruned"),
         ] {
-            self.metrics.add_objects(metric, report.count(action) as u64);
+            self.metrics
+                .add_objects(metric, report.count(action) as u64);
         }
         let mut drift_by_kind: BTreeMap<(&str, &str), u64> = BTreeMap::new();
         for c in &report.changes {
@@ -539,7 +556,11 @@ impl Syncer {
 
         let message = format!(
             "{} {}: {}{}",
-            if result == "Applied" { "applied" } else { "interrupted" },
+            if result == "Applied" {
+                "applied"
+            } else {
+                "interrupted"
+            },
             describe_commit(commit),
             report.summary(),
             list_changes(&report.changes),
@@ -550,24 +571,41 @@ impl Syncer {
             ("Applied", true) => "DriftFound",
             _ => "SyncInterrupted",
         };
-        self.record(RecordType::Sync, &reference, &message, report.changes.clone())
-            .await;
+        self.record(
+            RecordType::Sync,
+            &reference,
+            &message,
+            report.changes.clone(),
+        )
+        .await;
         self.event(drift || result != "Applied", reason, &message, &reference)
             .await;
-        for c in report.changes.iter().filter(|c| c.kind == "Node") {
+        let node_changes: Vec<(String, String)> = report
+            .changes
+            .iter()
+            .filter(|c| c.kind == "Node")
+            .map(|c| (c.name.clone(), c.action.clone()))
+            .collect();
+        for (node, action) in node_changes {
             let target = EventTarget {
                 api_version: "v1".into(),
                 kind: "Node".into(),
                 namespace: None,
-                name: c.name.clone(),
+                name: node.clone(),
                 uid: None,
             };
-            let message = format!("{} by {}", c.action, describe_commit(commit));
-            if let Err(err) =
-                history::emit_event(&self.client, &target, false, "LabelsFromGit", &message, &reference)
-                    .await
+            let message = format!("{action} by {}", describe_commit(commit));
+            if let Err(err) = history::emit_event(
+                &self.client,
+                &target,
+                false,
+                "LabelsFromGit",
+                &message,
+                &reference,
+            )
+            .await
             {
-                tracing::warn!(node = %c.name, error = %err, "could not record an event");
+                tracing::warn!(%node, error = %err, "could not record an event");
             }
         }
         Ok(())
@@ -609,7 +647,8 @@ impl Syncer {
         );
         self.record(RecordType::Rejected, &reference, &message, Vec::new())
             .await;
-        self.event(true, "CommitRejected", &message, &reference).await;
+        self.event(true, "CommitRejected", &message, &reference)
+            .await;
         Ok(())
     }
 
@@ -804,4 +843,28 @@ async fn wait_for(flag: &AtomicBool) {
     while !flag.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Compiles only while the sync futures are `Send`, so a sync can be spawned on any
+/// runtime thread (a lazy iterator of futures held across an await breaks that silently).
+#[cfg(test)]
+#[allow(dead_code, clippy::too_many_arguments)]
+fn sync_futures_are_send(
+    s: &mut Syncer,
+    c: &kube::Client,
+    k: &mut ClusterKinds,
+    m: &[manifests::Manifest],
+    l: &apply::LiveObjects,
+    i: &Inventory,
+    ci: &CommitInfo,
+    stop: &AtomicBool,
+    e: &[InventoryEntry],
+) {
+    fn is_send<T: Send>(_: &T) {}
+    is_send(&apply::read_live(c, k, m));
+    is_send(&apply::decide(c, k, m, l, i, ci, DriftPolicy::Revert));
+    is_send(&apply::dry_run(c, k, m, l, &[]));
+    is_send(&apply::write(c, k, m, vec![], stop));
+    is_send(&prune::prune(c, k, e, stop));
+    is_send(&s.sync());
 }
