@@ -356,7 +356,10 @@ async fn ssa(
             manifest.namespace.as_deref(),
         )
         .ok_or_else(|| not_served(manifest))?;
-    let mut params = PatchParams::apply(FIELD_MANAGER).force();
+    // Strict: a field the server does not know is an error, not silently dropped.
+    let mut params = PatchParams::apply(FIELD_MANAGER)
+        .force()
+        .validation(kube::api::ValidationDirective::Strict);
     if dry_run {
         params = params.dry_run();
     }
