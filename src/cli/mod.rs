@@ -22,7 +22,7 @@ pub enum Command {
     /// Print capstan's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
     Crds,
     /// Follow a Git branch and make the cluster match it.
-    Sync(sync::SyncArgs),
+    Sync(Box<sync::SyncArgs>),
     /// Show the commit-linked history: syncs, rejected commits, upgrade steps.
     History(history::HistoryArgs),
 }
@@ -32,7 +32,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Cluster(args) => cluster::run(args).await,
         Command::Crds => crds::run(),
-        Command::Sync(args) => sync::run(args).await,
+        Command::Sync(args) => sync::run(*args).await,
         Command::History(args) => history::run(args).await,
     }
 }
