@@ -4,4 +4,5 @@ pub mod diff;
 pub mod discovery;
 pub mod inventory;
 pub mod manifests;
+pub mod plan;
 pub mod source;

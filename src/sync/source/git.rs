@@ -222,6 +222,16 @@ impl Source {
         self.origin.is_some()
     }
 
+    /// The repository as messages name it: its root folder, or its URL with any password hidden.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The tracked branch.
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
     /// The path inside the repository that is synced, `/`-separated ("" for the root).
     pub fn path(&self) -> &str {
         &self.path
