@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod crds;
+pub mod plan;
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +20,8 @@ pub enum Command {
     Cluster(cluster::ClusterArgs),
     /// Print capstan's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
     Crds,
+    /// Show what merging a change will do: objects, node upgrades and policy, before the merge.
+    Plan(plan::PlanArgs),
 }
 
 /// Runs a parsed command line; the exit code is the process's.
@@ -26,6 +29,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Cluster(args) => cluster::run(args).await,
         Command::Crds => crds::run(),
+        Command::Plan(args) => plan::run(args).await,
     }
 }
 
