@@ -247,9 +247,7 @@ pub async fn version_labels(
         };
         for (module, version) in version_labels_in(labels, &modules) {
             let key = (name.to_string(), module);
-            let applied = owned
-                .keys()
-                .any(|label| *label == key.1.version_module_label());
+            let applied = owned.contains_key(&key.1.version_module_label());
             if applied || declared.contains_key(&key) {
                 found.insert(key, version);
             }

@@ -31,10 +31,10 @@ pub use render::{COMMENT_LIMIT, render_json, render_markdown, render_text, summa
 
 use crate::sync::diff::DiffError;
 use crate::sync::discovery::ClusterKinds;
-use crate::sync::inventory::{id_of, inventory_of, read_sync};
+use crate::sync::inventory::{Inventory, id_of, inventory_of, read_sync};
 use crate::sync::manifests::{
     Catalog, DesiredState, MAX_COMMIT_BYTES, ManifestError, ManifestFile, Settings, StaticCatalog,
-    check_transition, load,
+    check_transition, is_node, load,
 };
 use crate::sync::source::{CommitInfo, RepoFile, Source, SourceError};
 use render::plural;
@@ -132,8 +132,12 @@ pub fn offline(input: &PlanInput) -> Plan {
             .extend(departed.into_iter().map(offline::departure));
     } else {
         findings.keep(departed.iter().map(|m| m.id().to_string()).collect());
-        // Nodes that stay unpruned keep their labels.
-        let kept: BTreeSet<&str> = departed.iter().map(|m| m.name.as_str()).collect();
+        // Nodes that are not released keep their labels.
+        let kept: BTreeSet<&str> = departed
+            .iter()
+            .filter(|m| is_node(m))
+            .map(|m| m.name.as_str())
+            .collect();
         before.retain(|(node, _), _| !kept.contains(node.as_str()));
     }
     findings.moves = label_moves(&before, &declared_version_labels(&head.manifests));
@@ -189,20 +193,7 @@ pub async fn live(
     findings.objects = objects;
     findings.errors.extend(refused);
     let inventory = sync.as_ref().map(inventory_of).unwrap_or_default();
-    let departed = live::departed(&inventory, &head.manifests);
-    let mut released = Vec::new();
-    if head.settings.prune {
-        for entry in departed {
-            if let Some(change) = live::departure(&live_cluster, entry).await? {
-                if change.action == ObjectAction::Release {
-                    released.push(entry.name.clone());
-                }
-                findings.objects.push(change);
-            }
-        }
-    } else {
-        findings.keep(departed.iter().map(|e| id_of(e).to_string()).collect());
-    }
+    let released = prune_live(&live_cluster, &inventory, head, &mut findings).await?;
     let before = live::version_labels(client, &head.manifests, &released).await?;
     findings.moves = label_moves(&before, &declared_version_labels(&head.manifests));
     Ok(assemble(
@@ -212,6 +203,31 @@ pub async fn live(
         &head.settings,
         findings,
     ))
+}
+
+/// Adds what pruning the inventory's objects that left head does (or, without `prune`, a
+/// warning that they stay); returns the nodes released.
+async fn prune_live(
+    cluster: &live::Cluster<'_>,
+    inventory: &Inventory,
+    head: &DesiredState,
+    findings: &mut Findings,
+) -> Result<Vec<String>, PlanError> {
+    let departed = live::departed(inventory, &head.manifests);
+    if !head.settings.prune {
+        findings.keep(departed.iter().map(|e| id_of(e).to_string()).collect());
+        return Ok(Vec::new());
+    }
+    let mut released = Vec::new();
+    for entry in departed {
+        if let Some(change) = live::departure(cluster, entry).await? {
+            if change.action == ObjectAction::Release {
+                released.push(entry.name.clone());
+            }
+            findings.objects.push(change);
+        }
+    }
+    Ok(released)
 }
 
 /// The desired states of both commits, and what loading them found.

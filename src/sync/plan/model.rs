@@ -196,6 +196,17 @@ pub struct ObjectChange {
     pub diff: String,
 }
 
+impl ObjectChange {
+    /// `file:line` (or the file alone) where the object is declared, when known.
+    pub fn declared_at(&self) -> Option<String> {
+        let file = self.file.as_ref()?;
+        Some(match self.line {
+            Some(line) => format!("{file}:{line}"),
+            None => file.clone(),
+        })
+    }
+}
+
 /// A node whose version label of one Module changes (seed 002).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -286,7 +286,8 @@ impl Source {
     }
 
     /// The tip of the tracked branch: the local branch of a local repository (else its
-    /// `origin/<branch>`), the fetched remote-tracking ref of a remote. Only committed content counts, never the work tree.
+    /// `origin/<branch>`), the fetched remote-tracking ref of a remote. Only committed
+    /// content counts, never the work tree.
     ///
     /// Fails when the branch no longer exists.
     pub fn head(&self) -> Result<CommitInfo, SourceError> {

@@ -63,11 +63,10 @@ fn objects(plan: &Plan, out: &mut String) {
     }
     out.push_str("\n#### Objects\n\n| | Object | Action | Declared in |\n|:-:|---|---|---|\n");
     for object in &plan.objects {
-        let place = match (&object.file, object.line) {
-            (Some(file), Some(line)) => format!("`{file}:{line}`"),
-            (Some(file), None) => format!("`{file}`"),
-            _ => String::new(),
-        };
+        let place = object
+            .declared_at()
+            .map(|place| format!("`{place}`"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "| {} | `{}` | {} | {place} |",

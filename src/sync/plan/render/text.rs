@@ -118,11 +118,10 @@ fn objects(plan: &Plan, paint: Paint, out: &mut String) {
         .max()
         .unwrap_or(0);
     for object in &plan.objects {
-        let place = match (&object.file, object.line) {
-            (Some(file), Some(line)) => format!("  {file}:{line}"),
-            (Some(file), None) => format!("  {file}"),
-            _ => String::new(),
-        };
+        let place = object
+            .declared_at()
+            .map(|place| format!("  {place}"))
+            .unwrap_or_default();
         let line = format!(
             "{} {:width$}  {:9}",
             object.action.sign(),
