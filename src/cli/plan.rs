@@ -16,7 +16,7 @@ pub struct PlanArgs {
     /// URL (cloned into a temporary directory; only the branch is fetched).
     #[arg(long, default_value = ".")]
     pub repo: String,
-    /// The tracked branch; without a local branch of that name, origin/<branch> stands in.
+    /// The tracked branch; without a local branch of that name, the one of origin stands in.
     #[arg(long, default_value = "main")]
     pub branch: String,
     /// The synced folder inside the repository.
@@ -25,7 +25,7 @@ pub struct PlanArgs {
     /// The revision compared with [default: where --head left the branch (their merge base)].
     #[arg(long)]
     pub base: Option<String>,
-    /// The revision planned: the checked-out commit by default.
+    /// The revision planned (HEAD: the checked-out commit).
     #[arg(long, default_value = "HEAD")]
     pub head: String,
     /// Compare head with this live cluster (server-side apply dry runs) instead of base.
@@ -34,6 +34,7 @@ pub struct PlanArgs {
     /// The GitSync whose inventory says what a live plan prunes.
     #[arg(long, default_value = DEFAULT_SYNC_NAME)]
     pub name: String,
+    /// How the plan is printed.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Exit 2 when there are changes (0: none, 1: errors), as Terraform's option.
