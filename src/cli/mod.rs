@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod crds;
 pub mod history;
 pub mod sync;
+pub mod plan;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +26,8 @@ pub enum Command {
     Sync(Box<sync::SyncArgs>),
     /// Show the commit-linked history: syncs, rejected commits, upgrade steps.
     History(history::HistoryArgs),
+    /// Show what merging a change will do: objects, node upgrades and policy, before the merge.
+    Plan(plan::PlanArgs),
 }
 
 /// Runs a parsed command line; the exit code is the process's.
@@ -34,6 +37,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Crds => crds::run(),
         Command::Sync(args) => sync::run(*args).await,
         Command::History(args) => history::run(args).await,
+        Command::Plan(args) => plan::run(args).await,
     }
 }
 

@@ -86,10 +86,13 @@ pub async fn diff_object(
         })?;
     let after = comparable(&serde_json::to_value(&applied).unwrap_or(Value::Null));
     match live {
-        None => Ok(ObjectDiff {
-            action: Action::Create,
-            diff: unified(&Value::Null, &after),
-        }),
+        None => {
+            let (_, after) = mask_secrets(&Value::Null, &after);
+            Ok(ObjectDiff {
+                action: Action::Create,
+                diff: unified(&Value::Null, &after),
+            })
+        }
         Some(live) => {
             let before = comparable(&serde_json::to_value(&live).unwrap_or(Value::Null));
             if before == after {
@@ -142,9 +145,11 @@ pub fn comparable(object: &Value) -> Value {
     object
 }
 
-/// Secret values replaced by a mask that still shows which keys changed.
+/// Secret values replaced by a mask that still shows which keys changed. Either side may
+/// be `Null` (an object created or pruned).
 pub fn mask_secrets(before: &Value, after: &Value) -> (Value, Value) {
-    if after.get("kind").and_then(Value::as_str) != Some("Secret") {
+    let is_secret = |object: &Value| object.get("kind").and_then(Value::as_str) == Some("Secret");
+    if !is_secret(before) && !is_secret(after) {
         return (before.clone(), after.clone());
     }
     let (mut before, mut after) = (before.clone(), after.clone());
@@ -178,8 +183,14 @@ pub fn mask_secrets(before: &Value, after: &Value) -> (Value, Value) {
     (before, after)
 }
 
-/// A unified diff of two objects' YAML.
+/// A unified diff of two objects' YAML, the live one against the desired one.
 pub fn unified(before: &Value, after: &Value) -> String {
+    unified_between(before, after, "live", "desired")
+}
+
+/// A unified diff of two objects' YAML under the headers `--- <old>` and `+++ <new>`;
+/// `Null` stands for no object.
+pub fn unified_between(before: &Value, after: &Value, old: &str, new: &str) -> String {
     let text = |v: &Value| {
         if v.is_null() {
             String::new()
@@ -187,11 +198,11 @@ pub fn unified(before: &Value, after: &Value) -> String {
             serde_saphyr::to_string(v).unwrap_or_default()
         }
     };
-    let (old, new) = (text(before), text(after));
-    TextDiff::from_lines(&old, &new)
+    let (before, after) = (text(before), text(after));
+    TextDiff::from_lines(&before, &after)
         .unified_diff()
         .context_radius(3)
-        .header("live", "desired")
+        .header(old, new)
         .to_string()
 }
 
@@ -228,6 +239,18 @@ mod tests {
             "{diff}"
         );
         assert!(!diff.contains("Yg==") && !diff.contains("Yw=="));
+    }
+
+    #[test]
+    fn secrets_created_or_pruned_are_masked_too() {
+        let secret = json!({"kind": "Secret", "data": {"token": "c2VjcmV0"}});
+        let (_, created) = mask_secrets(&Value::Null, &secret);
+        assert_eq!(created["data"], json!({"token": "***** (after)"}));
+        let (pruned, _) = mask_secrets(&secret, &Value::Null);
+        assert_eq!(pruned["data"], json!({"token": "***** (before)"}));
+        let diff = unified_between(&pruned, &Value::Null, "base", "head");
+        assert!(diff.starts_with("--- base\n+++ head\n"), "{diff}");
+        assert!(!diff.contains("c2VjcmV0"), "{diff}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod history;
 pub mod inventory;
 pub mod manifests;
 pub mod metrics;
+pub mod plan;
 pub mod prune;
 pub mod run;
 pub mod server;

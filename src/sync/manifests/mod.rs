@@ -38,6 +38,8 @@ pub use settings::{DriftPolicy, SETTINGS_FILE, Settings};
 pub use transition::check_transition;
 pub use yaml::{MAX_ALIAS_EXPANSION, MAX_COMMIT_BYTES, MAX_FILE_BYTES};
 
+pub(crate) use rules::{KmmLabel, classify, is_node, modules_in};
+
 use catalog::CommitCatalog;
 use rules::Parsed;
 

@@ -50,6 +50,8 @@ pub struct Source {
     /// Present when the repository is a clone of a remote.
     origin: Option<Credentials>,
     branch: String,
+    /// The ref the tracked branch is read from (see [`Source::head`]).
+    tracking_ref: String,
     path: String,
 }
 
@@ -71,9 +73,27 @@ impl Source {
     /// `<state_dir>/repo` (reused on restart) and fetched once; or a local repository; or a folder
     /// inside one, which becomes the synced path (joined with `path` when both are given).
     ///
+    /// In a local repository without the branch itself, its remote-tracking branch
+    /// `origin/<branch>` stands in for it (a CI checkout has only that).
+    ///
     /// Fails when the repository cannot be found or reached, the branch does not exist, the path
     /// is not a relative folder present on the branch, or credential files cannot be read.
     pub fn open(
+        repo: &str,
+        branch: &str,
+        path: Option<&Path>,
+        state_dir: &Path,
+        auth: Auth,
+    ) -> Result<Source, SourceError> {
+        let source = Source::open_allowing_new_path(repo, branch, path, state_dir, auth)?;
+        source.check_path_on_branch()?;
+        Ok(source)
+    }
+
+    /// Opens the repository as [`Source::open`] does, except that the path need not exist on
+    /// the tracked branch yet: a plan reviews commits that may add it. Reading a commit
+    /// without the path still fails ([`Source::files_at`]).
+    pub fn open_allowing_new_path(
         repo: &str,
         branch: &str,
         path: Option<&Path>,
@@ -85,19 +105,17 @@ impl Source {
                 branch: branch.to_string(),
             });
         }
-        let source = if repo.contains("://") {
-            Source::open_remote(repo, branch, path, state_dir, auth)?
+        if repo.contains("://") {
+            Source::open_remote(repo, branch, path, state_dir, auth)
         } else if Path::new(repo).exists() {
-            Source::open_local(Path::new(repo), branch, path)?
+            Source::open_local(Path::new(repo), branch, path)
         } else if looks_like_scp_url(repo) {
-            Source::open_remote(repo, branch, path, state_dir, auth)?
+            Source::open_remote(repo, branch, path, state_dir, auth)
         } else {
-            return Err(SourceError::RepoNotFound {
+            Err(SourceError::RepoNotFound {
                 repo: repo.to_string(),
-            });
-        };
-        source.check_path_on_branch()?;
-        Ok(source)
+            })
+        }
     }
 
     fn open_local(folder: &Path, branch: &str, path: Option<&Path>) -> Result<Source, SourceError> {
@@ -132,15 +150,20 @@ impl Source {
         };
         let path = tracked_path(&inside.join(path.unwrap_or(Path::new(""))))?;
         let location = root.display().to_string();
-        let source = Source {
+        let mut source = Source {
             repo,
             location,
             origin: None,
             branch: branch.to_string(),
+            tracking_ref: format!("refs/heads/{branch}"),
             path,
         };
         if source.repo.find_branch(branch, BranchType::Local).is_err() {
-            return Err(source.branch_not_found(source.local_branches()));
+            let remote_tracking = format!("refs/remotes/origin/{branch}");
+            if source.repo.find_reference(&remote_tracking).is_err() {
+                return Err(source.branch_not_found(source.local_branches()));
+            }
+            source.tracking_ref = remote_tracking;
         }
         Ok(source)
     }
@@ -187,6 +210,7 @@ impl Source {
             location,
             origin: Some(credentials),
             branch: branch.to_string(),
+            tracking_ref: format!("refs/remotes/origin/{branch}"),
             path: tracked_path(path.unwrap_or(Path::new("")))?,
         };
         source.fetch()?;
@@ -198,7 +222,7 @@ impl Source {
         self.origin.is_some()
     }
 
-    /// The repository as messages name it: its path, or its URL with any password hidden.
+    /// The repository as messages name it: its root folder, or its URL with any password hidden.
     pub fn location(&self) -> &str {
         &self.location
     }
@@ -223,7 +247,7 @@ impl Source {
             return Ok(false);
         };
         let branch_ref = format!("refs/heads/{}", self.branch);
-        let tracking_ref = self.tracking_ref();
+        let tracking_ref = self.tracking_ref.clone();
         let network_error = |e: git2::Error| self.network_error(e);
         let mut remote = self.repo.find_remote("origin").map_err(network_error)?;
         let (remote_head, branches) = {
@@ -261,14 +285,15 @@ impl Source {
         Ok(after != before)
     }
 
-    /// The tip of the tracked branch: the local branch of a local repository, the fetched
-    /// remote-tracking ref of a remote. Only committed content counts, never the work tree.
+    /// The tip of the tracked branch: the local branch of a local repository (else its
+    /// `origin/<branch>`), the fetched remote-tracking ref of a remote. Only committed
+    /// content counts, never the work tree.
     ///
     /// Fails when the branch no longer exists.
     pub fn head(&self) -> Result<CommitInfo, SourceError> {
         let oid = self
             .repo
-            .refname_to_id(&self.tracking_ref())
+            .refname_to_id(&self.tracking_ref)
             .map_err(|_| self.branch_not_found(self.local_branches()))?;
         let commit = self.repo.find_commit(oid).map_err(|e| self.git_error(e))?;
         Ok(self.commit_info(&commit, &self.branch))
@@ -335,14 +360,6 @@ impl Source {
         self.repo.commondir().to_path_buf()
     }
 
-    /// The ref the tracked branch is read from.
-    fn tracking_ref(&self) -> String {
-        match self.origin {
-            Some(_) => format!("refs/remotes/origin/{}", self.branch),
-            None => format!("refs/heads/{}", self.branch),
-        }
-    }
-
     /// Fails early when the synced path is missing from the branch, a likely typo in `--path`.
     fn check_path_on_branch(&self) -> Result<(), SourceError> {
         let head = self.head()?;
@@ -366,10 +383,13 @@ impl Source {
                 // A bare clone's own HEAD names no branch; the tracked branch stands in for it.
                 (Some(_), Some(rest)) => self
                     .repo
-                    .revparse_ext(&format!("{}{rest}", self.tracking_ref())),
-                // A clone of a remote has its branches under refs/remotes/origin only.
-                (Some(_), None) => self.repo.revparse_ext(&format!("origin/{rev}")),
-                (None, _) => Err(e),
+                    .revparse_ext(&format!("{}{rest}", self.tracking_ref)),
+                // A clone of a remote, or a checkout following origin/<branch>, has its
+                // branches under refs/remotes/origin.
+                (_, None) if self.tracking_ref.starts_with("refs/remotes/") => {
+                    self.repo.revparse_ext(&format!("origin/{rev}"))
+                }
+                _ => Err(e),
             })
             .map_err(|_| SourceError::RevisionNotFound {
                 repo: self.location.clone(),
@@ -1141,6 +1161,85 @@ mod tests {
         );
         let error = source.merge_base("main", "orphan").expect_err("unrelated");
         assert!(matches!(error, SourceError::NoMergeBase { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_ci_checkout_without_the_local_branch_follows_origin() {
+        let (dir, repo) = init_repo();
+        let tip = commit_files(&repo, "main", &fleet(), "fleet");
+        branch_at(&repo, "feature", tip);
+        let proposed = commit_files(
+            &repo,
+            "feature",
+            &[("deploy/nodes.yaml", Entry::File("kind: Node"))],
+            "proposed",
+        );
+        repo.reference("refs/remotes/origin/main", tip, true, "fetched")
+            .expect("remote-tracking branch");
+        repo.set_head_detached(proposed).expect("detached checkout");
+        repo.find_reference("refs/heads/main")
+            .expect("main")
+            .delete()
+            .expect("delete main");
+
+        let source = open(dir.path(), Some("deploy")).expect("open");
+        assert_eq!(source.head().expect("head").sha, tip.to_string());
+        assert_eq!(source.resolve("main").expect("main").sha, tip.to_string());
+        assert_eq!(
+            source.resolve("HEAD").expect("HEAD").sha,
+            proposed.to_string()
+        );
+        assert_eq!(
+            source
+                .merge_base("HEAD", &tip.to_string())
+                .expect("base")
+                .sha,
+            tip.to_string()
+        );
+
+        let error = Source::open(
+            dir.path().to_str().expect("utf-8"),
+            "prod",
+            None,
+            tempfile::tempdir().expect("state").path(),
+            Auth::None,
+        )
+        .expect_err("no prod branch anywhere");
+        assert!(
+            matches!(error, SourceError::BranchNotFound { .. }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_plan_may_open_a_path_the_branch_does_not_have_yet() {
+        let (dir, repo) = init_repo();
+        commit_files(
+            &repo,
+            "main",
+            &[("README.md", Entry::File("# fleet"))],
+            "empty",
+        );
+        let proposed = commit_files(&repo, "feature", &fleet(), "add the fleet");
+        let root = dir.path().to_str().expect("utf-8");
+        let state = tempfile::tempdir().expect("state");
+        let path = Some(Path::new("deploy"));
+
+        let error = Source::open(root, "main", path, state.path(), Auth::None)
+            .expect_err("sync needs the path on the branch");
+        assert!(matches!(error, SourceError::PathNotFound { .. }), "{error}");
+
+        let source = Source::open_allowing_new_path(root, "main", path, state.path(), Auth::None)
+            .expect("open for a plan");
+        assert_eq!(
+            source
+                .files_at(&proposed.to_string(), LIMIT)
+                .expect("files")
+                .len(),
+            3
+        );
+        let error = source.files_at("main", LIMIT).expect_err("not on main");
+        assert!(matches!(error, SourceError::PathNotFound { .. }), "{error}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod watch;
 mod webhook;
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 pub use auth::Auth;
 pub use commit::{CommitInfo, pull_request_of};

@@ -1,0 +1,300 @@
+//! Head against the live cluster: server-side apply dry runs for what head declares, the
+//! `GitSync` inventory for what it no longer declares, and the nodes' live version labels.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::Api;
+use serde_json::{Map, Value, json};
+
+use super::PlanError;
+use super::model::{ObjectAction, ObjectChange, ObjectRef};
+use super::offline::{bare_node, object_ref};
+use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
+use crate::api::InventoryEntry;
+use crate::sync::diff::{
+    Action, DiffError, FIELD_MANAGER, comparable, diff_object, mask_secrets, unified,
+};
+use crate::sync::discovery::ClusterKinds;
+use crate::sync::inventory::{Inventory, stamped_by};
+use crate::sync::manifests::{Manifest, ManifestError, ObjectId, modules_in};
+use crate::sync::source::CommitInfo;
+
+/// The cluster a live plan reads.
+pub struct Cluster<'a> {
+    /// A client for it.
+    pub client: &'a kube::Client,
+    /// The kinds it serves.
+    pub kinds: &'a ClusterKinds,
+}
+
+/// What applying head would do to each object it declares, and the objects the API
+/// server refuses (as errors at their manifests).
+pub async fn changes(
+    cluster: &Cluster<'_>,
+    head: &[Manifest],
+    commit: &CommitInfo,
+) -> Result<(Vec<ObjectChange>, Vec<ManifestError>), PlanError> {
+    let mut namespaces = BTreeMap::new();
+    let (mut found, mut refused) = (Vec::new(), Vec::new());
+    for manifest in head {
+        let resource = cluster
+            .kinds
+            .resource(&manifest.api_version, &manifest.kind);
+        let namespace_exists = match &manifest.namespace {
+            Some(namespace) => namespace_exists(cluster.client, namespace, &mut namespaces).await?,
+            None => true,
+        };
+        // A kind whose CRD, or a namespace that, this commit adds cannot be dry-run yet.
+        let Some(resource) = resource.filter(|_| namespace_exists) else {
+            found.push(created(manifest));
+            continue;
+        };
+        let desired = stamped_by(&manifest.object, commit);
+        match diff_object(cluster.client, resource, &desired).await {
+            Ok(outcome) => {
+                let action = match outcome.action {
+                    Action::Create => ObjectAction::Create,
+                    Action::Configure => ObjectAction::Configure,
+                    Action::Unchanged => continue,
+                };
+                found.push(ObjectChange {
+                    id: object_ref(manifest),
+                    action,
+                    file: Some(manifest.file.clone()),
+                    line: Some(manifest.line),
+                    diff: outcome.diff,
+                });
+            }
+            Err(DiffError::DryRun { source, .. }) => refused.push(ManifestError {
+                file: manifest.file.clone(),
+                line: Some(manifest.line),
+                field: None,
+                message: format!("the API server refuses {}: {source}", manifest.id()),
+            }),
+            Err(error @ DiffError::Live { .. }) => return Err(PlanError::Diff(error)),
+        }
+    }
+    Ok((found, refused))
+}
+
+/// A create that cannot be dry-run, shown as its manifest declares it.
+fn created(manifest: &Manifest) -> ObjectChange {
+    let (_, after) = mask_secrets(&Value::Null, &comparable(&manifest.object));
+    ObjectChange {
+        id: object_ref(manifest),
+        action: ObjectAction::Create,
+        file: Some(manifest.file.clone()),
+        line: Some(manifest.line),
+        diff: unified(&Value::Null, &after),
+    }
+}
+
+async fn namespace_exists(
+    client: &kube::Client,
+    namespace: &str,
+    known: &mut BTreeMap<String, bool>,
+) -> Result<bool, PlanError> {
+    if let Some(exists) = known.get(namespace) {
+        return Ok(*exists);
+    }
+    let exists = Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await
+        .map_err(|source| PlanError::Cluster {
+            what: format!("reading Namespace {namespace}"),
+            source,
+        })?
+        .is_some();
+    known.insert(namespace.to_string(), exists);
+    Ok(exists)
+}
+
+/// The inventory entries head no longer declares.
+pub fn departed<'a>(inventory: &'a Inventory, head: &[Manifest]) -> Vec<&'a InventoryEntry> {
+    let kept: BTreeSet<ObjectId> = head.iter().map(Manifest::id).collect();
+    inventory
+        .iter()
+        .filter(|(id, _)| !kept.contains(id))
+        .map(|(_, entry)| entry)
+        .collect()
+}
+
+/// What pruning a departed object does: delete it, or release a Node from capstan's
+/// labels and annotations. `None` when the object is gone already (or, for a Node,
+/// holds nothing of capstan's).
+pub async fn departure(
+    cluster: &Cluster<'_>,
+    entry: &InventoryEntry,
+) -> Result<Option<ObjectChange>, PlanError> {
+    let id = ObjectRef {
+        api_version: entry.api_version.clone(),
+        kind: entry.kind.clone(),
+        namespace: entry.namespace.clone(),
+        name: entry.name.clone(),
+    };
+    let Some(live) = read_live(cluster, &id).await? else {
+        return Ok(None);
+    };
+    let (action, before, after) = if entry.api_version == "v1" && entry.kind == "Node" {
+        let before = capstans_part(&live);
+        if before["metadata"].as_object().is_some_and(|m| m.len() == 1) {
+            return Ok(None);
+        }
+        let after = bare_node(&entry.api_version, &entry.name);
+        (ObjectAction::Release, before, after)
+    } else {
+        (ObjectAction::Prune, comparable(&live), Value::Null)
+    };
+    let (before, after) = mask_secrets(&before, &after);
+    Ok(Some(ObjectChange {
+        id,
+        action,
+        file: None,
+        line: None,
+        diff: unified(&before, &after),
+    }))
+}
+
+async fn read_live(cluster: &Cluster<'_>, id: &ObjectRef) -> Result<Option<Value>, PlanError> {
+    // A kind the cluster no longer serves has no objects left to prune.
+    let Some(api) = cluster.kinds.api(
+        cluster.client,
+        &id.api_version,
+        &id.kind,
+        id.namespace.as_deref(),
+    ) else {
+        return Ok(None);
+    };
+    let live = api
+        .get_opt(&id.name)
+        .await
+        .map_err(|source| PlanError::Cluster {
+            what: format!("reading {id}"),
+            source,
+        })?;
+    Ok(live.map(|object| serde_json::to_value(object).unwrap_or(Value::Null)))
+}
+
+/// A Node as far as capstan applied it: the labels and annotations its field manager owns.
+fn capstans_part(live: &Value) -> Value {
+    let mut metadata = Map::new();
+    metadata.insert("name".into(), live["metadata"]["name"].clone());
+    for field in ["labels", "annotations"] {
+        let owned = applied_by_capstan(live, field);
+        if !owned.is_empty() {
+            metadata.insert(field.into(), Value::Object(owned));
+        }
+    }
+    json!({"apiVersion": live["apiVersion"], "kind": "Node", "metadata": metadata})
+}
+
+/// The entries of `metadata.<field>` that capstan's field manager applied, with their
+/// live values (read from `managedFields`).
+fn applied_by_capstan(live: &Value, field: &str) -> Map<String, Value> {
+    let entries = live
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    let owned: BTreeSet<&str> = entries
+        .filter(|entry| entry["manager"] == FIELD_MANAGER && entry["operation"] == "Apply")
+        .filter_map(|entry| {
+            entry
+                .pointer(&format!("/fieldsV1/f:metadata/f:{field}"))?
+                .as_object()
+        })
+        .flat_map(|keys| keys.keys().filter_map(|key| key.strip_prefix("f:")))
+        .collect();
+    let values = live
+        .pointer(&format!("/metadata/{field}"))
+        .and_then(Value::as_object);
+    owned
+        .into_iter()
+        .filter_map(|key| Some((key.to_string(), values?.get(key)?.clone())))
+        .collect()
+}
+
+/// The live version labels that applying head may change: on the nodes head declares
+/// and on `released` ones, each label head declares or capstan applied before.
+pub async fn version_labels(
+    client: &kube::Client,
+    head: &[Manifest],
+    released: &[String],
+) -> Result<VersionLabels, PlanError> {
+    let declared = declared_version_labels(head);
+    let modules = modules_in(head.iter());
+    let nodes: BTreeSet<&str> = declared
+        .keys()
+        .map(|(node, _)| node.as_str())
+        .chain(released.iter().map(String::as_str))
+        .collect();
+    let api = Api::<Node>::all(client.clone());
+    let mut found = VersionLabels::new();
+    for name in nodes {
+        let node = api
+            .get_opt(name)
+            .await
+            .map_err(|source| PlanError::Cluster {
+                what: format!("reading Node {name}"),
+                source,
+            })?;
+        let Some(node) = node else { continue };
+        let live = serde_json::to_value(node).unwrap_or(Value::Null);
+        let owned = applied_by_capstan(&live, "labels");
+        let Some(labels) = labels_of(&live) else {
+            continue;
+        };
+        for (module, version) in version_labels_in(labels, &modules) {
+            let key = (name.to_string(), module);
+            let applied = owned.contains_key(&key.1.version_module_label());
+            if applied || declared.contains_key(&key) {
+                found.insert(key, version);
+            }
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live_node() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "worker-1",
+                "labels": {
+                    "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod": "v1",
+                    "kubernetes.io/hostname": "worker-1",
+                },
+                "annotations": {"capstan.dev/revision": "main@sha1:abc", "other": "x"},
+                "managedFields": [
+                    {"manager": "capstan", "operation": "Apply", "fieldsV1": {"f:metadata": {
+                        "f:labels": {"f:kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod": {}},
+                        "f:annotations": {"f:capstan.dev/revision": {}}}}},
+                    {"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:metadata": {
+                        "f:labels": {"f:kubernetes.io/hostname": {}}}}},
+                ],
+            },
+        })
+    }
+
+    #[test]
+    fn only_what_capstan_applied_counts_as_its_part_of_a_node() {
+        let owned = applied_by_capstan(&live_node(), "labels");
+        assert_eq!(
+            Value::Object(owned),
+            json!({"kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod": "v1"})
+        );
+        assert_eq!(
+            capstans_part(&live_node()),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": "worker-1",
+                "labels": {"kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod": "v1"},
+                "annotations": {"capstan.dev/revision": "main@sha1:abc"},
+            }})
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! The plan as data, serialized as the stable JSON schema of docs/plan.md
+//! (`"schemaVersion": 1`): fields are only ever added, never renamed or removed.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::api::capstan::UpgradeStep;
+use crate::sync::manifests::{ManifestError, ObjectId};
+use crate::sync::source::CommitInfo;
+
+/// The version of the JSON schema; bumped only by a change that breaks readers.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What merging head (offline), or applying it to a cluster (live), will change.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The repository: its root folder, or its URL without password.
+    pub repository: String,
+    /// The tracked branch.
+    pub branch: String,
+    /// The synced path inside the repository ("" for the root).
+    pub path: String,
+    /// What head is compared with.
+    pub mode: Mode,
+    /// The commit compared with: by default where head left the tracked branch.
+    pub base: Commit,
+    /// The commit planned.
+    pub head: Commit,
+    /// The pull request the plan is for, when known.
+    pub pull_request: Option<u64>,
+    /// The cluster's sync state (live plans only).
+    pub cluster: Option<ClusterState>,
+    /// Why head would be rejected; empty when it is valid.
+    pub errors: Vec<ManifestError>,
+    /// What the reader should know that does not reject head.
+    pub warnings: Vec<String>,
+    /// The objects that change, in the order of their files.
+    pub objects: Vec<ObjectChange>,
+    /// Every node whose module version labels change, in rollout order.
+    pub nodes: Vec<NodeMove>,
+    /// The repository settings that shape the rollout, and how head fares with them.
+    pub policy: Policy,
+    /// Counts.
+    pub summary: Summary,
+}
+
+/// What head is compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The desired state at the base commit; no cluster needed.
+    Offline,
+    /// The live cluster, through server-side apply dry runs.
+    Live,
+}
+
+impl Mode {
+    /// `offline` or `live`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Offline => "offline",
+            Mode::Live => "live",
+        }
+    }
+}
+
+/// A commit as a plan shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Commit {
+    /// Full SHA.
+    pub sha: String,
+    /// First seven characters of the SHA.
+    pub short_sha: String,
+    /// First line of the message.
+    pub subject: String,
+    /// Author name.
+    pub author: String,
+    /// The pull request the commit merged or squashed.
+    pub pull_request: Option<u64>,
+}
+
+impl From<&CommitInfo> for Commit {
+    fn from(commit: &CommitInfo) -> Self {
+        Commit {
+            sha: commit.sha.clone(),
+            short_sha: commit.short_sha().to_string(),
+            subject: commit.subject.clone(),
+            author: commit.author.clone(),
+            pull_request: commit.pull_request,
+        }
+    }
+}
+
+/// The sync a live plan was made against.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterState {
+    /// The `GitSync` whose inventory says what capstan applied (and may prune).
+    pub sync: String,
+    /// Whether that `GitSync` exists; without it nothing is pruned.
+    pub found: bool,
+    /// The revision it last applied (`main@sha1:<sha>`).
+    pub last_applied_revision: Option<String>,
+}
+
+/// The identity of an object, as written in its manifest.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// The object's identity without its version.
+    pub fn id(&self) -> ObjectId {
+        ObjectId {
+            group: self
+                .api_version
+                .split_once('/')
+                .map_or("", |(group, _)| group)
+                .to_string(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.id().fmt(f)
+    }
+}
+
+/// What happens to one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectAction {
+    /// It is new.
+    Create,
+    /// It exists and changes.
+    Configure,
+    /// It left the repository and is deleted.
+    Prune,
+    /// A Node that left the repository: it stays, losing the labels and annotations
+    /// capstan set.
+    Release,
+}
+
+impl ObjectAction {
+    /// The name in plans: `create`, `configure`, `prune`, `release`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectAction::Create => "create",
+            ObjectAction::Configure => "configure",
+            ObjectAction::Prune => "prune",
+            ObjectAction::Release => "release",
+        }
+    }
+
+    /// The sign Terraform readers know: `+` create, `~` change in place, `-` delete.
+    pub fn sign(self) -> char {
+        match self {
+            ObjectAction::Create => '+',
+            ObjectAction::Configure | ObjectAction::Release => '~',
+            ObjectAction::Prune => '-',
+        }
+    }
+}
+
+/// One object that changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectChange {
+    /// Which object.
+    pub id: ObjectRef,
+    /// What happens to it.
+    pub action: ObjectAction,
+    /// The file declaring it (in head; in base for an object that left), when known.
+    pub file: Option<String>,
+    /// The line of its document in that file.
+    pub line: Option<usize>,
+    /// A unified diff of its YAML, Secret values masked.
+    pub diff: String,
+}
+
+impl ObjectChange {
+    /// `file:line` (or the file alone) where the object is declared, when known.
+    pub fn declared_at(&self) -> Option<String> {
+        let file = self.file.as_ref()?;
+        Some(match self.line {
+            Some(line) => format!("{file}:{line}"),
+            None => file.clone(),
+        })
+    }
+}
+
+/// A node whose version label of one Module changes (seed 002).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMove {
+    /// The node.
+    pub node: String,
+    /// The Module, `namespace/name`.
+    pub module: String,
+    /// The version before; `None` when the node gets its first label.
+    pub from: Option<String>,
+    /// The version after; `None` when the label goes.
+    pub to: Option<String>,
+    /// The steps the node goes through, in order.
+    pub steps: Vec<PlannedStep>,
+    /// The node's place in the rollout order (1-based; nodes by name).
+    pub order: usize,
+    /// The wave the node moves in (1-based): at most `maxNodesInFlight` nodes per wave.
+    pub wave: usize,
+}
+
+/// One ordered-upgrade step a node goes through.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedStep {
+    /// The step's number among seed 002's four (1 to 4).
+    pub number: usize,
+    /// The step's name, as history records write it.
+    pub step: UpgradeStep,
+    /// What happens, with the labels involved.
+    pub description: String,
+}
+
+/// The settings that shape the rollout, as head declares them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Policy {
+    /// `maxNodesInFlight`.
+    pub max_nodes_in_flight: u32,
+    /// The nodes of each wave, in order.
+    pub waves: Vec<Vec<String>>,
+    /// `requirePullRequest`, and whether the plan satisfies it.
+    pub require_pull_request: PullRequestCheck,
+    /// `prune`: whether objects that left the repository are deleted.
+    pub prune: bool,
+}
+
+/// How a plan fares with `requirePullRequest`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullRequestCheck {
+    /// The setting.
+    pub required: bool,
+    /// `ok`, or `warning` when version-label changes would not be acted on.
+    pub status: CheckStatus,
+    /// Why.
+    pub message: String,
+}
+
+/// The outcome of a policy check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    /// Satisfied, or not required.
+    Ok,
+    /// Not satisfied: part of the change will not be acted on.
+    Warning,
+}
+
+/// Counts of a plan.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Objects to create.
+    pub create: usize,
+    /// Objects to configure.
+    pub configure: usize,
+    /// Objects to prune.
+    pub prune: usize,
+    /// Nodes to release.
+    pub release: usize,
+    /// Version-label moves (entries of `nodes`).
+    pub nodes: usize,
+    /// Errors.
+    pub errors: usize,
+    /// Whether anything changes.
+    pub has_changes: bool,
+}
+
+impl Summary {
+    /// Counts the objects, moves and errors.
+    pub fn of(objects: &[ObjectChange], nodes: &[NodeMove], errors: &[ManifestError]) -> Self {
+        let count = |action| objects.iter().filter(|o| o.action == action).count();
+        Summary {
+            create: count(ObjectAction::Create),
+            configure: count(ObjectAction::Configure),
+            prune: count(ObjectAction::Prune),
+            release: count(ObjectAction::Release),
+            nodes: nodes.len(),
+            errors: errors.len(),
+            has_changes: !objects.is_empty() || !nodes.is_empty(),
+        }
+    }
+}
+
+impl Plan {
+    /// The exit code, as Terraform's: 1 when head has errors, 2 for changes with
+    /// `detailed` (`--detailed-exitcode`), else 0.
+    pub fn exit_code(&self, detailed: bool) -> i32 {
+        if !self.errors.is_empty() {
+            1
+        } else if detailed && self.summary.has_changes {
+            2
+        } else {
+            0
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! The plan as a pull-request comment: a summary line, tables and lists, each diff folded
+//! in `<details>`; split into parts that each fit one comment and render on their own.
+
+use std::fmt::Write as _;
+
+use super::{context_line, plural, summary_line, versions};
+use crate::sync::plan::model::{CheckStatus, Plan};
+
+/// GitHub's limit on a comment's length, in characters (Atlantis splits its plans there).
+pub const COMMENT_LIMIT: usize = 65_536;
+
+/// Room left in each part for the continuation line capstan adds and the marker line a
+/// CI script may add.
+const PART_BUDGET: usize = COMMENT_LIMIT - 1_024;
+
+/// The plan as markdown, in parts each under [`COMMENT_LIMIT`] bytes (so characters).
+/// The first part starts with the summary line; a code block or `<details>` cut by a
+/// split is closed at the end of its part and opened again in the next, and later parts
+/// start with `**capstan plan** (part N of M)`.
+pub fn render_markdown(plan: &Plan) -> Vec<String> {
+    split(&document(plan), PART_BUDGET)
+}
+
+/// The whole plan as one markdown document.
+fn document(plan: &Plan) -> String {
+    let mut out = format!(
+        "**capstan plan**: {}\n\n{}\n",
+        escape(&summary_line(plan)),
+        escape(&context_line(plan))
+    );
+    errors(plan, &mut out);
+    warnings(plan, &mut out);
+    objects(plan, &mut out);
+    nodes(plan, &mut out);
+    policy(plan, &mut out);
+    diffs(plan, &mut out);
+    out
+}
+
+fn errors(plan: &Plan, out: &mut String) {
+    if plan.errors.is_empty() {
+        return;
+    }
+    out.push_str("\n#### Errors\n\nThe sync would reject head until these are fixed:\n\n");
+    for error in &plan.errors {
+        let _ = writeln!(out, "- {}", escape(&error.to_string()));
+    }
+}
+
+fn warnings(plan: &Plan, out: &mut String) {
+    if plan.warnings.is_empty() {
+        return;
+    }
+    out.push_str("\n#### Warnings\n\n");
+    for warning in &plan.warnings {
+        let _ = writeln!(out, "- ⚠️ {}", escape(warning));
+    }
+}
+
+fn objects(plan: &Plan, out: &mut String) {
+    if plan.objects.is_empty() {
+        return;
+    }
+    out.push_str("\n#### Objects\n\n| | Object | Action | Declared in |\n|:-:|---|---|---|\n");
+    for object in &plan.objects {
+        let place = object
+            .declared_at()
+            .map(|place| format!("`{place}`"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "| {} | `{}` | {} | {place} |",
+            object.action.sign(),
+            object.id,
+            object.action.as_str()
+        );
+    }
+}
+
+fn nodes(plan: &Plan, out: &mut String) {
+    if plan.nodes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n#### Ordered upgrades\n\nNodes move in name order, at most {} at a time \
+         (`maxNodesInFlight`).",
+        plan.policy.max_nodes_in_flight
+    );
+    for node in &plan.nodes {
+        let _ = writeln!(
+            out,
+            "\n**{}. {}**: `{}` {}, wave {}\n",
+            node.order,
+            escape(&node.node),
+            node.module,
+            escape(&versions(node.from.as_deref(), node.to.as_deref())),
+            node.wave
+        );
+        for step in &node.steps {
+            let _ = writeln!(out, "{}. {}", step.number, escape(&step.description));
+        }
+    }
+}
+
+fn policy(plan: &Plan, out: &mut String) {
+    let policy = &plan.policy;
+    out.push_str("\n#### Policy\n\n");
+    let waves: Vec<String> = policy
+        .waves
+        .iter()
+        .enumerate()
+        .map(|(index, nodes)| format!("{}: {}", index + 1, nodes.join(", ")))
+        .collect();
+    let waves = match waves.len() {
+        0 => "no node moves".to_string(),
+        count => format!("{} ({})", plural(count, "wave"), waves.join("; ")),
+    };
+    let _ = writeln!(
+        out,
+        "- `maxNodesInFlight` {}: {}",
+        policy.max_nodes_in_flight,
+        escape(&waves)
+    );
+    let check = &policy.require_pull_request;
+    let status = match check.status {
+        CheckStatus::Ok => "ok",
+        CheckStatus::Warning => "⚠️ warning",
+    };
+    let _ = writeln!(
+        out,
+        "- `requirePullRequest` {}: {status}, {}",
+        check.required,
+        escape(&check.message)
+    );
+    let _ = writeln!(out, "- `prune` {}", policy.prune);
+}
+
+fn diffs(plan: &Plan, out: &mut String) {
+    if plan.objects.is_empty() {
+        return;
+    }
+    out.push_str("\n#### Diffs\n");
+    for object in &plan.objects {
+        let _ = write!(
+            out,
+            "\n<details><summary>{} {} ({})</summary>\n\n```diff\n{}",
+            object.action.sign(),
+            escape(&object.id.to_string()),
+            object.action.as_str(),
+            object.diff
+        );
+        if !object.diff.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("```\n\n</details>\n");
+    }
+}
+
+/// Text with the characters markdown and HTML would read as markup escaped.
+fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '#' => {
+                escaped.push('\\');
+                escaped.push(c);
+            }
+            _ => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+/// Splits a markdown document into parts of at most `budget` bytes plus a continuation
+/// line, each valid alone: a code block, `<details>` or table cut by the split is closed
+/// (or ended) in its part and opened again in the next. A line too long for a part is cut.
+pub(crate) fn split(document: &str, budget: usize) -> Vec<String> {
+    let mut splitter = Splitter::new(budget);
+    for line in document.lines() {
+        splitter.push(line);
+    }
+    let parts = splitter.finish();
+    let count = parts.len();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(index, part)| match index {
+            0 => part,
+            _ => format!("**capstan plan** (part {} of {count})\n\n{part}", index + 1),
+        })
+        .collect()
+}
+
+/// Builds parts line by line, knowing which blocks are open.
+struct Splitter {
+    budget: usize,
+    parts: Vec<String>,
+    current: String,
+    /// Whether `current` holds nothing but reopened blocks.
+    fresh: bool,
+    /// The line that opened the code block being written.
+    fence: Option<String>,
+    /// The line that opened the `<details>` being written.
+    details: Option<String>,
+    /// The header and delimiter rows of the table being written.
+    table: Vec<String>,
+}
+
+impl Splitter {
+    fn new(budget: usize) -> Self {
+        Splitter {
+            budget,
+            parts: Vec::new(),
+            current: String::new(),
+            fresh: true,
+            fence: None,
+            details: None,
+            table: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, line: &str) {
+        // A tenth of the budget leaves room for the blocks a part reopens.
+        let longest = (self.budget / 10).max(1);
+        if line.len() > longest {
+            for piece in pieces(line, longest) {
+                self.push(piece);
+            }
+            return;
+        }
+        if self.fence.is_none() && !line.starts_with('|') {
+            self.table.clear();
+        }
+        let needed = self.current.len() + line.len() + 1 + self.closing_len();
+        if !self.fresh && needed > self.budget {
+            self.start_part();
+        }
+        self.current.push_str(line);
+        self.current.push('\n');
+        self.fresh = false;
+        self.follow(line);
+    }
+
+    /// Notes the blocks `line` opens or closes.
+    fn follow(&mut self, line: &str) {
+        if line.trim_start().starts_with("```") {
+            self.fence = match self.fence {
+                Some(_) => None,
+                None => Some(line.to_string()),
+            };
+        } else if self.fence.is_none() {
+            if line.starts_with("<details>") {
+                self.details = Some(line.to_string());
+            } else if line.starts_with("</details>") {
+                self.details = None;
+            } else if line.starts_with('|') && self.table.len() < 2 {
+                self.table.push(line.to_string());
+            }
+        }
+    }
+
+    fn closing_len(&self) -> usize {
+        self.closing().len()
+    }
+
+    fn closing(&self) -> String {
+        let mut closing = String::new();
+        if self.fence.is_some() {
+            closing.push_str("```\n");
+        }
+        if self.details.is_some() {
+            closing.push_str("\n</details>\n");
+        }
+        closing
+    }
+
+    /// Closes the open blocks, ends the part, and opens them again in a new one.
+    fn start_part(&mut self) {
+        let closing = self.closing();
+        let mut part = std::mem::take(&mut self.current);
+        part.push_str(&closing);
+        self.parts.push(part);
+        if let Some(details) = &self.details {
+            self.current.push_str(details);
+            self.current.push_str("\n\n");
+        }
+        if let Some(fence) = &self.fence {
+            self.current.push_str(fence);
+            self.current.push('\n');
+        } else {
+            for row in &self.table {
+                self.current.push_str(row);
+                self.current.push('\n');
+            }
+        }
+        self.fresh = true;
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        if !self.current.is_empty() {
+            let closing = self.closing();
+            self.current.push_str(&closing);
+            self.parts.push(self.current);
+        }
+        self.parts
+    }
+}
+
+/// `line` cut into pieces of at most `size` bytes, at character boundaries.
+fn pieces(line: &str, size: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut rest = line;
+    while !rest.is_empty() {
+        let mut end = size.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        // A character wider than `size` still goes whole.
+        if end == 0 {
+            end = rest.chars().next().map_or(rest.len(), char::len_utf8);
+        }
+        let (piece, tail) = rest.split_at(end);
+        pieces.push(piece);
+        rest = tail;
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Asserts that a part renders alone: code blocks and `<details>` balanced.
+    fn assert_balanced(part: &str) {
+        let fences = part
+            .lines()
+            .filter(|l| l.trim_start().starts_with("```"))
+            .count();
+        assert_eq!(fences % 2, 0, "unclosed code block in:\n{part}");
+        assert_eq!(
+            part.matches("<details>").count(),
+            part.matches("</details>").count(),
+            "unbalanced <details> in:\n{part}"
+        );
+    }
+
+    fn long_diff_document(lines: usize) -> String {
+        let mut doc = String::from("**capstan plan**: 1 to create\n\n#### Diffs\n\n");
+        doc.push_str("<details><summary>+ ConfigMap default/big (create)</summary>\n\n```diff\n");
+        for i in 0..lines {
+            doc.push_str(&format!("+  key-{i}: value-{i}\n"));
+        }
+        doc.push_str("```\n\n</details>\n");
+        doc
+    }
+
+    #[test]
+    fn a_short_document_is_one_part() {
+        let doc = long_diff_document(3);
+        assert_eq!(split(&doc, 10_000), vec![doc]);
+    }
+
+    #[test]
+    fn a_diff_cut_by_a_split_is_closed_and_reopened() {
+        let doc = long_diff_document(200);
+        let parts = split(&doc, 1_000);
+        assert!(parts.len() > 3, "{} parts", parts.len());
+        assert!(parts[0].starts_with("**capstan plan**: 1 to create"));
+        for (index, part) in parts.iter().enumerate() {
+            assert!(
+                part.len() <= 1_000 + 64,
+                "part {index}: {} bytes",
+                part.len()
+            );
+            assert_balanced(part);
+            if index > 0 {
+                assert!(
+                    part.starts_with(&format!(
+                        "**capstan plan** (part {} of {})\n\n<details><summary>",
+                        index + 1,
+                        parts.len()
+                    )),
+                    "{part}"
+                );
+                assert!(part.contains("```diff\n+  key-"), "{part}");
+            }
+        }
+        // Nothing is lost: every line of the diff is in some part.
+        let all = parts.concat();
+        for i in 0..200 {
+            assert!(
+                all.contains(&format!("+  key-{i}: value-{i}\n")),
+                "line {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_table_cut_by_a_split_repeats_its_header() {
+        let mut doc = String::from("| | Object |\n|:-:|---|\n");
+        for i in 0..100 {
+            doc.push_str(&format!("| + | `ConfigMap default/c{i}` |\n"));
+        }
+        doc.push_str("\nafter the table\n");
+        let parts = split(&doc, 500);
+        assert!(parts.len() > 2);
+        for part in &parts[1..] {
+            let body = part
+                .split_once("\n\n")
+                .map(|(_, body)| body)
+                .unwrap_or(part);
+            if body.starts_with('|') {
+                assert!(body.starts_with("| | Object |\n|:-:|---|\n"), "{part}");
+            }
+        }
+        assert!(parts.last().unwrap().contains("after the table"));
+    }
+
+    #[test]
+    fn a_line_longer_than_a_part_is_cut() {
+        let doc = format!("```diff\n+{}\n```\n", "é".repeat(3_000));
+        let parts = split(&doc, 1_000);
+        assert!(parts.len() > 5);
+        for part in &parts {
+            assert!(part.len() <= 1_000 + 64, "{} bytes", part.len());
+            assert_balanced(part);
+        }
+    }
+
+    #[test]
+    fn markup_in_text_is_escaped() {
+        assert_eq!(
+            escape("a <b> | `c` *d* _e_ #1"),
+            "a &lt;b&gt; \\| \\`c\\` \\*d\\* \\_e\\_ \\#1"
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! The plan for a terminal: sections, then every diff, then the summary line last, where
+//! a reader's eye lands. Colours only when asked (a terminal without `NO_COLOR`).
+
+use std::fmt::Write as _;
+
+use super::{context_line, plural, summary_line, versions};
+use crate::sync::plan::model::{CheckStatus, ObjectAction, Plan};
+
+/// ANSI colours, or none.
+#[derive(Clone, Copy)]
+struct Paint {
+    on: bool,
+}
+
+impl Paint {
+    fn code(self, code: &str, text: &str) -> String {
+        if self.on {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    fn bold(self, text: &str) -> String {
+        self.code("1", text)
+    }
+
+    fn red(self, text: &str) -> String {
+        self.code("31", text)
+    }
+
+    fn green(self, text: &str) -> String {
+        self.code("32", text)
+    }
+
+    fn yellow(self, text: &str) -> String {
+        self.code("33", text)
+    }
+
+    fn cyan(self, text: &str) -> String {
+        self.code("36", text)
+    }
+
+    /// `+` green, `~` yellow, `-` red.
+    fn action(self, action: ObjectAction, text: &str) -> String {
+        match action {
+            ObjectAction::Create => self.green(text),
+            ObjectAction::Configure | ObjectAction::Release => self.yellow(text),
+            ObjectAction::Prune => self.red(text),
+        }
+    }
+
+    fn diff_line(self, line: &str) -> String {
+        if line.starts_with("+++") || line.starts_with("---") {
+            self.bold(line)
+        } else if line.starts_with('+') {
+            self.green(line)
+        } else if line.starts_with('-') {
+            self.red(line)
+        } else if line.starts_with("@@") {
+            self.cyan(line)
+        } else {
+            line.to_string()
+        }
+    }
+}
+
+/// The plan as text; `color` adds ANSI colours (callers decide: a terminal, and
+/// `NO_COLOR` unset).
+pub fn render_text(plan: &Plan, color: bool) -> String {
+    let paint = Paint { on: color };
+    let mut out = format!("{} {}\n", paint.bold("capstan plan:"), context_line(plan));
+    let _ = writeln!(out, "  base {} {}", plan.base.short_sha, plan.base.subject);
+    let _ = writeln!(out, "  head {} {}", plan.head.short_sha, plan.head.subject);
+    errors(plan, paint, &mut out);
+    warnings(plan, paint, &mut out);
+    objects(plan, paint, &mut out);
+    nodes(plan, &mut out);
+    policy(plan, paint, &mut out);
+    diffs(plan, paint, &mut out);
+    let _ = writeln!(out, "\n{} {}", paint.bold("Plan:"), summary_line(plan));
+    out
+}
+
+fn errors(plan: &Plan, paint: Paint, out: &mut String) {
+    if plan.errors.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{} (the sync would reject head):",
+        paint.red(&plural(plan.errors.len(), "error"))
+    );
+    for error in &plan.errors {
+        let _ = writeln!(out, "  {error}");
+    }
+}
+
+fn warnings(plan: &Plan, paint: Paint, out: &mut String) {
+    if plan.warnings.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{}", paint.yellow("Warnings:"));
+    for warning in &plan.warnings {
+        let _ = writeln!(out, "  {warning}");
+    }
+}
+
+fn objects(plan: &Plan, paint: Paint, out: &mut String) {
+    if plan.objects.is_empty() {
+        return;
+    }
+    out.push_str("\nObjects:\n");
+    let width = plan
+        .objects
+        .iter()
+        .map(|o| o.id.to_string().len())
+        .max()
+        .unwrap_or(0);
+    for object in &plan.objects {
+        let place = object
+            .declared_at()
+            .map(|place| format!("  {place}"))
+            .unwrap_or_default();
+        let line = format!(
+            "{} {:width$}  {:9}",
+            object.action.sign(),
+            object.id.to_string(),
+            object.action.as_str()
+        );
+        let _ = writeln!(out, "  {}{place}", paint.action(object.action, &line));
+    }
+}
+
+fn nodes(plan: &Plan, out: &mut String) {
+    if plan.nodes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nOrdered upgrades (nodes in name order, at most {} at a time):",
+        plan.policy.max_nodes_in_flight
+    );
+    for node in &plan.nodes {
+        let _ = writeln!(
+            out,
+            "  {}. {}  {} {}  (wave {})",
+            node.order,
+            node.node,
+            node.module,
+            versions(node.from.as_deref(), node.to.as_deref()),
+            node.wave
+        );
+        for step in &node.steps {
+            let _ = writeln!(out, "       {}. {}", step.number, step.description);
+        }
+    }
+}
+
+fn policy(plan: &Plan, paint: Paint, out: &mut String) {
+    let policy = &plan.policy;
+    out.push_str("\nPolicy:\n");
+    let waves: Vec<String> = policy.waves.iter().map(|wave| wave.join(", ")).collect();
+    let waves = if waves.is_empty() {
+        "no node moves".to_string()
+    } else {
+        format!("waves: {}", waves.join(" | "))
+    };
+    let _ = writeln!(
+        out,
+        "  maxNodesInFlight: {} ({waves})",
+        policy.max_nodes_in_flight
+    );
+    let check = &policy.require_pull_request;
+    let status = match check.status {
+        CheckStatus::Ok => paint.green("ok"),
+        CheckStatus::Warning => paint.yellow("warning"),
+    };
+    let _ = writeln!(
+        out,
+        "  requirePullRequest: {} ({status}: {})",
+        check.required, check.message
+    );
+    let _ = writeln!(out, "  prune: {}", policy.prune);
+}
+
+fn diffs(plan: &Plan, paint: Paint, out: &mut String) {
+    for object in &plan.objects {
+        let heading = format!(
+            "{} {} ({})",
+            object.action.sign(),
+            object.id,
+            object.action.as_str()
+        );
+        let _ = writeln!(out, "\n{}", paint.action(object.action, &heading));
+        for line in object.diff.lines() {
+            let _ = writeln!(out, "  {}", paint.diff_line(line));
+        }
+    }
+}

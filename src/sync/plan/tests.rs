@@ -1,0 +1,496 @@
+//! Offline plans of real commits, one test per question a reviewer of a pull request asks.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::*;
+use crate::sync::source::Auth;
+use crate::sync::source::testing::{Entry, branch_at, commit_files, init_repo};
+
+const VERSION_LABEL: &str = "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod";
+
+fn module(version: &str) -> String {
+    format!(
+        "apiVersion: kmm.sigs.x-k8s.io/v1beta1\nkind: Module\n\
+         metadata: {{name: my-kmod, namespace: kmm-demo}}\nspec:\n\
+         \x20 selector: {{node-role.kubernetes.io/worker: \"\"}}\n  moduleLoader:\n    container:\n\
+         \x20     version: {version}\n      modprobe: {{moduleName: my_kmod}}\n\
+         \x20     kernelMappings:\n        - regexp: '^.+$'\n\
+         \x20         containerImage: registry.example/my-kmod:{version}\n"
+    )
+}
+
+fn node(name: &str, version: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    {VERSION_LABEL}: {version}\n"
+    )
+}
+
+fn config_map(name: &str, value: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{key: {value}}}\n")
+}
+
+/// The fleet at base: my-kmod v1 on three workers, two ConfigMaps.
+fn base_fleet() -> Vec<(&'static str, String)> {
+    vec![
+        ("fleet/capstan.yaml", "maxNodesInFlight: 1\n".to_string()),
+        (
+            "fleet/config.yaml",
+            config_map("kept", "1") + "---\n" + &config_map("old", "1"),
+        ),
+        ("fleet/modules/my-kmod.yaml", module("v1")),
+        ("fleet/nodes/worker-1.yaml", node("worker-1", "v1")),
+        ("fleet/nodes/worker-2.yaml", node("worker-2", "v1")),
+        ("fleet/nodes/worker-9.yaml", node("worker-9", "v1")),
+        ("README.md", "# fleet".to_string()),
+    ]
+}
+
+fn tree<'a>(files: &'a [(&'a str, String)]) -> Vec<(&'a str, Entry<'a>)> {
+    files
+        .iter()
+        .map(|(path, text)| (*path, Entry::File(text)))
+        .collect()
+}
+
+/// Commits `base` on main and `head` on a branch from it; plans head against main.
+fn plan_of(base: &[(&str, String)], head: &[(&str, String)], pull_request: Option<u64>) -> Plan {
+    let (dir, repo) = init_repo();
+    let fork = commit_files(&repo, "main", &tree(base), "Initial fleet");
+    branch_at(&repo, "feature", fork);
+    commit_files(&repo, "feature", &tree(head), "Move workers to my-kmod v2");
+    let state = tempfile::tempdir().expect("state");
+    let source = Source::open_allowing_new_path(
+        dir.path().to_str().expect("utf-8"),
+        "main",
+        Some(Path::new("fleet")),
+        state.path(),
+        Auth::None,
+    )
+    .expect("open");
+    let head = source.resolve("feature").expect("head");
+    let base = source.merge_base(&head.sha, "main").expect("base");
+    offline(&PlanInput::read(&source, base, head, pull_request).expect("read"))
+}
+
+fn with(
+    files: &[(&'static str, String)],
+    changes: &[(&'static str, Option<String>)],
+) -> Vec<(&'static str, String)> {
+    let mut files = files.to_vec();
+    for (path, contents) in changes {
+        files.retain(|(p, _)| p != path);
+        if let Some(contents) = contents {
+            files.push((path, contents.clone()));
+        }
+    }
+    files
+}
+
+/// The upgrade of the fleet: my-kmod v2, two workers moved, worker-9 leaves, a
+/// ConfigMap replaced.
+fn upgrade() -> Vec<(&'static str, String)> {
+    with(
+        &base_fleet(),
+        &[
+            ("fleet/modules/my-kmod.yaml", Some(module("v2"))),
+            ("fleet/nodes/worker-1.yaml", Some(node("worker-1", "v2"))),
+            ("fleet/nodes/worker-2.yaml", Some(node("worker-2", "v2"))),
+            ("fleet/nodes/worker-9.yaml", None),
+            (
+                "fleet/config.yaml",
+                Some(config_map("kept", "1") + "---\n" + &config_map("new", "1")),
+            ),
+        ],
+    )
+}
+
+#[test]
+fn an_unchanged_fleet_plans_no_changes() {
+    let plan = plan_of(
+        &base_fleet(),
+        &with(&base_fleet(), &[("README.md", Some("# edited".into()))]),
+        None,
+    );
+    assert_eq!(plan.summary, Summary::default());
+    assert!(plan.errors.is_empty() && plan.objects.is_empty() && plan.nodes.is_empty());
+    assert_eq!(summary_line(&plan), "No changes.");
+    assert_eq!((plan.exit_code(true), plan.exit_code(false)), (0, 0));
+}
+
+#[test]
+fn an_upgrade_shows_objects_nodes_steps_and_waves() {
+    let plan = plan_of(&base_fleet(), &upgrade(), Some(42));
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    let objects: Vec<(String, ObjectAction)> = plan
+        .objects
+        .iter()
+        .map(|o| (o.id.to_string(), o.action))
+        .collect();
+    assert_eq!(
+        objects,
+        [
+            ("ConfigMap default/new".to_string(), ObjectAction::Create),
+            (
+                "Module kmm-demo/my-kmod".to_string(),
+                ObjectAction::Configure
+            ),
+            ("Node worker-1".to_string(), ObjectAction::Configure),
+            ("Node worker-2".to_string(), ObjectAction::Configure),
+            ("ConfigMap default/old".to_string(), ObjectAction::Prune),
+            ("Node worker-9".to_string(), ObjectAction::Release),
+        ]
+    );
+    let module = &plan.objects[1];
+    assert_eq!(module.file.as_deref(), Some("fleet/modules/my-kmod.yaml"));
+    assert!(
+        module
+            .diff
+            .contains("-      version: v1\n+      version: v2"),
+        "{}",
+        module.diff
+    );
+
+    let moves: Vec<String> = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "{} {}: {} steps, order {}, wave {}",
+                n.node,
+                render::versions(n.from.as_deref(), n.to.as_deref()),
+                n.steps.len(),
+                n.order,
+                n.wave
+            )
+        })
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            "worker-1 v1 → v2: 4 steps, order 1, wave 1",
+            "worker-2 v1 → v2: 4 steps, order 2, wave 2",
+            "worker-9 v1 → (none): 2 steps, order 3, wave 3",
+        ]
+    );
+    assert_eq!(
+        plan.policy.waves,
+        [vec!["worker-1"], vec!["worker-2"], vec!["worker-9"]]
+    );
+    assert_eq!(plan.policy.require_pull_request.status, CheckStatus::Ok);
+    assert_eq!(
+        plan.summary,
+        Summary {
+            create: 1,
+            configure: 3,
+            prune: 1,
+            release: 1,
+            nodes: 3,
+            errors: 0,
+            has_changes: true,
+        }
+    );
+    assert_eq!(
+        summary_line(&plan),
+        "1 to create, 3 to configure, 1 to prune, 1 to release; 3 node upgrades \
+         (worker-1: kmm-demo/my-kmod v1 → v2, worker-2: kmm-demo/my-kmod v1 → v2, \
+         worker-9: kmm-demo/my-kmod v1 → (none))"
+    );
+    assert_eq!((plan.exit_code(true), plan.exit_code(false)), (2, 0));
+    assert_eq!(
+        (plan.base.subject.as_str(), plan.head.subject.as_str()),
+        ("Initial fleet", "Move workers to my-kmod v2")
+    );
+    assert_eq!(
+        (plan.branch.as_str(), plan.path.as_str(), plan.mode),
+        ("main", "fleet", Mode::Offline)
+    );
+}
+
+#[test]
+fn a_version_label_naming_an_old_version_is_an_error_at_its_line() {
+    // The Module stays at v1 while worker-1 is moved to v2.
+    let head = with(
+        &base_fleet(),
+        &[("fleet/nodes/worker-1.yaml", Some(node("worker-1", "v2")))],
+    );
+    let plan = plan_of(&base_fleet(), &head, None);
+    let errors: Vec<String> = plan.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(&format!("fleet/nodes/worker-1.yaml:1: metadata.labels[{VERSION_LABEL}]: version label moves to \"v2\"")),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(plan.exit_code(true), 1);
+    assert!(
+        summary_line(&plan)
+            .starts_with("1 error: head would be rejected; 0 to create, 1 to configure")
+    );
+}
+
+#[test]
+fn an_invalid_head_is_all_errors_and_no_objects() {
+    let head = with(
+        &base_fleet(),
+        &[(
+            "fleet/broken.yaml",
+            Some("kind: ConfigMap\nmetadata: {name: x}\n".into()),
+        )],
+    );
+    let plan = plan_of(&base_fleet(), &head, None);
+    assert!(plan.objects.is_empty() && plan.nodes.is_empty());
+    assert_eq!(plan.errors.len(), 1);
+    assert_eq!(
+        plan.errors[0].to_string(),
+        "fleet/broken.yaml:1: apiVersion: required field is missing"
+    );
+    assert_eq!(summary_line(&plan), "1 error: head would be rejected");
+    assert_eq!(plan.exit_code(false), 1);
+}
+
+#[test]
+fn an_invalid_base_is_compared_as_empty_with_a_warning() {
+    let base = with(
+        &base_fleet(),
+        &[("fleet/broken.yaml", Some("kind: [".into()))],
+    );
+    let plan = plan_of(&base, &base_fleet(), None);
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    assert_eq!(plan.summary.create, 6);
+    assert!(
+        plan.warnings[0].contains("does not validate (1 errors)"),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn a_first_pull_request_adds_the_path() {
+    let plan = plan_of(&[("README.md", "# fleet".to_string())], &base_fleet(), None);
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+    assert_eq!(plan.summary.create, 6);
+    let firsts: Vec<(&str, Vec<usize>)> = plan
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.steps.iter().map(|s| s.number).collect()))
+        .collect();
+    assert_eq!(
+        firsts,
+        [
+            ("worker-1", vec![3, 4]),
+            ("worker-2", vec![3, 4]),
+            ("worker-9", vec![3, 4])
+        ]
+    );
+}
+
+#[test]
+fn without_prune_departed_objects_stay_and_keep_their_labels() {
+    let head = with(
+        &upgrade(),
+        &[("fleet/capstan.yaml", Some("prune: false\n".into()))],
+    );
+    let plan = plan_of(&base_fleet(), &head, Some(7));
+    assert_eq!((plan.summary.prune, plan.summary.release), (0, 0));
+    assert!(plan.nodes.iter().all(|n| n.node != "worker-9"));
+    assert_eq!(
+        plan.warnings,
+        [
+            "2 objects left the repository and stay in the cluster (prune: false): ConfigMap default/old, Node worker-9"
+        ]
+    );
+}
+
+#[test]
+fn require_pull_request_warns_for_a_range_that_is_not_one() {
+    let head = with(
+        &upgrade(),
+        &[(
+            "fleet/capstan.yaml",
+            Some("requirePullRequest: true\nmaxNodesInFlight: 2\n".into()),
+        )],
+    );
+    let plan = plan_of(&base_fleet(), &head, None);
+    assert_eq!(
+        plan.policy.require_pull_request.status,
+        CheckStatus::Warning
+    );
+    assert_eq!(
+        plan.policy.waves,
+        [vec!["worker-1", "worker-2"], vec!["worker-9"]]
+    );
+    let for_pull_request = plan_of(&base_fleet(), &head, Some(42));
+    assert_eq!(
+        for_pull_request.policy.require_pull_request.status,
+        CheckStatus::Ok
+    );
+    assert_eq!(for_pull_request.pull_request, Some(42));
+}
+
+/// Every key path of a JSON value, arrays written `[]`.
+fn key_paths(value: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                let path = format!("{prefix}.{key}");
+                out.insert(path.clone());
+                key_paths(child, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                key_paths(item, &format!("{prefix}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_json_schema_keeps_its_names() {
+    let plan = plan_of(&base_fleet(), &upgrade(), Some(42));
+    let json: Value = serde_json::from_str(&render_json(&plan)).expect("JSON");
+    assert_eq!(json["schemaVersion"], 1);
+    let mut paths = std::collections::BTreeSet::new();
+    key_paths(&json, "", &mut paths);
+    let expected = [
+        ".schemaVersion",
+        ".repository",
+        ".branch",
+        ".path",
+        ".mode",
+        ".base",
+        ".base.sha",
+        ".base.shortSha",
+        ".base.subject",
+        ".base.author",
+        ".base.pullRequest",
+        ".head",
+        ".head.sha",
+        ".head.shortSha",
+        ".head.subject",
+        ".head.author",
+        ".head.pullRequest",
+        ".pullRequest",
+        ".cluster",
+        ".errors",
+        ".warnings",
+        ".objects",
+        ".objects[].id",
+        ".objects[].id.apiVersion",
+        ".objects[].id.kind",
+        ".objects[].id.namespace",
+        ".objects[].id.name",
+        ".objects[].action",
+        ".objects[].file",
+        ".objects[].line",
+        ".objects[].diff",
+        ".nodes",
+        ".nodes[].node",
+        ".nodes[].module",
+        ".nodes[].from",
+        ".nodes[].to",
+        ".nodes[].steps",
+        ".nodes[].steps[].number",
+        ".nodes[].steps[].step",
+        ".nodes[].steps[].description",
+        ".nodes[].order",
+        ".nodes[].wave",
+        ".policy",
+        ".policy.maxNodesInFlight",
+        ".policy.waves",
+        ".policy.requirePullRequest",
+        ".policy.requirePullRequest.required",
+        ".policy.requirePullRequest.status",
+        ".policy.requirePullRequest.message",
+        ".policy.prune",
+        ".summary",
+        ".summary.create",
+        ".summary.configure",
+        ".summary.prune",
+        ".summary.release",
+        ".summary.nodes",
+        ".summary.errors",
+        ".summary.hasChanges",
+    ];
+    let expected: std::collections::BTreeSet<String> =
+        expected.iter().map(|p| p.to_string()).collect();
+    assert_eq!(paths, expected);
+    assert_eq!(json["mode"], "offline");
+    assert_eq!(
+        json["nodes"][0]["steps"][0]["step"],
+        "device-plugin-stopped"
+    );
+    assert_eq!(json["objects"][0]["action"], "create");
+    assert_eq!(json["policy"]["requirePullRequest"]["status"], "ok");
+}
+
+#[test]
+fn markdown_starts_with_the_summary_and_folds_each_diff() {
+    let plan = plan_of(&base_fleet(), &upgrade(), Some(42));
+    let parts = render_markdown(&plan);
+    assert_eq!(parts.len(), 1);
+    let markdown = &parts[0];
+    assert!(
+        markdown.starts_with("**capstan plan**: 1 to create, 3 to configure, 1 to prune"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("| + | `ConfigMap default/new` | create | `fleet/config.yaml:6` |"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("**1. worker-1**: `kmm-demo/my-kmod` v1 → v2, wave 1"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("\n1. stop the device plugin of kmm-demo/my-kmod v1"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("\n4. start the device plugin of kmm-demo/my-kmod v2"),
+        "{markdown}"
+    );
+    assert_eq!(markdown.matches("<details><summary>").count(), 6);
+    assert!(
+        markdown.contains("```diff\n--- base\n+++ head\n"),
+        "{markdown}"
+    );
+    let text = render_text(&plan, false);
+    assert!(
+        text.ends_with(&format!("Plan: {}\n", summary_line(&plan))),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'));
+    assert!(render_text(&plan, true).contains("\x1b[32m+ ConfigMap default/new"));
+}
+
+#[test]
+fn a_plan_too_long_for_one_comment_is_split() {
+    let big: String = (0..4_000)
+        .map(|i| format!("  key-{i}: value-{i}\n"))
+        .collect();
+    let head = with(
+        &base_fleet(),
+        &[(
+            "fleet/big.yaml",
+            Some(format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata:\n{big}"
+            )),
+        )],
+    );
+    let plan = plan_of(&base_fleet(), &head, None);
+    let parts = render_markdown(&plan);
+    assert!(parts.len() >= 2, "{} parts", parts.len());
+    assert!(parts[0].starts_with("**capstan plan**: 1 to create"));
+    for part in &parts {
+        assert!(
+            part.chars().count() < COMMENT_LIMIT,
+            "{} characters",
+            part.chars().count()
+        );
+        assert_eq!(part.lines().filter(|l| l.starts_with("```")).count() % 2, 0);
+    }
+}
