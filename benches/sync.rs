@@ -83,8 +83,11 @@ struct Repo {
 impl Repo {
     fn new() -> Repo {
         let dir = tempfile::tempdir().expect("tempdir");
-        let repo = Repository::init_opts(dir.path(), RepositoryInitOptions::new().initial_head("main"))
-            .expect("init");
+        let repo = Repository::init_opts(
+            dir.path(),
+            RepositoryInitOptions::new().initial_head("main"),
+        )
+        .expect("init");
         Repo { dir, repo }
     }
 
@@ -95,14 +98,26 @@ impl Repo {
             std::fs::write(full, text).expect("write");
         }
         let mut index = self.repo.index().expect("index");
-        index.add_all(["*"], IndexAddOption::DEFAULT, None).expect("add");
+        index
+            .add_all(["*"], IndexAddOption::DEFAULT, None)
+            .expect("add");
         index.write().expect("index write");
-        let tree = self.repo.find_tree(index.write_tree().expect("tree")).expect("tree");
+        let tree = self
+            .repo
+            .find_tree(index.write_tree().expect("tree"))
+            .expect("tree");
         let signature = Signature::now("Bench", "bench@example.com").expect("signature");
         let parent = self.repo.head().ok().and_then(|h| h.peel_to_commit().ok());
         let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
         self.repo
-            .commit(Some("HEAD"), &signature, &signature, message, &tree, &parents)
+            .commit(
+                Some("HEAD"),
+                &signature,
+                &signature,
+                message,
+                &tree,
+                &parents,
+            )
             .expect("commit")
             .to_string()
     }
@@ -139,7 +154,9 @@ fn time_command(mut make: impl FnMut() -> Command, runs: usize) -> (Duration, Op
 fn plan_offline(repo: &Path, base: &str, head: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_capstan"));
     command
-        .args(["plan", "--format", "json", "--base", base, "--head", head, "--repo"])
+        .args([
+            "plan", "--format", "json", "--base", base, "--head", head, "--repo",
+        ])
         .arg(repo);
     command
 }
@@ -172,13 +189,23 @@ async fn main() {
     let head = repo_big.commit(&fleet(big, "changed"), "Change a tenth");
     let (plan_big, code) = time_command(|| plan_offline(repo_big.dir.path(), &base, &head), 3);
     assert_eq!(code, Some(0), "plan of {big} manifests");
-    row(&mut table, &format!("capstan plan offline, {big} manifests (a tenth changed)"), secs(plan_big), "< 2 s");
+    row(
+        &mut table,
+        &format!("capstan plan offline, {big} manifests (a tenth changed)"),
+        secs(plan_big),
+        "< 2 s",
+    );
 
     let repo = Repo::new();
     let base = repo.commit(&fleet(small, "base"), "Fleet");
     let head = repo.commit(&fleet(small, "changed"), "Change a tenth");
     let (plan_small, _) = time_command(|| plan_offline(repo.dir.path(), &base, &head), 3);
-    row(&mut table, &format!("capstan plan offline, {small} manifests"), secs(plan_small), "");
+    row(
+        &mut table,
+        &format!("capstan plan offline, {small} manifests"),
+        secs(plan_small),
+        "",
+    );
 
     // The cluster: NODES simulated workers.
     let template = ClusterConfig::default_cluster().nodes[1].clone();
@@ -202,18 +229,34 @@ async fn main() {
     std::fs::write(kubeconfig.path(), cluster.kubeconfig()).expect("kubeconfig");
 
     let state = tempfile::tempdir().expect("state");
-    let source = Source::open(repo.dir.path().to_str().expect("utf-8"), "main", None, state.path(), Auth::None)
-        .expect("source");
-    let mut syncer = Syncer::start(client.clone(), source, SyncOptions::default(), Arc::new(Metrics::new()))
-        .await
-        .expect("syncer");
+    let source = Source::open(
+        repo.dir.path().to_str().expect("utf-8"),
+        "main",
+        None,
+        state.path(),
+        Auth::None,
+    )
+    .expect("source");
+    let mut syncer = Syncer::start(
+        client.clone(),
+        source,
+        SyncOptions::default(),
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .expect("syncer");
     let before = revision(&client).await;
     let started = Instant::now();
     let outcome = syncer.sync().await.expect("first sync");
     let first = started.elapsed();
     assert!(matches!(outcome, Outcome::Applied(_)), "{outcome:?}");
     let first_writes = revision(&client).await - before;
-    row(&mut table, &format!("first sync, {small} objects"), format!("{} ({first_writes} API writes)", secs(first)), "");
+    row(
+        &mut table,
+        &format!("first sync, {small} objects"),
+        format!("{} ({first_writes} API writes)", secs(first)),
+        "",
+    );
 
     let mut noop_times = Vec::new();
     let before = revision(&client).await;
@@ -226,7 +269,12 @@ async fn main() {
     let noop_writes = revision(&client).await - before;
     noop_times.sort();
     let noop = noop_times[noop_times.len() / 2];
-    row(&mut table, &format!("no-op sync, {small} objects (median of 5)"), format!("{} ({noop_writes} API writes)", secs(noop)), "< 1 s, 0 writes");
+    row(
+        &mut table,
+        &format!("no-op sync, {small} objects (median of 5)"),
+        format!("{} ({noop_writes} API writes)", secs(noop)),
+        "< 1 s, 0 writes",
+    );
 
     let (live_plan, code) = time_command(
         || {
@@ -236,15 +284,32 @@ async fn main() {
         },
         3,
     );
-    assert_eq!(code, Some(0), "a live plan of the applied commit has no changes");
-    row(&mut table, &format!("capstan plan --kubeconfig (live), {small} objects"), secs(live_plan), "");
+    assert_eq!(
+        code,
+        Some(0),
+        "a live plan of the applied commit has no changes"
+    );
+    row(
+        &mut table,
+        &format!("capstan plan --kubeconfig (live), {small} objects"),
+        secs(live_plan),
+        "",
+    );
 
     if kubectl_available() {
         let (kubectl, _) = time_command(
             || {
                 let mut command = Command::new("kubectl");
                 command
-                    .args(["diff", "--server-side", "--force-conflicts", "--field-manager", "capstan", "-R", "-f"])
+                    .args([
+                        "diff",
+                        "--server-side",
+                        "--force-conflicts",
+                        "--field-manager",
+                        "capstan",
+                        "-R",
+                        "-f",
+                    ])
                     .arg(repo.dir.path().join("config"))
                     .arg("-f")
                     .arg(repo.dir.path().join("modules"))
@@ -254,7 +319,12 @@ async fn main() {
             },
             1,
         );
-        row(&mut table, &format!("kubectl diff --server-side, same {small} objects"), secs(kubectl), "");
+        row(
+            &mut table,
+            &format!("kubectl diff --server-side, same {small} objects"),
+            secs(kubectl),
+            "",
+        );
         row(
             &mut table,
             "  ratio kubectl diff / capstan no-op sync",
@@ -268,7 +338,12 @@ async fn main() {
             "",
         );
     } else {
-        row(&mut table, "kubectl diff (kubectl not installed)", "n/a".into(), "");
+        row(
+            &mut table,
+            "kubectl diff (kubectl not installed)",
+            "n/a".into(),
+            "",
+        );
     }
 
     // Commit-to-applied: the sync loop follows the repository's refs.
@@ -329,8 +404,15 @@ async fn main() {
 
     let width = table.iter().map(|r| r[0].len()).max().unwrap_or(0);
     let value_width = table.iter().map(|r| r[1].len()).max().unwrap_or(0);
-    println!("\n| {:width$} | {:value_width$} | Target |", "Measure", "Result");
-    println!("|{}|{}|--------|", "-".repeat(width + 2), "-".repeat(value_width + 2));
+    println!(
+        "\n| {:width$} | {:value_width$} | Target |",
+        "Measure", "Result"
+    );
+    println!(
+        "|{}|{}|--------|",
+        "-".repeat(width + 2),
+        "-".repeat(value_width + 2)
+    );
     for [what, value, target] in &table {
         println!("| {what:width$} | {value:value_width$} | {target} |");
     }

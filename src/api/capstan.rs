@@ -85,6 +85,7 @@ pub struct GitSyncStatus {
     pub runs: Vec<SyncRun>,
     /// How many objects the inventory holds (shown by `kubectl get gitsyncs`).
     #[serde(default)]
+    #[schemars(with = "i64", range(min = 0))]
     pub inventory_count: u32,
     /// Every object applied from Git, sorted; see [`InventoryEntry`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -115,6 +116,7 @@ pub struct CommitRef {
     pub subject: String,
     /// The pull request the commit merged or squashed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>", range(min = 1))]
     pub pull_request: Option<u64>,
 }
 
@@ -132,15 +134,19 @@ pub struct SyncRun {
     pub result: String,
     /// Objects created.
     #[serde(default)]
+    #[schemars(with = "i64", range(min = 0))]
     pub created: u32,
     /// Objects changed.
     #[serde(default)]
+    #[schemars(with = "i64", range(min = 0))]
     pub configured: u32,
     /// Objects deleted, or Nodes whose capstan labels were released.
     #[serde(default)]
+    #[schemars(with = "i64", range(min = 0))]
     pub pruned: u32,
     /// Objects found changed by hand (reverted, or only reported with `drift: warn`).
     #[serde(default)]
+    #[schemars(with = "i64", range(min = 0))]
     pub drifted: u32,
     /// Why the run failed.
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -269,6 +269,26 @@ mod tests {
                 version: "v1",
                 short_names: &["lws"],
             },
+            Names {
+                crd: "gitsyncs.capstan.dev",
+                group: "capstan.dev",
+                kind: "GitSync",
+                plural: "gitsyncs",
+                singular: "gitsync",
+                scope: "Namespaced",
+                version: "v1alpha1",
+                short_names: &["gs"],
+            },
+            Names {
+                crd: "historyrecords.capstan.dev",
+                group: "capstan.dev",
+                kind: "HistoryRecord",
+                plural: "historyrecords",
+                singular: "historyrecord",
+                scope: "Namespaced",
+                version: "v1alpha1",
+                short_names: &["hist"],
+            },
         ];
         assert_eq!(ALL.len(), cases.len());
         for want in cases {
@@ -288,10 +308,12 @@ mod tests {
             let v = only_version(&crd);
             assert_eq!(v.name, want.version, "{name}");
             assert!(v.served && v.storage, "{name}");
-            let subresources = v.subresources.as_ref().unwrap();
-            assert!(
-                subresources.status.is_some(),
-                "{name} has no status subresource"
+            // A history record is written once and never observed: no status.
+            let has_status = v.subresources.as_ref().is_some_and(|s| s.status.is_some());
+            assert_eq!(
+                has_status,
+                want.kind != "HistoryRecord",
+                "{name} status subresource"
             );
         }
     }

@@ -3,8 +3,8 @@
 pub mod cluster;
 pub mod crds;
 pub mod history;
-pub mod sync;
 pub mod plan;
+pub mod sync;
 
 use clap::{Parser, Subcommand};
 
