@@ -8,6 +8,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod cluster;
+pub mod controllers;
 pub mod sync;
 pub mod worker;
 

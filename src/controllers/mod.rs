@@ -1,0 +1,12 @@
+//! The in-process KMM controllers.
+//!
+//! Each controller is a pure `decide` function of its inputs (plain facts read from the
+//! objects, and "now" where time matters) that returns a decision as plain data, plus a thin
+//! reconciler that reads the objects, calls `decide` and applies the decision. The decision
+//! tables beside each `decide` mirror the seed flowcharts branch by branch.
+//!
+//! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
+//! - [`node`]: the facts about a node both controllers decide on.
+
+pub mod kernel_mapping;
+pub mod node;
