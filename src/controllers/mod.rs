@@ -5,8 +5,11 @@
 //! reconciler that reads the objects, calls `decide` and applies the decision. The decision
 //! tables beside each `decide` mirror the seed flowcharts branch by branch.
 //!
+//! - [`module_nmc`]: Module -> NodeModulesConfig, which Modules each node's NMC lists, and
+//!   the Module's `status.moduleLoader` counts.
 //! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
 //! - [`node`]: the facts about a node both controllers decide on.
 
 pub mod kernel_mapping;
+pub mod module_nmc;
 pub mod node;

@@ -1,0 +1,557 @@
+//! Module -> NodeModulesConfig: whether a node's NMC lists a Module, and with which config
+//! (seed 000, "Module-NMC controller decision-making flow").
+//!
+//! The decision is per (Module, node) and looks at the Module, the node's labels and kernel
+//! and the NMC entry already there, never at the node's readiness: when and how to load is
+//! the NMC controller's call. Each arm of [`decide`] is one branch of the flowchart:
+//!
+//! | case | action |
+//! | --- | --- |
+//! | Module being deleted | remove the entry |
+//! | node not targeted by the selector | remove the entry |
+//! | Module without `moduleLoader` | remove the entry |
+//! | no kernel mapping for the node's kernel | remove the entry (nothing when there is none) |
+//! | `version` unset | set the entry |
+//! | `version` set, version-worker-pod label equal | set the entry |
+//! | `version` set, label present but different | nothing: the old version keeps running |
+//! | `version` set, label missing | remove the entry (ordered upgrade: unload) |
+//!
+//! Seed 000 does nothing when the node's kernel has no mapping; upstream, and this module,
+//! remove an entry left from the previous kernel, so `desiredNumber` counts only nodes that
+//! can load the module and the NMC controller forgets the status once the node has rebooted.
+
+use super::kernel_mapping::{self, KernelMappingError};
+use super::node::NodeFacts;
+use crate::api::labels::{LabelError, ModuleKey};
+use crate::api::module::{DaemonSetStatus, Module, ModuleSpec};
+use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig};
+
+/// The Module as this controller decides on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleFacts {
+    /// Namespace and name.
+    pub key: ModuleKey,
+    /// `spec`.
+    pub spec: ModuleSpec,
+    /// `metadata.deletionTimestamp` is set: the module must leave every node.
+    pub deleting: bool,
+}
+
+impl ModuleFacts {
+    /// Reads the facts from a `Module`. Fails as [`Module::key`].
+    pub fn from_module(module: &Module) -> Result<ModuleFacts, LabelError> {
+        Ok(ModuleFacts {
+            key: module.key()?,
+            spec: module.spec.clone(),
+            deleting: module.metadata.deletion_timestamp.is_some(),
+        })
+    }
+
+    /// True when the Module's selector matches the node, whatever the node's state.
+    pub fn targets(&self, node: &NodeFacts) -> bool {
+        node.matches(&self.spec.selector)
+    }
+
+    /// `moduleLoader.container.version`, `None` when unset (no ordered upgrade).
+    pub fn version(&self) -> Option<&str> {
+        self.spec
+            .module_loader
+            .as_ref()
+            .map(|loader| loader.container.version.as_str())
+            .filter(|version| !version.is_empty())
+    }
+}
+
+/// What to do with the Module's entry in one node's NMC `spec.modules`, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NmcEntryDecision {
+    /// The write, if any.
+    pub action: EntryAction,
+    /// The flowchart branch that decided it.
+    pub why: EntryWhy,
+}
+
+/// The write to the NMC entry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EntryAction {
+    /// Add or replace the entry; the reconciler also labels the NMC `module-configured` and
+    /// `module-in-use` for the Module.
+    Set(Box<NodeModuleSpec>),
+    /// Remove the entry; the reconciler also drops the NMC's `module-configured` label.
+    Remove,
+    /// Leave the NMC as it is.
+    Unchanged,
+}
+
+/// The branch of the Module -> NMC flowchart a decision took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryWhy {
+    /// The Module is being deleted.
+    ModuleDeleted,
+    /// The Module's selector does not match the node.
+    NotTargeted,
+    /// The Module has no `moduleLoader`.
+    NoModuleLoader,
+    /// No kernel mapping covers the node's kernel.
+    NoKernelMapping,
+    /// The Module has no `version`: the entry follows the Module.
+    Unversioned,
+    /// The node's version-worker-pod label equals the Module's `version`.
+    VersionLabelMatches,
+    /// The node's version-worker-pod label names another version: the entry already there
+    /// (the old version) stays until the label changes.
+    OldVersionRunning,
+    /// The Module has a `version` and the node no version-worker-pod label: the module must
+    /// not run there (an ordered upgrade is unloading it).
+    VersionLabelMissing,
+}
+
+/// The Module's entry for `node`, given the entry its NMC holds now (`current`).
+///
+/// Fails when the kernel mappings cannot be evaluated for the node's kernel (see
+/// [`kernel_mapping::resolve`]); the NMC is then to be left as it is.
+pub fn decide(
+    module: &ModuleFacts,
+    node: &NodeFacts,
+    current: Option<&NodeModuleSpec>,
+) -> Result<NmcEntryDecision, KernelMappingError> {
+    let without_entry = |why| NmcEntryDecision {
+        action: if current.is_some() {
+            EntryAction::Remove
+        } else {
+            EntryAction::Unchanged
+        },
+        why,
+    };
+    if module.deleting {
+        return Ok(without_entry(EntryWhy::ModuleDeleted));
+    }
+    if !module.targets(node) {
+        return Ok(without_entry(EntryWhy::NotTargeted));
+    }
+    let Some(loader) = &module.spec.module_loader else {
+        return Ok(without_entry(EntryWhy::NoModuleLoader));
+    };
+    let Some(config) =
+        kernel_mapping::resolve(&module.key, &loader.container, &node.kernel_version)?
+    else {
+        return Ok(without_entry(EntryWhy::NoKernelMapping));
+    };
+    let worker_pod_label = node.labels.get(&module.key.version_worker_pod_label());
+    let why = match (module.version(), worker_pod_label) {
+        (None, _) => EntryWhy::Unversioned,
+        (Some(version), Some(label)) if label == version => EntryWhy::VersionLabelMatches,
+        (Some(_), Some(_)) => {
+            return Ok(NmcEntryDecision {
+                action: EntryAction::Unchanged,
+                why: EntryWhy::OldVersionRunning,
+            });
+        }
+        (Some(_), None) => return Ok(without_entry(EntryWhy::VersionLabelMissing)),
+    };
+    let entry = NodeModuleSpec {
+        name: module.key.name().to_string(),
+        namespace: module.key.namespace().to_string(),
+        service_account_name: loader.service_account_name.clone(),
+        image_repo_secret: module.spec.image_repo_secret.clone(),
+        tolerations: module.spec.tolerations.clone(),
+        version: loader.container.version.clone(),
+        config,
+    };
+    let action = if current == Some(&entry) {
+        EntryAction::Unchanged
+    } else {
+        EntryAction::Set(Box::new(entry))
+    };
+    Ok(NmcEntryDecision { action, why })
+}
+
+/// `status.moduleLoader` of the Module, as upstream counts it: `nodesMatchingSelectorNumber`
+/// is the nodes the selector targets (whatever their state), `desiredNumber` the NMCs with an
+/// entry for the Module, `availableNumber` those whose status config equals the entry's.
+pub fn loader_status<'a>(
+    module: &ModuleFacts,
+    nodes: impl IntoIterator<Item = &'a NodeFacts>,
+    nmcs: impl IntoIterator<Item = &'a NodeModulesConfig>,
+) -> DaemonSetStatus {
+    let targeted = nodes
+        .into_iter()
+        .filter(|node| module.targets(node))
+        .count();
+    let (mut desired, mut available) = (0, 0);
+    for nmc in nmcs {
+        let Some(entry) = nmc.spec_module(&module.key) else {
+            continue;
+        };
+        desired += 1;
+        if nmc
+            .status_module(&module.key)
+            .is_some_and(|status| status.config == entry.config)
+        {
+            available += 1;
+        }
+    }
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    DaemonSetStatus {
+        nodes_matching_selector_number: count(targeted),
+        desired_number: count(desired),
+        available_number: count(available),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{LocalObjectReference, Toleration};
+
+    use super::*;
+    use crate::api::module::{
+        KernelMapping, ModprobeSpec, ModuleLoaderContainerSpec, ModuleLoaderSpec,
+    };
+    use crate::api::nmc::{
+        ModuleConfig, NodeModuleStatus, NodeModulesConfigSpec, NodeModulesConfigStatus,
+    };
+
+    const KERNEL: &str = "6.0.15-300.fc37.x86_64";
+    const OTHER_KERNEL: &str = "6.1.7-200.fc37.x86_64";
+    const UNMAPPED_KERNEL: &str = "5.14.0-284.el9.x86_64";
+    const WORKER_POD_LABEL: &str =
+        "beta.kmm.node.kubernetes.io/version-worker-pod.kmm-demo.my-kmod";
+
+    fn key() -> ModuleKey {
+        ModuleKey::new("kmm-demo", "my-kmod").unwrap()
+    }
+
+    /// The reference Module, with `version` as given ("" for none).
+    fn module(version: &str) -> ModuleFacts {
+        ModuleFacts {
+            key: key(),
+            spec: ModuleSpec {
+                selector: BTreeMap::from([("role".to_string(), "gpu".to_string())]),
+                tolerations: vec![Toleration {
+                    key: Some("gpu".to_string()),
+                    operator: Some("Exists".to_string()),
+                    ..Toleration::default()
+                }],
+                image_repo_secret: Some(LocalObjectReference {
+                    name: "pull-secret".to_string(),
+                }),
+                module_loader: Some(ModuleLoaderSpec {
+                    service_account_name: "kmm-worker".to_string(),
+                    container: ModuleLoaderContainerSpec {
+                        version: version.to_string(),
+                        modprobe: ModprobeSpec {
+                            module_name: "my_kmod".to_string(),
+                            ..ModprobeSpec::default()
+                        },
+                        kernel_mappings: vec![
+                            KernelMapping {
+                                literal: KERNEL.to_string(),
+                                container_image: "registry.example/my-kmod:lit".to_string(),
+                                ..KernelMapping::default()
+                            },
+                            KernelMapping {
+                                regexp: "^6\\.1\\.".to_string(),
+                                container_image: "registry.example/my-kmod:${KERNEL_XYZ}"
+                                    .to_string(),
+                                ..KernelMapping::default()
+                            },
+                        ],
+                        ..ModuleLoaderContainerSpec::default()
+                    },
+                }),
+                device_plugin: None,
+            },
+            deleting: false,
+        }
+    }
+
+    fn node(kernel: &str, labels: &[(&str, &str)]) -> NodeFacts {
+        NodeFacts {
+            name: "node-1".to_string(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            kernel_version: kernel.to_string(),
+            boot_id: "boot-1".to_string(),
+            ready: true,
+            ..NodeFacts::default()
+        }
+    }
+
+    fn gpu_node() -> NodeFacts {
+        node(KERNEL, &[("role", "gpu")])
+    }
+
+    /// The entry `module` should have on `node`, computed independently of `decide`.
+    fn entry(module: &ModuleFacts, image: &str, kernel: &str) -> NodeModuleSpec {
+        NodeModuleSpec {
+            name: "my-kmod".to_string(),
+            namespace: "kmm-demo".to_string(),
+            service_account_name: "kmm-worker".to_string(),
+            image_repo_secret: module.spec.image_repo_secret.clone(),
+            tolerations: module.spec.tolerations.clone(),
+            version: module.version().unwrap_or("").to_string(),
+            config: ModuleConfig {
+                kernel_version: kernel.to_string(),
+                container_image: image.to_string(),
+                modprobe: ModprobeSpec {
+                    module_name: "my_kmod".to_string(),
+                    ..ModprobeSpec::default()
+                },
+                ..ModuleConfig::default()
+            },
+        }
+    }
+
+    /// `(action, why, image written)` in a form a table row can state.
+    fn summary(decision: NmcEntryDecision) -> (&'static str, EntryWhy, Option<String>) {
+        match decision.action {
+            EntryAction::Set(entry) => ("set", decision.why, Some(entry.config.container_image)),
+            EntryAction::Remove => ("remove", decision.why, None),
+            EntryAction::Unchanged => ("unchanged", decision.why, None),
+        }
+    }
+
+    struct Row {
+        name: &'static str,
+        module: ModuleFacts,
+        node: NodeFacts,
+        current: Option<NodeModuleSpec>,
+        want: (&'static str, EntryWhy, Option<&'static str>),
+    }
+
+    #[test]
+    fn module_nmc_decision_table() {
+        let lit = "registry.example/my-kmod:lit";
+        let v1 = module("v1");
+        let v1_entry = entry(&v1, lit, KERNEL);
+        let unversioned = module("");
+        let unversioned_entry = entry(&unversioned, lit, KERNEL);
+        let deleting = ModuleFacts {
+            deleting: true,
+            ..module("")
+        };
+        let without_loader = ModuleFacts {
+            spec: ModuleSpec {
+                module_loader: None,
+                ..module("").spec
+            },
+            ..module("")
+        };
+        let not_ready_cordoned = NodeFacts {
+            ready: false,
+            unschedulable: true,
+            ..gpu_node()
+        };
+        let rows = [
+            Row {
+                name: "seed: Version missing in Module -> update NMC spec",
+                module: unversioned.clone(),
+                node: gpu_node(),
+                current: None,
+                want: ("set", EntryWhy::Unversioned, Some(lit)),
+            },
+            Row {
+                name: "Version missing, entry already up to date -> unchanged",
+                module: unversioned.clone(),
+                node: gpu_node(),
+                current: Some(unversioned_entry.clone()),
+                want: ("unchanged", EntryWhy::Unversioned, None),
+            },
+            Row {
+                name: "Version missing, entry with an older image -> replaced",
+                module: unversioned.clone(),
+                node: gpu_node(),
+                current: Some(entry(&unversioned, "registry.example/my-kmod:old", KERNEL)),
+                want: ("set", EntryWhy::Unversioned, Some(lit)),
+            },
+            Row {
+                name: "seed: version label equals Version -> update NMC spec",
+                module: v1.clone(),
+                node: node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v1")]),
+                current: None,
+                want: ("set", EntryWhy::VersionLabelMatches, Some(lit)),
+            },
+            Row {
+                name: "seed: version label not equal Version -> done, old entry kept",
+                module: v1.clone(),
+                node: node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v0")]),
+                current: Some(entry(&module("v0"), "registry.example/my-kmod:v0", KERNEL)),
+                want: ("unchanged", EntryWhy::OldVersionRunning, None),
+            },
+            Row {
+                name: "version label not equal Version, no entry -> nothing",
+                module: v1.clone(),
+                node: node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v0")]),
+                current: None,
+                want: ("unchanged", EntryWhy::OldVersionRunning, None),
+            },
+            Row {
+                name: "seed: version label missing -> delete NMC spec",
+                module: v1.clone(),
+                node: gpu_node(),
+                current: Some(v1_entry.clone()),
+                want: ("remove", EntryWhy::VersionLabelMissing, None),
+            },
+            Row {
+                name: "version label missing, no entry -> nothing",
+                module: v1.clone(),
+                node: gpu_node(),
+                current: None,
+                want: ("unchanged", EntryWhy::VersionLabelMissing, None),
+            },
+            Row {
+                name: "seed: no KernelMapping for node's kernel, no entry -> done",
+                module: unversioned.clone(),
+                node: node(UNMAPPED_KERNEL, &[("role", "gpu")]),
+                current: None,
+                want: ("unchanged", EntryWhy::NoKernelMapping, None),
+            },
+            Row {
+                name: "upstream: no KernelMapping, entry from the previous kernel -> deleted",
+                module: unversioned.clone(),
+                node: node(UNMAPPED_KERNEL, &[("role", "gpu")]),
+                current: Some(unversioned_entry.clone()),
+                want: ("remove", EntryWhy::NoKernelMapping, None),
+            },
+            Row {
+                name: "regexp mapping for a new kernel -> entry for that kernel, image expanded",
+                module: unversioned.clone(),
+                node: node(OTHER_KERNEL, &[("role", "gpu")]),
+                current: Some(unversioned_entry.clone()),
+                want: (
+                    "set",
+                    EntryWhy::Unversioned,
+                    Some("registry.example/my-kmod:6.1.7"),
+                ),
+            },
+            Row {
+                name: "upstream: node no longer targeted -> entry deleted",
+                module: unversioned.clone(),
+                node: node(KERNEL, &[("role", "cpu")]),
+                current: Some(unversioned_entry.clone()),
+                want: ("remove", EntryWhy::NotTargeted, None),
+            },
+            Row {
+                name: "node not targeted, no entry -> nothing",
+                module: unversioned.clone(),
+                node: node(KERNEL, &[]),
+                current: None,
+                want: ("unchanged", EntryWhy::NotTargeted, None),
+            },
+            Row {
+                name: "seed: targeted regardless of state -> not Ready, cordoned node gets it",
+                module: unversioned.clone(),
+                node: not_ready_cordoned,
+                current: None,
+                want: ("set", EntryWhy::Unversioned, Some(lit)),
+            },
+            Row {
+                name: "seed: Module deleted -> entry deleted",
+                module: deleting.clone(),
+                node: gpu_node(),
+                current: Some(unversioned_entry.clone()),
+                want: ("remove", EntryWhy::ModuleDeleted, None),
+            },
+            Row {
+                name: "Module deleted, no entry -> nothing",
+                module: deleting,
+                node: gpu_node(),
+                current: None,
+                want: ("unchanged", EntryWhy::ModuleDeleted, None),
+            },
+            Row {
+                name: "Module without moduleLoader -> entry deleted",
+                module: without_loader,
+                node: gpu_node(),
+                current: Some(unversioned_entry),
+                want: ("remove", EntryWhy::NoModuleLoader, None),
+            },
+        ];
+        for row in rows {
+            let got = summary(decide(&row.module, &row.node, row.current.as_ref()).unwrap());
+            let (action, why, image) = row.want;
+            assert_eq!(
+                got,
+                (action, why, image.map(str::to_string)),
+                "{}",
+                row.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_entry_carries_the_module_item_and_resolved_config() {
+        let module = module("v1");
+        let node = node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v1")]);
+        let decision = decide(&module, &node, None).unwrap();
+        let want = entry(&module, "registry.example/my-kmod:lit", KERNEL);
+        assert_eq!(decision.action, EntryAction::Set(Box::new(want)));
+    }
+
+    #[test]
+    fn a_broken_mapping_is_an_error_and_no_write() {
+        let mut module = module("");
+        if let Some(loader) = module.spec.module_loader.as_mut() {
+            loader.container.kernel_mappings[1].container_image =
+                "registry.example/my-kmod:${KERNEL_MAJOR}".to_string();
+        }
+        let err = decide(&module, &node(OTHER_KERNEL, &[("role", "gpu")]), None).unwrap_err();
+        assert!(matches!(err, KernelMappingError::Template { .. }), "{err}");
+    }
+
+    #[test]
+    fn module_loader_status_counts() {
+        let module = module("");
+        let config = |image: &str| entry(&module, image, KERNEL).config;
+        let nmc = |name: &str, spec: Option<&str>, status: Option<&str>| {
+            let mut nmc = NodeModulesConfig::new(
+                name,
+                NodeModulesConfigSpec {
+                    modules: spec
+                        .map(|image| entry(&module, image, KERNEL))
+                        .into_iter()
+                        .collect(),
+                },
+            );
+            nmc.status = Some(NodeModulesConfigStatus {
+                modules: status
+                    .map(|image| NodeModuleStatus {
+                        name: "my-kmod".to_string(),
+                        namespace: "kmm-demo".to_string(),
+                        config: config(image),
+                        ..NodeModuleStatus::default()
+                    })
+                    .into_iter()
+                    .collect(),
+            });
+            nmc
+        };
+        let nodes = [
+            node(KERNEL, &[("role", "gpu")]),
+            NodeFacts {
+                ready: false,
+                ..node(KERNEL, &[("role", "gpu")])
+            },
+            node(KERNEL, &[("role", "cpu")]),
+        ];
+        let nmcs = [
+            nmc("loaded", Some("a"), Some("a")),
+            nmc("upgrading", Some("b"), Some("a")),
+            nmc("loading", Some("a"), None),
+            nmc("unloading", None, Some("a")),
+            nmc("other-module-only", None, None),
+        ];
+        assert_eq!(
+            loader_status(&module, &nodes, &nmcs),
+            DaemonSetStatus {
+                nodes_matching_selector_number: 2,
+                desired_number: 3,
+                available_number: 1,
+            }
+        );
+    }
+}
