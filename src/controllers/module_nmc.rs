@@ -23,42 +23,35 @@
 use super::kernel_mapping::{self, KernelMappingError};
 use super::node::NodeFacts;
 use crate::api::labels::{LabelError, ModuleKey};
-use crate::api::module::{DaemonSetStatus, Module, ModuleSpec};
+use crate::api::module::{DaemonSetStatus, Module};
 use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig};
 
-/// The Module as this controller decides on it.
+/// A Module with its checked key, as this controller decides on it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModuleFacts {
     /// Namespace and name.
     pub key: ModuleKey,
-    /// `spec`.
-    pub spec: ModuleSpec,
-    /// `metadata.deletionTimestamp` is set: the module must leave every node.
-    pub deleting: bool,
+    /// The Module.
+    pub object: Module,
 }
 
 impl ModuleFacts {
-    /// Reads the facts from a `Module`. Fails as [`Module::key`].
+    /// Checks the Module's key. Fails as [`Module::key`].
     pub fn from_module(module: &Module) -> Result<ModuleFacts, LabelError> {
         Ok(ModuleFacts {
             key: module.key()?,
-            spec: module.spec.clone(),
-            deleting: module.metadata.deletion_timestamp.is_some(),
+            object: module.clone(),
         })
+    }
+
+    /// True when `metadata.deletionTimestamp` is set: the module must leave every node.
+    pub fn deleting(&self) -> bool {
+        self.object.metadata.deletion_timestamp.is_some()
     }
 
     /// True when the Module's selector matches the node, whatever the node's state.
     pub fn targets(&self, node: &NodeFacts) -> bool {
-        node.matches(&self.spec.selector)
-    }
-
-    /// `moduleLoader.container.version`, `None` when unset (no ordered upgrade).
-    pub fn version(&self) -> Option<&str> {
-        self.spec
-            .module_loader
-            .as_ref()
-            .map(|loader| loader.container.version.as_str())
-            .filter(|version| !version.is_empty())
+        node.matches(&self.object.spec.selector)
     }
 }
 
@@ -123,13 +116,14 @@ pub fn decide(
         },
         why,
     };
-    if module.deleting {
+    if module.deleting() {
         return Ok(without_entry(EntryWhy::ModuleDeleted));
     }
     if !module.targets(node) {
         return Ok(without_entry(EntryWhy::NotTargeted));
     }
-    let Some(loader) = &module.spec.module_loader else {
+    let spec = &module.object.spec;
+    let Some(loader) = &spec.module_loader else {
         return Ok(without_entry(EntryWhy::NoModuleLoader));
     };
     let Some(config) =
@@ -138,7 +132,7 @@ pub fn decide(
         return Ok(without_entry(EntryWhy::NoKernelMapping));
     };
     let worker_pod_label = node.labels.get(&module.key.version_worker_pod_label());
-    let why = match (module.version(), worker_pod_label) {
+    let why = match (module.object.version(), worker_pod_label) {
         (None, _) => EntryWhy::Unversioned,
         (Some(version), Some(label)) if label == version => EntryWhy::VersionLabelMatches,
         (Some(_), Some(_)) => {
@@ -153,8 +147,8 @@ pub fn decide(
         name: module.key.name().to_string(),
         namespace: module.key.namespace().to_string(),
         service_account_name: loader.service_account_name.clone(),
-        image_repo_secret: module.spec.image_repo_secret.clone(),
-        tolerations: module.spec.tolerations.clone(),
+        image_repo_secret: spec.image_repo_secret.clone(),
+        tolerations: spec.tolerations.clone(),
         version: loader.container.version.clone(),
         config,
     };
@@ -204,10 +198,11 @@ mod tests {
     use std::collections::BTreeMap;
 
     use k8s_openapi::api::core::v1::{LocalObjectReference, Toleration};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
     use crate::api::module::{
-        KernelMapping, ModprobeSpec, ModuleLoaderContainerSpec, ModuleLoaderSpec,
+        KernelMapping, ModprobeSpec, ModuleLoaderContainerSpec, ModuleLoaderSpec, ModuleSpec,
     };
     use crate::api::nmc::{
         ModuleConfig, NodeModuleStatus, NodeModulesConfigSpec, NodeModulesConfigStatus,
@@ -216,8 +211,6 @@ mod tests {
     const KERNEL: &str = "6.0.15-300.fc37.x86_64";
     const OTHER_KERNEL: &str = "6.1.7-200.fc37.x86_64";
     const UNMAPPED_KERNEL: &str = "5.14.0-284.el9.x86_64";
-    const WORKER_POD_LABEL: &str =
-        "beta.kmm.node.kubernetes.io/version-worker-pod.kmm-demo.my-kmod";
 
     fn key() -> ModuleKey {
         ModuleKey::new("kmm-demo", "my-kmod").unwrap()
@@ -225,9 +218,9 @@ mod tests {
 
     /// The reference Module, with `version` as given ("" for none).
     fn module(version: &str) -> ModuleFacts {
-        ModuleFacts {
-            key: key(),
-            spec: ModuleSpec {
+        let mut object = Module::new(
+            "my-kmod",
+            ModuleSpec {
                 selector: BTreeMap::from([("role".to_string(), "gpu".to_string())]),
                 tolerations: vec![Toleration {
                     key: Some("gpu".to_string()),
@@ -263,8 +256,9 @@ mod tests {
                 }),
                 device_plugin: None,
             },
-            deleting: false,
-        }
+        );
+        object.metadata.namespace = Some("kmm-demo".to_string());
+        ModuleFacts::from_module(&object).unwrap()
     }
 
     fn node(kernel: &str, labels: &[(&str, &str)]) -> NodeFacts {
@@ -285,15 +279,23 @@ mod tests {
         node(KERNEL, &[("role", "gpu")])
     }
 
+    /// A targeted node whose version-worker-pod label names `version`.
+    fn labelled(version: &str) -> NodeFacts {
+        let mut node = gpu_node();
+        node.labels
+            .insert(key().version_worker_pod_label(), version.to_string());
+        node
+    }
+
     /// The entry `module` should have on `node`, computed independently of `decide`.
     fn entry(module: &ModuleFacts, image: &str, kernel: &str) -> NodeModuleSpec {
         NodeModuleSpec {
             name: "my-kmod".to_string(),
             namespace: "kmm-demo".to_string(),
             service_account_name: "kmm-worker".to_string(),
-            image_repo_secret: module.spec.image_repo_secret.clone(),
-            tolerations: module.spec.tolerations.clone(),
-            version: module.version().unwrap_or("").to_string(),
+            image_repo_secret: module.object.spec.image_repo_secret.clone(),
+            tolerations: module.object.spec.tolerations.clone(),
+            version: module.object.version().unwrap_or("").to_string(),
             config: ModuleConfig {
                 kernel_version: kernel.to_string(),
                 container_image: image.to_string(),
@@ -330,17 +332,11 @@ mod tests {
         let v1_entry = entry(&v1, lit, KERNEL);
         let unversioned = module("");
         let unversioned_entry = entry(&unversioned, lit, KERNEL);
-        let deleting = ModuleFacts {
-            deleting: true,
-            ..module("")
-        };
-        let without_loader = ModuleFacts {
-            spec: ModuleSpec {
-                module_loader: None,
-                ..module("").spec
-            },
-            ..module("")
-        };
+        let mut deleting = module("");
+        deleting.object.metadata.deletion_timestamp =
+            Some(Time("2026-03-01T10:00:00Z".parse().unwrap()));
+        let mut without_loader = module("");
+        without_loader.object.spec.module_loader = None;
         let not_ready_cordoned = NodeFacts {
             ready: false,
             unschedulable: true,
@@ -371,21 +367,21 @@ mod tests {
             Row {
                 name: "seed: version label equals Version -> update NMC spec",
                 module: v1.clone(),
-                node: node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v1")]),
+                node: labelled("v1"),
                 current: None,
                 want: ("set", EntryWhy::VersionLabelMatches, Some(lit)),
             },
             Row {
                 name: "seed: version label not equal Version -> done, old entry kept",
                 module: v1.clone(),
-                node: node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v0")]),
+                node: labelled("v0"),
                 current: Some(entry(&module("v0"), "registry.example/my-kmod:v0", KERNEL)),
                 want: ("unchanged", EntryWhy::OldVersionRunning, None),
             },
             Row {
                 name: "version label not equal Version, no entry -> nothing",
                 module: v1.clone(),
-                node: node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v0")]),
+                node: labelled("v0"),
                 current: None,
                 want: ("unchanged", EntryWhy::OldVersionRunning, None),
             },
@@ -486,7 +482,7 @@ mod tests {
     #[test]
     fn the_entry_carries_the_module_item_and_resolved_config() {
         let module = module("v1");
-        let node = node(KERNEL, &[("role", "gpu"), (WORKER_POD_LABEL, "v1")]);
+        let node = labelled("v1");
         let decision = decide(&module, &node, None).unwrap();
         let want = entry(&module, "registry.example/my-kmod:lit", KERNEL);
         assert_eq!(decision.action, EntryAction::Set(Box::new(want)));
@@ -495,7 +491,7 @@ mod tests {
     #[test]
     fn a_broken_mapping_is_an_error_and_no_write() {
         let mut module = module("");
-        if let Some(loader) = module.spec.module_loader.as_mut() {
+        if let Some(loader) = module.object.spec.module_loader.as_mut() {
             loader.container.kernel_mappings[1].container_image =
                 "registry.example/my-kmod:${KERNEL_MAJOR}".to_string();
         }
