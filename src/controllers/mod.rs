@@ -7,9 +7,12 @@
 //!
 //! - [`module_nmc`]: Module -> NodeModulesConfig, which Modules each node's NMC lists, and
 //!   the Module's `status.moduleLoader` counts.
+//! - [`nmc`]: per node, from the NMC's spec and status, the node and its worker pods, which
+//!   statuses to record, which worker pods to delete and create, and the ready labels.
 //! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
 //! - [`node`]: the facts about a node both controllers decide on.
 
 pub mod kernel_mapping;
 pub mod module_nmc;
+pub mod nmc;
 pub mod node;
