@@ -1,9 +1,10 @@
 //! The in-process KMM controllers.
 //!
-//! Each controller is a pure `decide` function of its inputs (plain facts read from the
-//! objects, and "now" where time matters) that returns a decision as plain data, plus a thin
-//! reconciler that reads the objects, calls `decide` and applies the decision. The decision
-//! tables beside each `decide` mirror the seed flowcharts branch by branch.
+//! Each controller's logic is a pure `decide` function of its inputs (plain facts read from
+//! the objects) that returns a decision as plain data; a reconciler only reads the objects,
+//! calls `decide` and applies the decision in the documented order. The decision tables
+//! beside each `decide` mirror the seed flowcharts branch by branch. The reconcilers that
+//! run these decisions against a cluster are not part of capstan yet.
 //!
 //! - [`module_nmc`]: Module -> NodeModulesConfig, which Modules each node's NMC lists, and
 //!   the Module's `status.moduleLoader` counts.
