@@ -64,7 +64,9 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<i32> {
     let input = read_commits(&args, &state_dir.0)?;
     let plan = match &args.kubeconfig {
         None => plan::offline(&input),
-        Some(path) => plan::live(&input, &client(path).await?, &args.name).await?,
+        Some(path) => {
+            plan::live(&input, &super::cluster::client_for(path).await?, &args.name).await?
+        }
     };
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     print!("{}", stdout_text(&render(&plan, args.format, color)));
@@ -89,17 +91,6 @@ fn read_commits(args: &PlanArgs, state_dir: &Path) -> anyhow::Result<PlanInput> 
         None => source.merge_base(&args.head, &args.branch)?,
     };
     Ok(PlanInput::read(&source, base, head, args.pull_request)?)
-}
-
-async fn client(path: &Path) -> anyhow::Result<kube::Client> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let kubeconfig: kube::config::Kubeconfig = serde_saphyr::from_str(&text)
-        .with_context(|| format!("{} is not a kubeconfig", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .with_context(|| format!("using the kubeconfig {}", path.display()))?;
-    Ok(kube::Client::try_from(config)?)
 }
 
 /// The plan's parts: several only for long markdown.

@@ -311,7 +311,7 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
                 report.duration.as_millis()
             );
             for change in &report.changes {
-                eprintln!("{time}   {}", describe_change(change));
+                eprintln!("{time}   {}", crate::sync::history::describe_change(change));
             }
             for (id, reason) in &report.kept {
                 eprintln!("{time}   kept {id}: {reason}");
@@ -320,7 +320,7 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
         Ok(Outcome::Drift(report)) => {
             eprintln!("{time} drift: {}", report.summary());
             for change in &report.changes {
-                eprintln!("{time}   {}", describe_change(change));
+                eprintln!("{time}   {}", crate::sync::history::describe_change(change));
             }
         }
         Ok(Outcome::Interrupted(report)) => {
@@ -340,13 +340,6 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
             }
         }
         Err(err) => eprintln!("{time} sync failed: {err}"),
-    }
-}
-
-fn describe_change(change: &crate::api::Change) -> String {
-    match &change.namespace {
-        Some(ns) => format!("{} {} {ns}/{}", change.action, change.kind, change.name),
-        None => format!("{} {} {}", change.action, change.kind, change.name),
     }
 }
 

@@ -232,9 +232,9 @@ pub fn contains(live: &Value, desired: &Value) -> bool {
 
 /// The stamps an object keeps when it is written back after drift: the live ones, when the
 /// object still has them, else the commit being applied.
-fn drift_stamps(live: Option<&Value>, commit: &CommitInfo) -> (String, Option<u64>) {
-    match live.map(stamps_of) {
-        Some((Some(revision), pull_request)) => (revision, pull_request),
+fn drift_stamps(live: &Value, commit: &CommitInfo) -> (String, Option<u64>) {
+    match stamps_of(live) {
+        (Some(revision), pull_request) => (revision, pull_request),
         _ => (commit.revision(), commit.pull_request),
     }
 }
@@ -272,18 +272,15 @@ pub async fn decide(
                 action: Action::Configured,
                 object: fresh(),
             }),
-            (None, true) => {
-                let (revision, pr) = drift_stamps(None, commit);
-                decisions.push(Decision {
-                    index,
-                    action: drift_action(drift),
-                    object: stamped(&manifest.object, &revision, pr),
-                });
-            }
+            (None, true) => decisions.push(Decision {
+                index,
+                action: drift_action(drift),
+                object: fresh(),
+            }),
             (Some(live_object), true) => {
                 let stamps_kept = stamps_of(live_object).0.is_some();
                 if !stamps_kept || !contains(live_object, &manifest.object) {
-                    let (revision, pr) = drift_stamps(Some(live_object), commit);
+                    let (revision, pr) = drift_stamps(live_object, commit);
                     suspects.push(Decision {
                         index,
                         action: drift_action(drift),

@@ -18,13 +18,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use serde::Serialize;
 
+use super::inventory::sha256_hex;
 use super::source::CommitInfo;
 use crate::api::capstan::SYSTEM_NAMESPACE;
 use crate::api::labels::{
     PULL_REQUEST_ANNOTATION, RECORD_COMMIT_LABEL, RECORD_MODULE_LABEL, RECORD_NODE_LABEL,
     RECORD_SYNC_LABEL, RECORD_TYPE_LABEL, REVISION_ANNOTATION,
 };
-use crate::api::{CommitRef, HistoryRecord, HistoryRecordSpec, RecordType};
+use crate::api::{Change, CommitRef, HistoryRecord, HistoryRecordSpec, RecordType};
 use crate::clock::rfc3339_micros;
 
 /// The component name on capstan's Events.
@@ -49,15 +50,7 @@ pub fn commit_ref(commit: &CommitInfo) -> CommitRef {
 /// and commit, so the same step of the same commit is one record however often it is
 /// written. Other records: type, short SHA and a hash of the time.
 pub fn record_name(spec: &HistoryRecordSpec) -> String {
-    let hash = |parts: &[&str]| {
-        let digest = ring::digest::digest(&ring::digest::SHA256, parts.join("\n").as_bytes());
-        digest.as_ref()[..6]
-            .iter()
-            .fold(String::new(), |mut out, byte| {
-                let _ = write!(out, "{byte:02x}");
-                out
-            })
-    };
+    let hash = |parts: &[&str]| sha256_hex(parts.join("\n").as_bytes(), 6);
     match spec.type_ {
         RecordType::UpgradeStep => format!(
             "step-{}-{}",
@@ -253,6 +246,14 @@ pub fn render_text(records: &[HistoryRecord]) -> String {
     out
 }
 
+/// `configured Module kmm-demo/my-kmod`, `released Node worker-2`.
+pub fn describe_change(change: &Change) -> String {
+    match &change.namespace {
+        Some(ns) => format!("{} {} {ns}/{}", change.action, change.kind, change.name),
+        None => format!("{} {} {}", change.action, change.kind, change.name),
+    }
+}
+
 /// One line for a record.
 fn describe(spec: &HistoryRecordSpec) -> String {
     match spec.type_ {
@@ -301,11 +302,7 @@ pub async fn emit_event(
 ) -> Result<(), kube::Error> {
     let namespace = target.namespace.clone().unwrap_or_else(|| "default".into());
     let now = jiff::Timestamp::now();
-    let name = format!(
-        "{}.{:x}",
-        target.name,
-        now.as_nanosecond().unsigned_abs() as u64 ^ rand::random::<u32>() as u64
-    );
+    let name = format!("{}.{:016x}", target.name, rand::random::<u64>());
     let event = Event {
         metadata: ObjectMeta {
             name: Some(name),
@@ -362,7 +359,6 @@ pub fn now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Change;
 
     fn spec(type_: RecordType) -> HistoryRecordSpec {
         HistoryRecordSpec {

@@ -27,8 +27,13 @@ pub type Inventory = BTreeMap<ObjectId, InventoryEntry>;
 /// The digest of a manifest's object: the first 16 hexadecimal digits of the SHA-256 of
 /// its canonical JSON (sorted keys), so key order in the file does not matter.
 pub fn digest(object: &Value) -> String {
-    let hash = ring::digest::digest(&ring::digest::SHA256, &canonical_json(object));
-    hash.as_ref()[..8]
+    sha256_hex(&canonical_json(object), 8)
+}
+
+/// The first `bytes` bytes of the SHA-256 of `data`, in hexadecimal.
+pub fn sha256_hex(data: &[u8], bytes: usize) -> String {
+    let hash = ring::digest::digest(&ring::digest::SHA256, data);
+    hash.as_ref()[..bytes]
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()

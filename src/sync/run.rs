@@ -773,13 +773,7 @@ fn list_changes(changes: &[Change]) -> String {
     if changes.is_empty() {
         return String::new();
     }
-    let items: Vec<String> = changes
-        .iter()
-        .map(|c| match &c.namespace {
-            Some(ns) => format!("{} {} {ns}/{}", c.action, c.kind, c.name),
-            None => format!("{} {} {}", c.action, c.kind, c.name),
-        })
-        .collect();
+    let items: Vec<String> = changes.iter().map(history::describe_change).collect();
     format!(" ({})", items.join(", "))
 }
 
@@ -802,13 +796,16 @@ pub async fn follow(
     ready: Arc<AtomicBool>,
     mut report: impl FnMut(&Result<Outcome, SyncError>),
 ) {
+    // A shutdown stops a sync between writes (the flag) and ends the wait between syncs
+    // (`stopped`, whose permit is kept if nobody waits yet).
     let stop = syncer.stop_flag();
+    let stopped = Arc::new(Notify::new());
     let stopper = {
-        let shutdown = shutdown.clone();
-        let stop = stop.clone();
+        let (stop, stopped) = (stop.clone(), stopped.clone());
         tokio::spawn(async move {
             shutdown.notified().await;
             stop.store(true, Ordering::SeqCst);
+            stopped.notify_one();
         })
     };
     loop {
@@ -832,17 +829,10 @@ pub async fn follow(
             _ = tokio::time::sleep(interval) => {}
             _ = refs => {}
             _ = wakers.webhook.notified() => {}
-            _ = wait_for(&stop) => break,
+            _ = stopped.notified() => break,
         }
     }
     stopper.abort();
-}
-
-/// Resolves once `flag` is set (checked every 50 ms).
-async fn wait_for(flag: &AtomicBool) {
-    while !flag.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Compiles only while the sync futures are `Send`, so a sync can be spawned on any
