@@ -423,6 +423,31 @@ pub struct ModuleStatus {
     /// The device plugin across the targeted nodes.
     #[serde(default)]
     pub device_plugin: DaemonSetStatus,
+
+    /// `Available` (loaded on every node that should have it) and `Degraded` (worker pods
+    /// fail on some nodes, with the reasons). capstan's addition to upstream's status.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ModuleCondition>,
+}
+
+/// One condition of a Module, in the usual Kubernetes shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleCondition {
+    /// `Available` or `Degraded`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True` or `False`.
+    pub status: String,
+    /// One word, CamelCase.
+    #[serde(default)]
+    pub reason: String,
+    /// For people.
+    #[serde(default)]
+    pub message: String,
+    /// When `status` last changed (RFC 3339).
+    #[serde(default)]
+    pub last_transition_time: String,
 }
 
 /// Counts of nodes for one part of a module. Zeros are written out, not omitted, so a

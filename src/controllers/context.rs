@@ -9,6 +9,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
+use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
 
 /// The component name on the Events the controllers write.
 pub const EVENT_REPORTER: &str = "capstan-controllers";
@@ -34,6 +35,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Stops every controller; reconcilers in flight finish first.
     pub shutdown: CancellationToken,
+    /// The image worker pods run (`capstan sync --worker-image`).
+    pub worker_image: String,
     recorder: Recorder,
 }
 
@@ -49,6 +52,16 @@ impl Context {
         clock: Arc<dyn Clock>,
         shutdown: CancellationToken,
     ) -> Arc<Context> {
+        Context::configured(client, clock, shutdown, DEFAULT_WORKER_IMAGE.to_string())
+    }
+
+    /// A context with every setting given.
+    pub fn configured(
+        client: Client,
+        clock: Arc<dyn Clock>,
+        shutdown: CancellationToken,
+        worker_image: String,
+    ) -> Arc<Context> {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -60,6 +73,7 @@ impl Context {
             client,
             clock,
             shutdown,
+            worker_image,
             recorder,
         })
     }

@@ -21,7 +21,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+pub mod caches;
 pub mod context;
+pub mod failures;
 pub mod kernel_mapping;
 pub mod module_nmc;
 pub mod nmc;
@@ -139,20 +141,27 @@ impl fmt::Display for Selection {
 /// Runs the selected controllers until `ctx.shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, selection: &Selection) {
     let mut tasks: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+    // The KMM controllers share one watch per kind; it starts once they all subscribed.
+    let mut caches = caches::Caches::new(&ctx.client);
     for name in selection.names() {
         let ctx = ctx.clone();
         tracing::info!(controller = %name, "starting controller");
         match name {
-            ControllerName::ModuleNmc
-            | ControllerName::Nmc
-            | ControllerName::DevicePlugin
-            | ControllerName::VersionLabels => {
+            ControllerName::ModuleNmc => {
+                tasks.spawn(module_nmc::reconciler::run(ctx, &caches));
+            }
+            ControllerName::Nmc => {
+                tasks.spawn(nmc::reconciler::run(ctx, &caches));
+            }
+            ControllerName::DevicePlugin | ControllerName::VersionLabels => {
                 tracing::warn!(controller = %name, "controller not built yet");
                 drop(ctx);
             }
         }
     }
+    caches.start();
     while tasks.join_next().await.is_some() {}
+    drop(caches);
 }
 
 #[cfg(test)]

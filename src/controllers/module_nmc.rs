@@ -20,6 +20,8 @@
 //! remove an entry left from the previous kernel, so `desiredNumber` counts only nodes that
 //! can load the module and the NMC controller forgets the status once the node has rebooted.
 
+pub mod reconciler;
+
 use super::kernel_mapping::{self, KernelMappingError};
 use super::node::NodeFacts;
 use crate::api::labels::{LabelError, ModuleKey};

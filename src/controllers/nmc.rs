@@ -41,6 +41,9 @@
 //! started for a module that is gone or whose config changed (KMM issue 1004). A worker pod
 //! whose module is gone is still read and deleted when it finishes.
 
+pub mod reconciler;
+pub mod worker_pod;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;

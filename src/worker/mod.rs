@@ -16,3 +16,10 @@ pub mod kernel;
 pub mod modprobe;
 pub mod run;
 pub mod simulated;
+
+/// Where a worker pod has its emptyDir for the kmod image's files (`--image-dir`).
+pub const IMAGE_DIR: &str = "/var/run/kmm/image";
+/// Where a worker pod has the Module's `imageRepoSecret` mounted.
+pub const PULL_SECRET_DIR: &str = "/var/run/kmm/pull-secret";
+/// The key of a Docker config JSON pull secret, and its file name under [`PULL_SECRET_DIR`].
+pub const PULL_SECRET_FILE: &str = ".dockerconfigjson";

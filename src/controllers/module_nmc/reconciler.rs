@@ -1,0 +1,747 @@
+//! The Module -> NMC reconcilers.
+//!
+//! - Per node: every Module's [`decide`] for the node gives the node's NMC `spec.modules`
+//!   and its `module-configured` / `module-in-use` labels. The NMC is created (owned by the
+//!   Node, so it goes with it) when a Module first wants the node, and written only when
+//!   something differs: one write per node however many Modules change.
+//! - Per Module: the finalizer (added at once, removed when no NMC lists the Module in its
+//!   spec or status any more, that is when it is unloaded everywhere), `status.moduleLoader`
+//!   ([`loader_status`]) and the `Available` / `Degraded` conditions, written only when
+//!   they change.
+//!
+//! Both read the shared watch caches ([`Stores`]) and write with field manager
+//! [`managers::MODULE_NMC`] through JSON merge patches of the fields they own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::{EntryAction, ModuleFacts, decide, loader_status};
+use crate::api::labels::{ModuleKey, ModuleLabel};
+use crate::api::module::{Module, ModuleCondition, ModuleStatus};
+use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
+use crate::clock::rfc3339;
+use crate::controllers::caches::{Caches, Stores};
+use crate::controllers::context::{Context, managers};
+use crate::controllers::failures::WorkerFailures;
+use crate::controllers::node::NodeFacts;
+
+/// Why a reconcile failed; it is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A write or read the API server refused.
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// How long a Module's status waits for more NMC changes before it is counted again: a
+/// rollout over thousands of nodes is counted a few times, not once per NMC write.
+const STATUS_DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// Errors are retried after this long, doubled per failure up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Runs both reconcilers until `ctx.shutdown`. Subscribes to `caches`; the caller starts
+/// them.
+pub fn run(
+    ctx: Arc<Context>,
+    caches: &Caches,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let stores = Stores::of(caches);
+    let nodes = node_controller(ctx.clone(), stores.clone(), caches);
+    let modules = module_controller(ctx, stores, caches);
+    async move {
+        futures::join!(nodes, modules);
+    }
+}
+
+struct NodeCtx {
+    ctx: Arc<Context>,
+    stores: Arc<Stores>,
+}
+
+fn node_controller(
+    ctx: Arc<Context>,
+    stores: Arc<Stores>,
+    caches: &Caches,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let all_nodes = stores.nodes.clone();
+    let shutdown = ctx.shutdown.clone();
+    let controller = Controller::for_shared_stream(caches.nodes.subscribe(), stores.nodes.clone())
+        // A Module's spec or deletion concerns every node; its status does not.
+        .watches_shared_stream(
+            changed_only(caches.modules.subscribe(), module_fingerprint),
+            move |_module: Arc<Module>| {
+                all_nodes
+                    .state()
+                    .iter()
+                    .map(|node| ObjectRef::from_obj(node.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches_shared_stream(caches.nmcs.subscribe(), |nmc: Arc<NodeModulesConfig>| {
+            Some(ObjectRef::new(&nmc.name_any()))
+        })
+        .graceful_shutdown_on(async move { shutdown.cancelled().await });
+    let data = Arc::new(NodeCtx { ctx, stores });
+    async move {
+        controller
+            .run(reconcile_node, node_error_policy, data)
+            .for_each(|_| async {})
+            .await;
+    }
+}
+
+/// Keeps only the objects whose `fingerprint` changed since the stream last passed them.
+fn changed_only<K: Resource + Send + Sync + 'static>(
+    stream: impl Stream<Item = Arc<K>> + Send + 'static,
+    fingerprint: fn(&K) -> u64,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    stream.filter(move |object| {
+        let key = (
+            object.meta().namespace.clone().unwrap_or_default(),
+            object.meta().name.clone().unwrap_or_default(),
+        );
+        let print = fingerprint(object);
+        let changed = seen.insert(key, print) != Some(print);
+        futures::future::ready(changed)
+    })
+}
+
+/// What of a Module the per-node decision depends on: its spec and whether it is being
+/// deleted.
+fn module_fingerprint(module: &Module) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    module.metadata.uid.hash(&mut hasher);
+    module.metadata.generation.hash(&mut hasher);
+    module
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    serde_json::to_string(&module.spec)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+fn node_error_policy(_node: Arc<Node>, err: &Error, _data: Arc<NodeCtx>) -> Action {
+    tracing::warn!(%err, "module-nmc: node reconcile failed; retrying");
+    Action::requeue(FIRST_BACKOFF)
+}
+
+/// The NMC spec and labels one node should have.
+#[derive(Debug, Default, PartialEq)]
+struct NodeWants {
+    modules: Vec<NodeModuleSpec>,
+    /// NMC labels to set (value) or remove (`None`).
+    labels: BTreeMap<String, Option<String>>,
+}
+
+/// Decides the NMC of `node` from every Module; `None` when the node needs no NMC and has
+/// none.
+fn node_wants(
+    node: &NodeFacts,
+    modules: &[ModuleFacts],
+    nmc: Option<&NodeModulesConfig>,
+) -> Option<NodeWants> {
+    let mut wants = NodeWants::default();
+    let known: BTreeSet<&ModuleKey> = modules.iter().map(|m| &m.key).collect();
+    for module in modules {
+        let current = nmc.and_then(|nmc| nmc.spec_module(&module.key));
+        let entry = match decide(module, node, current) {
+            Ok(decision) => match decision.action {
+                EntryAction::Set(entry) => Some(*entry),
+                EntryAction::Remove => None,
+                EntryAction::Unchanged => current.cloned(),
+            },
+            Err(err) => {
+                tracing::warn!(module = %module.key, node = %node.name, %err, "kernel mappings cannot be evaluated; the node's entry is left as it is");
+                current.cloned()
+            }
+        };
+        match entry {
+            Some(entry) => {
+                wants
+                    .labels
+                    .insert(module.key.module_configured_label(), Some(String::new()));
+                wants
+                    .labels
+                    .insert(module.key.module_in_use_label(), Some(String::new()));
+                wants.modules.push(entry);
+            }
+            None => {
+                wants
+                    .labels
+                    .insert(module.key.module_configured_label(), None);
+            }
+        }
+    }
+    // Entries of Modules that no longer exist (deleted outright, without their finalizer)
+    // go, and so does their `module-configured` label.
+    if let Some(nmc) = nmc {
+        for label in nmc.labels().keys() {
+            let orphan = ModuleLabel::parse(label)
+                .into_iter()
+                .any(|(kind, key)| kind == ModuleLabel::ModuleConfigured && !known.contains(&key));
+            if orphan {
+                wants.labels.insert(label.clone(), None);
+            }
+        }
+    }
+    wants
+        .modules
+        .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    if nmc.is_none() && wants.modules.is_empty() {
+        return None;
+    }
+    Some(wants)
+}
+
+/// The merge patch that gives `nmc` what `wants` asks for; `None` when nothing differs.
+fn nmc_patch(nmc: &NodeModulesConfig, wants: &NodeWants) -> Option<Value> {
+    let mut current = nmc.spec.modules.clone();
+    current.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut patch = json!({});
+    if current != wants.modules {
+        patch["spec"] = json!({"modules": wants.modules});
+    }
+    let labels = nmc.labels();
+    let mut label_patch = serde_json::Map::new();
+    for (key, value) in &wants.labels {
+        match value {
+            Some(value) if labels.get(key) != Some(value) => {
+                label_patch.insert(key.clone(), json!(value));
+            }
+            None if labels.contains_key(key) => {
+                label_patch.insert(key.clone(), Value::Null);
+            }
+            _ => {}
+        }
+    }
+    if !label_patch.is_empty() {
+        patch["metadata"] = json!({"labels": label_patch});
+    }
+    (patch != json!({})).then_some(patch)
+}
+
+async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, Error> {
+    let stores = &data.stores;
+    tracing::trace!(node = %node.name_any(), "module-nmc: waiting for the caches");
+    stores.ready().await;
+    let facts = NodeFacts::from_node(&node);
+    let modules: Vec<ModuleFacts> = stores
+        .modules
+        .state()
+        .iter()
+        .filter_map(|module| match ModuleFacts::from_module(module) {
+            Ok(facts) => Some(facts),
+            Err(err) => {
+                tracing::debug!(%err, "module-nmc: a Module with an unusable name is ignored");
+                None
+            }
+        })
+        .collect();
+    let nmc = stores
+        .nmcs
+        .get(&ObjectRef::new(&facts.name))
+        .filter(|nmc| nmc.metadata.deletion_timestamp.is_none());
+    tracing::debug!(node = %facts.name, modules = modules.len(), nmc = nmc.is_some(), "module-nmc: node");
+    let Some(wants) = node_wants(&facts, &modules, nmc.as_deref()) else {
+        return Ok(Action::await_change());
+    };
+    let api: Api<NodeModulesConfig> = Api::all(data.ctx.client.clone());
+    let params = PatchParams::apply(managers::MODULE_NMC);
+    match nmc {
+        Some(nmc) => {
+            if let Some(patch) = nmc_patch(&nmc, &wants) {
+                api.patch(&facts.name, &params, &Patch::Merge(patch))
+                    .await?;
+            }
+        }
+        None => {
+            let labels: BTreeMap<String, String> = wants
+                .labels
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+                .collect();
+            let mut nmc = NodeModulesConfig::new(
+                &facts.name,
+                NodeModulesConfigSpec {
+                    modules: wants.modules,
+                },
+            );
+            nmc.metadata.labels = Some(labels);
+            nmc.metadata.owner_references = Some(vec![owner_reference(&node)]);
+            let params = PostParams {
+                field_manager: Some(managers::MODULE_NMC.into()),
+                ..PostParams::default()
+            };
+            match api.create(&params, &nmc).await {
+                Ok(_) => {}
+                // Created meanwhile (the cache was behind): the NMC event brings us back.
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+    Ok(Action::await_change())
+}
+
+/// The Node as the owner of its NMC: deleting the Node deletes the NMC.
+fn owner_reference(node: &Node) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node.name_any(),
+        uid: node.metadata.uid.clone().unwrap_or_default(),
+        controller: None,
+        block_owner_deletion: None,
+    }
+}
+
+struct ModuleCtx {
+    ctx: Arc<Context>,
+    stores: Arc<Stores>,
+}
+
+fn module_controller(
+    ctx: Arc<Context>,
+    stores: Arc<Stores>,
+    caches: &Caches,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let shutdown = ctx.shutdown.clone();
+    let modules_for_nmc = stores.modules.clone();
+    let modules_for_node = stores.modules.clone();
+    let controller =
+        Controller::for_shared_stream(caches.modules.subscribe(), stores.modules.clone())
+            .with_config(Config::default().debounce(STATUS_DEBOUNCE))
+            .watches_shared_stream(
+                caches.nmcs.subscribe(),
+                move |nmc: Arc<NodeModulesConfig>| modules_of_nmc(&nmc, &modules_for_nmc),
+            )
+            // Node labels decide which nodes a selector matches.
+            .watches_shared_stream(
+                changed_only(caches.nodes.subscribe(), node_labels_fingerprint),
+                move |_node: Arc<Node>| {
+                    modules_for_node
+                        .state()
+                        .iter()
+                        .map(|module| ObjectRef::from_obj(module.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
+            .graceful_shutdown_on(async move { shutdown.cancelled().await });
+    let data = Arc::new(ModuleCtx { ctx, stores });
+    async move {
+        controller
+            .run(reconcile_module, module_error_policy, data)
+            .for_each(|_| async {})
+            .await;
+    }
+}
+
+fn node_labels_fingerprint(node: &Node) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    node.metadata.labels.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The Modules an NMC mentions: in its spec, its status, its labels or its worker failures.
+fn modules_of_nmc(
+    nmc: &NodeModulesConfig,
+    modules: &kube::runtime::reflector::Store<Module>,
+) -> Vec<ObjectRef<Module>> {
+    let mut keys: BTreeSet<(String, String)> = nmc
+        .spec
+        .modules
+        .iter()
+        .map(|e| (e.namespace.clone(), e.name.clone()))
+        .collect();
+    if let Some(status) = &nmc.status {
+        keys.extend(
+            status
+                .modules
+                .iter()
+                .map(|e| (e.namespace.clone(), e.name.clone())),
+        );
+    }
+    for label in nmc.labels().keys() {
+        for (_, key) in ModuleLabel::parse(label) {
+            keys.insert((key.namespace().to_string(), key.name().to_string()));
+        }
+    }
+    for key in WorkerFailures::of(nmc).modules() {
+        keys.insert((key.namespace().to_string(), key.name().to_string()));
+    }
+    keys.into_iter()
+        .map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
+        .filter(|reference| modules.get(reference).is_some())
+        .collect()
+}
+
+fn module_error_policy(_module: Arc<Module>, err: &Error, _data: Arc<ModuleCtx>) -> Action {
+    tracing::warn!(%err, "module-nmc: module reconcile failed; retrying");
+    Action::requeue(MAX_BACKOFF.min(FIRST_BACKOFF * 4))
+}
+
+async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<Action, Error> {
+    let stores = &data.stores;
+    stores.ready().await;
+    let Ok(facts) = ModuleFacts::from_module(&module) else {
+        return Ok(Action::await_change());
+    };
+    let api: Api<Module> = Api::namespaced(data.ctx.client.clone(), facts.key.namespace());
+    let name = facts.key.name();
+    let finalizer = crate::api::labels::MODULE_FINALIZER;
+    let finalizers = module.finalizers();
+    let has_finalizer = finalizers.iter().any(|f| f == finalizer);
+    let nmcs = stores.nmcs.state();
+    if facts.deleting() {
+        let still_there: Vec<&str> = nmcs
+            .iter()
+            .filter(|nmc| {
+                nmc.spec_module(&facts.key).is_some() || nmc.status_module(&facts.key).is_some()
+            })
+            .map(|nmc| nmc.metadata.name.as_deref().unwrap_or(""))
+            .collect();
+        if has_finalizer && still_there.is_empty() {
+            let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
+            let patch = json!({"metadata": {
+                "finalizers": rest,
+                "resourceVersion": module.resource_version(),
+            }});
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {
+                    return Ok(Action::requeue(FIRST_BACKOFF));
+                }
+                Err(err) => return Err(err.into()),
+            }
+            tracing::info!(module = %facts.key, "unloaded from every node; finalizer removed");
+        } else if !still_there.is_empty() {
+            tracing::debug!(module = %facts.key, nodes = still_there.len(), "waiting for the module to be unloaded");
+        }
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        let mut all: Vec<String> = finalizers.to_vec();
+        all.push(finalizer.to_string());
+        let patch = json!({"metadata": {
+            "finalizers": all,
+            "resourceVersion": module.resource_version(),
+        }});
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                return Ok(Action::requeue(FIRST_BACKOFF));
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let nodes: Vec<NodeFacts> = stores
+        .nodes
+        .state()
+        .iter()
+        .map(|node| NodeFacts::from_node(node))
+        .collect();
+    let counts = loader_status(&facts, nodes.iter(), nmcs.iter().map(|nmc| nmc.as_ref()));
+    let failures: Vec<(String, crate::controllers::failures::WorkerFailure)> = nmcs
+        .iter()
+        .filter_map(|nmc| {
+            let failure = WorkerFailures::of(nmc).get(&facts.key)?.clone();
+            Some((nmc.name_any(), failure))
+        })
+        .collect();
+    let current = module.status.clone().unwrap_or_default();
+    let now = rfc3339(data.ctx.clock.now());
+    let conditions = conditions(&current, &counts, &failures, &now);
+    if current.module_loader == counts && current.conditions == conditions {
+        return Ok(Action::await_change());
+    }
+    let status = ModuleStatus {
+        module_loader: counts,
+        conditions,
+        ..current
+    };
+    let patch = json!({"status": {
+        "moduleLoader": status.module_loader,
+        "conditions": status.conditions,
+    }});
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(managers::MODULE_NMC),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(err) => return Err(err.into()),
+    }
+    Ok(Action::await_change())
+}
+
+/// Most failing nodes a `Degraded` message names.
+const FAILURES_SHOWN: usize = 3;
+
+/// The Module's conditions: `Available` (every node with an entry has it loaded) and
+/// `Degraded` (worker pods fail on some nodes). A condition keeps its transition time while
+/// its status stays.
+fn conditions(
+    current: &ModuleStatus,
+    counts: &crate::api::module::DaemonSetStatus,
+    failures: &[(String, crate::controllers::failures::WorkerFailure)],
+    now: &str,
+) -> Vec<ModuleCondition> {
+    let available = counts.available_number == counts.desired_number;
+    let available = ModuleCondition {
+        type_: "Available".into(),
+        status: if available { "True" } else { "False" }.into(),
+        reason: if available { "Loaded" } else { "Loading" }.into(),
+        message: format!(
+            "loaded on {} of {} nodes",
+            counts.available_number, counts.desired_number
+        ),
+        last_transition_time: String::new(),
+    };
+    let degraded = if failures.is_empty() {
+        ModuleCondition {
+            type_: "Degraded".into(),
+            status: "False".into(),
+            reason: "WorkersSucceed".into(),
+            message: String::new(),
+            last_transition_time: String::new(),
+        }
+    } else {
+        let mut shown: Vec<String> = failures
+            .iter()
+            .take(FAILURES_SHOWN)
+            .map(|(node, failure)| {
+                format!(
+                    "{node}: {} failed {} time(s): {}",
+                    failure.action, failure.attempts, failure.message
+                )
+            })
+            .collect();
+        if failures.len() > FAILURES_SHOWN {
+            shown.push(format!(
+                "and {} more nodes",
+                failures.len() - FAILURES_SHOWN
+            ));
+        }
+        ModuleCondition {
+            type_: "Degraded".into(),
+            status: "True".into(),
+            reason: "WorkerFailed".into(),
+            message: shown.join("; "),
+            last_transition_time: String::new(),
+        }
+    };
+    [available, degraded]
+        .into_iter()
+        .map(|mut condition| {
+            let previous = current
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition.type_);
+            condition.last_transition_time = match previous {
+                Some(previous) if previous.status == condition.status => {
+                    previous.last_transition_time.clone()
+                }
+                _ => now.to_string(),
+            };
+            condition
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::module::{DaemonSetStatus, ModuleSpec};
+    use crate::api::nmc::ModuleConfig;
+
+    fn module(name: &str, selector: &[(&str, &str)]) -> ModuleFacts {
+        let mut spec: ModuleSpec = serde_json::from_value(json!({
+            "moduleLoader": {"container": {
+                "modprobe": {"moduleName": name},
+                "kernelMappings": [{"regexp": "^.+$", "containerImage": format!("registry.example/{name}:${{KERNEL_FULL_VERSION}}")}],
+            }},
+            "selector": {},
+        }))
+        .expect("spec");
+        spec.selector = selector
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut module = Module::new(name, spec);
+        module.metadata.namespace = Some("kmm".into());
+        ModuleFacts::from_module(&module).expect("facts")
+    }
+
+    fn node(labels: &[(&str, &str)]) -> NodeFacts {
+        NodeFacts {
+            name: "worker-1".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            kernel_version: "6.0.15".into(),
+            ready: true,
+            ..NodeFacts::default()
+        }
+    }
+
+    fn nmc_with(entries: Vec<NodeModuleSpec>, labels: &[&str]) -> NodeModulesConfig {
+        let mut nmc =
+            NodeModulesConfig::new("worker-1", NodeModulesConfigSpec { modules: entries });
+        nmc.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|k| (k.to_string(), String::new()))
+                .collect(),
+        );
+        nmc
+    }
+
+    #[test]
+    fn node_wants_table() {
+        let a = module("a", &[]);
+        let b = module("b", &[("gpu", "true")]);
+        let plain = node(&[]);
+        let gpu = node(&[("gpu", "true")]);
+        let entry_a = match decide(&a, &plain, None).expect("decide").action {
+            EntryAction::Set(entry) => *entry,
+            other => panic!("{other:?}"),
+        };
+        let configured = |m: &ModuleFacts| m.key.module_configured_label();
+        let in_use = |m: &ModuleFacts| m.key.module_in_use_label();
+
+        // No NMC and nothing wanted: no NMC is made.
+        assert_eq!(node_wants(&plain, std::slice::from_ref(&b), None), None);
+
+        // No NMC, one module wanted: the NMC is made with its entry and labels.
+        let wants = node_wants(&plain, &[a.clone(), b.clone()], None).expect("wants");
+        assert_eq!(wants.modules, vec![entry_a.clone()]);
+        assert_eq!(wants.labels[&configured(&a)], Some(String::new()));
+        assert_eq!(wants.labels[&in_use(&a)], Some(String::new()));
+        assert_eq!(wants.labels[&configured(&b)], None);
+
+        // Both wanted on a GPU node, sorted by namespace and name.
+        let wants = node_wants(&gpu, &[b.clone(), a.clone()], None).expect("wants");
+        let names: Vec<&str> = wants.modules.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+
+        // An NMC already in the wanted state needs no patch.
+        let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
+        let wants = node_wants(&plain, &[a.clone(), b.clone()], Some(&nmc)).expect("wants");
+        assert_eq!(nmc_patch(&nmc, &wants), None);
+
+        // A lost in-use label is put back without touching the spec.
+        let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a)]);
+        let wants = node_wants(&plain, std::slice::from_ref(&a), Some(&nmc)).expect("wants");
+        let patch = nmc_patch(&nmc, &wants).expect("patch");
+        assert!(patch.get("spec").is_none());
+        assert_eq!(patch["metadata"]["labels"][in_use(&a)], json!(""));
+
+        // A Module that is gone entirely loses its entry and its configured label; the
+        // in-use label stays for the NMC controller to drop once the module is unloaded.
+        let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
+        let wants = node_wants(&plain, &[], Some(&nmc)).expect("wants");
+        let patch = nmc_patch(&nmc, &wants).expect("patch");
+        assert_eq!(patch["spec"]["modules"], json!([]));
+        assert_eq!(patch["metadata"]["labels"][configured(&a)], Value::Null);
+        assert!(patch["metadata"]["labels"].get(in_use(&a)).is_none());
+    }
+
+    #[test]
+    fn module_fingerprints_ignore_status() {
+        let mut module = module("a", &[]).object;
+        let before = module_fingerprint(&module);
+        module.status = Some(ModuleStatus {
+            module_loader: DaemonSetStatus {
+                desired_number: 3,
+                ..DaemonSetStatus::default()
+            },
+            ..ModuleStatus::default()
+        });
+        assert_eq!(module_fingerprint(&module), before);
+        module.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_ne!(module_fingerprint(&module), before);
+    }
+
+    #[test]
+    fn conditions_table() {
+        let counts = |desired, available| DaemonSetStatus {
+            nodes_matching_selector_number: 3,
+            desired_number: desired,
+            available_number: available,
+        };
+        let failure = crate::controllers::failures::WorkerFailure {
+            action: "Load".into(),
+            message: "pulling image x: manifest unknown".into(),
+            attempts: 2,
+            last_failure: "t0".into(),
+            pod_uid: "u".into(),
+        };
+        let cases = [
+            ("all loaded", counts(3, 3), vec![], "True", "False"),
+            ("loading", counts(3, 1), vec![], "False", "False"),
+            (
+                "failing",
+                counts(3, 2),
+                vec![("worker-3".to_string(), failure.clone())],
+                "False",
+                "True",
+            ),
+        ];
+        for (name, counts, failures, available, degraded) in cases {
+            let got = conditions(&ModuleStatus::default(), &counts, &failures, "t1");
+            assert_eq!(got[0].status, available, "{name}");
+            assert_eq!(got[1].status, degraded, "{name}");
+            assert_eq!(got[0].last_transition_time, "t1", "{name}");
+        }
+        let failing = conditions(
+            &ModuleStatus::default(),
+            &counts(3, 2),
+            &[("worker-3".to_string(), failure)],
+            "t1",
+        );
+        assert!(
+            failing[1]
+                .message
+                .contains("worker-3: Load failed 2 time(s): pulling image x")
+        );
+        // A condition keeps its transition time while its status stays.
+        let current = ModuleStatus {
+            conditions: failing.clone(),
+            ..ModuleStatus::default()
+        };
+        let later = conditions(&current, &counts(3, 1), &[], "t2");
+        assert_eq!(later[0].last_transition_time, "t1");
+        assert_eq!(later[1].last_transition_time, "t2");
+        let _ = ModuleConfig::default();
+    }
+}

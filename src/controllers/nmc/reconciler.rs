@@ -1,0 +1,431 @@
+//! The NMC reconciler: per node, reads the NMC (fresh from the API server, since its status
+//! is the controller's own memory), the Node and the worker pods on it from the shared
+//! caches, calls [`decide`] and writes in the documented order: the NMC status (and the
+//! worker failures, see [`failures`](crate::controllers::failures)), then pod deletions,
+//! then pod creations (held back while a failed module's backoff runs), then the node's
+//! ready labels and the NMC's labels. It stops at the first failed write; the next pass
+//! starts again from what the API server holds.
+//!
+//! Worker pods have deterministic names, so a pod created twice (a cache behind a write)
+//! is refused by the API server and never runs twice.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::worker_pod;
+use super::{DeleteReason, LabelChanges, NmcInput, WorkerPod, decide};
+use crate::api::labels::{ModuleKey, ModuleLabel, WorkerAction};
+use crate::api::module::Module;
+use crate::api::nmc::NodeModulesConfig;
+use crate::clock::rfc3339;
+use crate::controllers::caches::{Caches, Stores};
+use crate::controllers::context::{Context, managers};
+use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
+use crate::controllers::node::NodeFacts;
+
+/// Why a reconcile failed; it is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A write or read the API server refused.
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+}
+
+const RETRY: Duration = Duration::from_secs(1);
+
+struct Data {
+    ctx: Arc<Context>,
+    stores: Arc<Stores>,
+}
+
+/// Runs the NMC reconciler until `ctx.shutdown`. Subscribes to `caches`; the caller starts
+/// them.
+pub fn run(
+    ctx: Arc<Context>,
+    caches: &Caches,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let stores = Stores::of(caches);
+    let shutdown = ctx.shutdown.clone();
+    let controller = Controller::for_shared_stream(caches.nmcs.subscribe(), stores.nmcs.clone())
+        .owns_shared_stream(caches.worker_pods.subscribe())
+        .watches_shared_stream(caches.nodes.subscribe(), |node: Arc<Node>| {
+            Some(ObjectRef::new(&node.name_any()))
+        })
+        .graceful_shutdown_on(async move { shutdown.cancelled().await });
+    let data = Arc::new(Data { ctx, stores });
+    async move {
+        controller
+            .run(reconcile, error_policy, data)
+            .for_each(|_| async {})
+            .await;
+    }
+}
+
+fn error_policy(nmc: Arc<NodeModulesConfig>, err: &Error, _data: Arc<Data>) -> Action {
+    tracing::warn!(nmc = %nmc.name_any(), %err, "nmc: reconcile failed; retrying");
+    Action::requeue(RETRY)
+}
+
+/// The worker pods on `node`: those of every Module the NMC or the caches name (pod names
+/// are deterministic, so they are looked up rather than searched for).
+fn worker_pods(stores: &Stores, nmc: &NodeModulesConfig, node: &str) -> Vec<Arc<Pod>> {
+    let mut modules: BTreeSet<(String, String)> = stores
+        .modules
+        .state()
+        .iter()
+        .map(|m| (m.namespace().unwrap_or_default(), m.name_any()))
+        .collect();
+    modules.extend(
+        nmc.spec
+            .modules
+            .iter()
+            .map(|e| (e.namespace.clone(), e.name.clone())),
+    );
+    if let Some(status) = &nmc.status {
+        modules.extend(
+            status
+                .modules
+                .iter()
+                .map(|e| (e.namespace.clone(), e.name.clone())),
+        );
+    }
+    for label in nmc.labels().keys() {
+        for (_, key) in ModuleLabel::parse(label) {
+            modules.insert((key.namespace().to_string(), key.name().to_string()));
+        }
+    }
+    modules
+        .into_iter()
+        .filter_map(|(namespace, name)| {
+            let key = ModuleKey::new(namespace.as_str(), name.as_str()).ok()?;
+            let pod = stores
+                .worker_pods
+                .get(&ObjectRef::new(&key.worker_pod_name(node)).within(&namespace))?;
+            let on_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
+            on_node.then_some(pod)
+        })
+        .collect()
+}
+
+/// The one-line reason a finished worker pod gives.
+fn failure_message(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let terminated = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .next();
+    terminated
+        .and_then(|t| t.message.clone().or_else(|| t.reason.clone()))
+        .or_else(|| status.and_then(|s| s.message.clone()))
+        .or_else(|| status.and_then(|s| s.reason.clone()))
+        .map(|m| m.lines().next().unwrap_or_default().trim().to_string())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "the worker failed without a reason".to_string())
+}
+
+async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Action, Error> {
+    let stores = &data.stores;
+    stores.ready().await;
+    let ctx = &data.ctx;
+    let name = cached.name_any();
+    let nmcs: Api<NodeModulesConfig> = Api::all(ctx.client.clone());
+    let Some(nmc) = nmcs.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
+    let Some(node) = stores.nodes.get(&ObjectRef::new(&name)) else {
+        return Ok(Action::await_change());
+    };
+    let facts = NodeFacts::from_node(&node);
+    let pods = worker_pods(stores, &nmc, &name);
+    let workers: Vec<WorkerPod> = pods
+        .iter()
+        .filter_map(|pod| match WorkerPod::from_pod(pod) {
+            Ok(worker) => Some(worker),
+            Err(err) => {
+                tracing::warn!(%err, "nmc: a pod that is not a worker pod is ignored");
+                None
+            }
+        })
+        .collect();
+    let decision = decide(&NmcInput::new(&facts, &nmc, &workers));
+    tracing::debug!(node = %name, steps = ?decision.steps, create = decision.create.len(), delete = decision.delete.len(), pods = workers.len(), "nmc: decided");
+    for problem in &decision.problems {
+        tracing::warn!(node = %name, %problem, "nmc");
+    }
+
+    // What the finished pods say, for the failure record and the events.
+    let now = ctx.clock.now();
+    let mut failures = WorkerFailures::of(&nmc);
+    let before = failures.clone();
+    let mut finished = Vec::new();
+    for deletion in &decision.delete {
+        let Some(pod) = pods.iter().find(|p| {
+            p.name_any() == deletion.name && p.namespace().as_deref() == Some(&deletion.namespace)
+        }) else {
+            continue;
+        };
+        let action = workers
+            .iter()
+            .find(|w| w.name == deletion.name && w.module == deletion.module)
+            .map(|w| w.action);
+        match (deletion.reason, action) {
+            (DeleteReason::Succeeded, Some(action)) => {
+                failures.clear(&deletion.module);
+                // A pod the cache shows again after its deletion changes no status.
+                if decision.status.is_some() {
+                    finished.push((deletion.module.clone(), action, None));
+                }
+            }
+            (DeleteReason::Failed, Some(action)) => {
+                if failures
+                    .get(&deletion.module)
+                    .is_some_and(|f| Some(f.pod_uid.as_str()) == pod.metadata.uid.as_deref())
+                {
+                    // Already recorded (the cache has not seen the pod's deletion yet).
+                    continue;
+                }
+                let message = failure_message(pod);
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                failures.record(
+                    &deletion.module,
+                    action.as_str(),
+                    &message,
+                    &rfc3339(now),
+                    uid,
+                );
+                finished.push((deletion.module.clone(), action, Some(message)));
+            }
+            _ => {}
+        }
+    }
+    // Failures of modules that left the node entirely are forgotten.
+    let present: BTreeSet<ModuleKey> = nmc
+        .spec
+        .modules
+        .iter()
+        .filter_map(|e| e.key().ok())
+        .chain(
+            decision
+                .status
+                .as_deref()
+                .unwrap_or(
+                    nmc.status
+                        .as_ref()
+                        .map(|s| s.modules.as_slice())
+                        .unwrap_or_default(),
+                )
+                .iter()
+                .filter_map(|e| e.key().ok()),
+        )
+        .collect();
+    failures.retain(|key| present.contains(key));
+
+    // 1. The status, and the failures, before any pod is deleted.
+    if let Some(status) = &decision.status {
+        let patch = json!({"status": {"modules": status}});
+        nmcs.patch_status(
+            &name,
+            &PatchParams::apply(managers::NMC),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    }
+    let mut nmc_metadata = Map::new();
+    if failures != before {
+        nmc_metadata.insert(
+            "annotations".into(),
+            json!({FAILURES_ANNOTATION: failures.annotation()}),
+        );
+    }
+    if !decision.nmc_labels.is_empty() {
+        nmc_metadata.insert("labels".into(), label_patch(&decision.nmc_labels));
+    }
+    if !nmc_metadata.is_empty() {
+        nmcs.patch(
+            &name,
+            &PatchParams::apply(managers::NMC),
+            &Patch::Merge(json!({"metadata": nmc_metadata})),
+        )
+        .await?;
+    }
+
+    // 2. Deletions.
+    for deletion in &decision.delete {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &deletion.namespace);
+        match api.delete(&deletion.name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+
+    // 3. Creations, unless a failed module is still backing off.
+    let mut wait: Option<Duration> = None;
+    for plan in &decision.create {
+        let left = failures.wait(&plan.module, now);
+        if !left.is_zero() {
+            wait = Some(wait.map_or(left, |w| w.min(left)));
+            continue;
+        }
+        let pod = worker_pod::build(plan, &nmc, &ctx.worker_image);
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), plan.module.namespace());
+        let params = PostParams {
+            field_manager: Some(managers::NMC.into()),
+            ..PostParams::default()
+        };
+        match api.create(&params, &pod).await {
+            Ok(_) => {}
+            // The previous pod is still terminating, or the cache was behind: the pod's
+            // events bring the NMC back.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+
+    // 4. Labels.
+    if !decision.node_labels.is_empty() {
+        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        let patch = json!({"metadata": {"labels": label_patch(&decision.node_labels)}});
+        nodes
+            .patch(
+                &name,
+                &PatchParams::apply(managers::NMC),
+                &Patch::Merge(patch),
+            )
+            .await?;
+    }
+
+    events(ctx, stores, &node, &finished).await;
+    Ok(match wait {
+        Some(wait) => Action::requeue(wait + Duration::from_millis(10)),
+        None => Action::await_change(),
+    })
+}
+
+/// A merge patch of labels: set values, `null` for removals.
+fn label_patch(changes: &LabelChanges) -> Value {
+    let mut labels = Map::new();
+    for (key, value) in &changes.set {
+        labels.insert(key.clone(), json!(value));
+    }
+    for key in &changes.remove {
+        labels.insert(key.clone(), Value::Null);
+    }
+    Value::Object(labels)
+}
+
+/// Events for what the finished worker pods did: on the Node (`ModuleLoaded`,
+/// `ModuleUnloaded`, as upstream) and, for a failure, a Warning on the Module too.
+async fn events(
+    ctx: &Context,
+    stores: &Stores,
+    node: &Node,
+    finished: &[(ModuleKey, WorkerAction, Option<String>)],
+) {
+    let node_ref = node.object_ref(&());
+    let node_name = node.name_any();
+    for (module, action, failure) in finished {
+        match failure {
+            None => {
+                let (reason, verb) = match action {
+                    WorkerAction::Load => ("ModuleLoaded", "loaded into"),
+                    WorkerAction::Unload => ("ModuleUnloaded", "unloaded from"),
+                };
+                ctx.event(
+                    &node_ref,
+                    false,
+                    reason,
+                    action.as_str(),
+                    format!("Module {module} {verb} the kernel"),
+                )
+                .await;
+            }
+            Some(message) => {
+                let note = format!(
+                    "{} of Module {module} failed on node {node_name}: {message}",
+                    action.as_str()
+                );
+                ctx.event(
+                    &node_ref,
+                    true,
+                    "WorkerFailed",
+                    action.as_str(),
+                    note.clone(),
+                )
+                .await;
+                let module_ref = ObjectRef::<Module>::new(module.name()).within(module.namespace());
+                if let Some(object) = stores.modules.get(&module_ref) {
+                    ctx.event(
+                        &object.object_ref(&()),
+                        true,
+                        "WorkerFailed",
+                        action.as_str(),
+                        note,
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+    };
+
+    #[test]
+    fn failure_messages_come_from_the_container_then_the_pod() {
+        let terminated = |message: Option<&str>| Pod {
+            status: Some(PodStatus {
+                message: Some("pod-level".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "worker".into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 1,
+                            message: message.map(str::to_string),
+                            reason: Some("Error".into()),
+                            ..ContainerStateTerminated::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        assert_eq!(
+            failure_message(&terminated(Some("pulling image x: manifest unknown\nmore"))),
+            "pulling image x: manifest unknown"
+        );
+        assert_eq!(failure_message(&terminated(None)), "Error");
+        assert_eq!(
+            failure_message(&Pod::default()),
+            "the worker failed without a reason"
+        );
+    }
+
+    #[test]
+    fn label_patches_set_and_remove() {
+        let changes = LabelChanges {
+            set: [("a".to_string(), "1".to_string())].into(),
+            remove: ["b".to_string()].into(),
+        };
+        assert_eq!(label_patch(&changes), json!({"a": "1", "b": null}));
+    }
+}
