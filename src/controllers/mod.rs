@@ -10,6 +10,8 @@
 //!   the Module's `status.moduleLoader` counts and finalizer.
 //! - [`nmc`]: per node, from the NMC's spec and status, the node and its worker pods, which
 //!   statuses to record, which worker pods to delete and create, and the ready labels.
+//! - [`device_plugin`]: per Module, its device-plugin DaemonSets (one per version during an
+//!   ordered upgrade) and the Module's `status.devicePlugin` counts.
 //! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
 //! - [`node`]: the facts about a node both controllers decide on.
 //!
@@ -22,6 +24,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 pub mod context;
+pub mod device_plugin;
 pub mod kernel_mapping;
 pub mod module_nmc;
 pub mod nmc;
@@ -143,10 +146,10 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
         let ctx = ctx.clone();
         tracing::info!(controller = %name, "starting controller");
         match name {
-            ControllerName::ModuleNmc
-            | ControllerName::Nmc
-            | ControllerName::DevicePlugin
-            | ControllerName::VersionLabels => {
+            ControllerName::DevicePlugin => {
+                tasks.spawn(device_plugin::reconciler::run(ctx));
+            }
+            ControllerName::ModuleNmc | ControllerName::Nmc | ControllerName::VersionLabels => {
                 tracing::warn!(controller = %name, "controller not built yet");
                 drop(ctx);
             }
