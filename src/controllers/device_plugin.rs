@@ -87,7 +87,7 @@ pub enum DevicePluginError {
         /// The Module's `spec.moduleLoader.container.version`.
         version: String,
         /// Why it is not a label value.
-        source: LabelError,
+        source: Box<LabelError>,
     },
     /// The Module has no `metadata.uid`, so its DaemonSets cannot name it as their owner.
     #[error("Module {module} has no metadata.uid; it must be read from the cluster")]
@@ -321,7 +321,7 @@ pub fn daemon_set(
         validate_label_value(version).map_err(|source| DevicePluginError::InvalidVersion {
             module: key.to_string(),
             version: version.to_string(),
-            source,
+            source: Box::new(source),
         })?;
     }
     let mut owner =

@@ -314,6 +314,7 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Action, Reco
                 module: facts.key.to_string(),
                 source,
             })?;
+        tracing::debug!(module = %facts.key, ?status, "wrote status.devicePlugin");
     }
     Ok(Action::requeue(RESYNC))
 }
