@@ -90,6 +90,21 @@ fn modules(client: &kube::Client) -> Api<Module> {
     Api::namespaced(client.clone(), NAMESPACE)
 }
 
+async fn create_module(client: &kube::Client, module: &Module) {
+    modules(client)
+        .create(&PostParams::default(), module)
+        .await
+        .expect("create module");
+}
+
+/// Merge-patches the Module; `what` names the change in a failure.
+async fn patch_module(client: &kube::Client, patch: Value, what: &str) {
+    modules(client)
+        .patch(MODULE, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
+}
+
 fn daemon_sets(client: &kube::Client) -> Api<DaemonSet> {
     Api::namespaced(client.clone(), NAMESPACE)
 }
@@ -118,6 +133,17 @@ async fn module_ready(client: &kube::Client, node: &str, version: Option<&str>) 
         labels.push((key().version_device_plugin_label(), Some(version)));
     }
     label_node(client, node, &labels).await;
+}
+
+/// Sets (`Some`) or removes (`None`) the version-device-plugin label of a node, as the
+/// version-label controller would during an ordered upgrade.
+async fn set_plugin_version(client: &kube::Client, node: &str, version: Option<&str>) {
+    label_node(
+        client,
+        node,
+        &[(key().version_device_plugin_label(), version)],
+    )
+    .await;
 }
 
 /// The nodes running a device-plugin pod of the Module (of `version` when given), sorted;
@@ -176,21 +202,21 @@ async fn wait_for_status(client: &kube::Client, targeted: i32, desired: i32, ava
     .await;
 }
 
+async fn daemon_set_exists(client: &kube::Client, name: &str) -> bool {
+    daemon_sets(client)
+        .get_opt(name)
+        .await
+        .expect("get DaemonSet")
+        .is_some()
+}
+
 async fn wait_for_daemon_set(client: &kube::Client, name: &str, present: bool) {
     common::wait_until(
         &format!(
             "DaemonSet {name} {}",
             if present { "created" } else { "gone" }
         ),
-        || async {
-            daemon_sets(client)
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .is_some()
-                == present
-        },
+        || async { daemon_set_exists(client, name).await == present },
     )
     .await;
 }
@@ -229,13 +255,7 @@ fn labels(object: &kube::api::ObjectMeta) -> BTreeMap<String, String> {
 async fn the_device_plugin_runs_on_nodes_where_the_module_is_ready() {
     let (_cluster, client) = setup().await;
     let controller = Running::start(&client);
-    modules(&client)
-        .create(
-            &PostParams::default(),
-            &module("", "registry.example/device-plugin:v1"),
-        )
-        .await
-        .expect("create module");
+    create_module(&client, &module("", "registry.example/device-plugin:v1")).await;
     module_ready(&client, "worker-1", None).await;
     module_ready(&client, "worker-2", None).await;
 
@@ -314,14 +334,12 @@ async fn the_device_plugin_runs_on_nodes_where_the_module_is_ready() {
     wait_for_status(&client, 3, 1, 1).await;
 
     // No device plugin in the Module any more: its DaemonSet goes.
-    modules(&client)
-        .patch(
-            MODULE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"devicePlugin": null}})),
-        )
-        .await
-        .expect("drop devicePlugin");
+    patch_module(
+        &client,
+        json!({"spec": {"devicePlugin": null}}),
+        "drop devicePlugin",
+    )
+    .await;
     wait_for_daemon_set(&client, "my-kmod-device-plugin", false).await;
     wait_for_status(&client, 0, 0, 0).await;
     controller.stop().await;
@@ -333,13 +351,7 @@ async fn an_ordered_upgrade_keeps_the_old_device_plugin_until_no_node_runs_it() 
     const V2: &str = "my-kmod-device-plugin-v2";
     let (_cluster, client) = setup().await;
     let controller = Running::start(&client);
-    modules(&client)
-        .create(
-            &PostParams::default(),
-            &module("v1", "registry.example/device-plugin:v1"),
-        )
-        .await
-        .expect("create module");
+    create_module(&client, &module("v1", "registry.example/device-plugin:v1")).await;
     for node in WORKERS {
         module_ready(&client, node, Some("v1")).await;
     }
@@ -347,17 +359,15 @@ async fn an_ordered_upgrade_keeps_the_old_device_plugin_until_no_node_runs_it() 
     wait_for_status(&client, 3, 3, 3).await;
 
     // Seed 002, step 1: the new version gets its own DaemonSet; the old one keeps running.
-    modules(&client)
-        .patch(
-            MODULE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "moduleLoader": {"container": {"version": "v2"}},
-                "devicePlugin": {"container": {"image": "registry.example/device-plugin:v2"}},
-            }})),
-        )
-        .await
-        .expect("upgrade the Module");
+    patch_module(
+        &client,
+        json!({"spec": {
+            "moduleLoader": {"container": {"version": "v2"}},
+            "devicePlugin": {"container": {"image": "registry.example/device-plugin:v2"}},
+        }}),
+        "upgrade the Module",
+    )
+    .await;
     wait_for_daemon_set(&client, V2, true).await;
     let v2 = daemon_sets(&client).get(V2).await.expect("v2 DaemonSet");
     let pod = v2.spec.expect("spec").template.spec.expect("pod spec");
@@ -371,57 +381,24 @@ async fn an_ordered_upgrade_keeps_the_old_device_plugin_until_no_node_runs_it() 
         pod.containers[0].image.as_deref(),
         Some("registry.example/device-plugin:v2")
     );
-    assert!(
-        daemon_sets(&client)
-            .get_opt(V1)
-            .await
-            .expect("get")
-            .is_some()
-    );
+    assert!(daemon_set_exists(&client, V1).await);
     assert_eq!(plugin_nodes(&client, Some("v1")).await, WORKERS);
 
     // One node at a time moves to v2; v1 stays where its label still says v1.
-    label_node(
-        &client,
-        "worker-1",
-        &[(key().version_device_plugin_label(), Some("v2"))],
-    )
-    .await;
+    set_plugin_version(&client, "worker-1", Some("v2")).await;
     wait_for_plugins(&client, Some("v2"), &["worker-1"]).await;
     wait_for_plugins(&client, Some("v1"), &["worker-2", "worker-3"]).await;
     wait_for_status(&client, 3, 3, 3).await;
-    assert!(
-        daemon_sets(&client)
-            .get_opt(V1)
-            .await
-            .expect("get")
-            .is_some()
-    );
+    assert!(daemon_set_exists(&client, V1).await);
 
     // Mid-upgrade a node has no device plugin at all (label removed): v1 must stay for
     // the node that still runs it.
-    label_node(
-        &client,
-        "worker-2",
-        &[(key().version_device_plugin_label(), None)],
-    )
-    .await;
+    set_plugin_version(&client, "worker-2", None).await;
     wait_for_plugins(&client, Some("v1"), &["worker-3"]).await;
-    assert!(
-        daemon_sets(&client)
-            .get_opt(V1)
-            .await
-            .expect("get")
-            .is_some()
-    );
+    assert!(daemon_set_exists(&client, V1).await);
 
     for node in ["worker-2", "worker-3"] {
-        label_node(
-            &client,
-            node,
-            &[(key().version_device_plugin_label(), Some("v2"))],
-        )
-        .await;
+        set_plugin_version(&client, node, Some("v2")).await;
     }
     wait_for_daemon_set(&client, V1, false).await;
     wait_for_plugins(&client, Some("v2"), &WORKERS).await;
@@ -439,10 +416,7 @@ async fn deleting_the_module_removes_its_device_plugins() {
     // Stands for the Module -> NMC controller's finalizer, which holds the Module until the
     // module is unloaded everywhere; the device plugins must stop before that.
     held.metadata.finalizers = Some(vec!["kmm.node.kubernetes.io/module-finalizer".into()]);
-    modules(&client)
-        .create(&PostParams::default(), &held)
-        .await
-        .expect("create module");
+    create_module(&client, &held).await;
     module_ready(&client, "worker-1", Some("v1")).await;
     wait_for_plugins(&client, Some("v1"), &["worker-1"]).await;
 
@@ -455,14 +429,12 @@ async fn deleting_the_module_removes_its_device_plugins() {
     let module = modules(&client).get(MODULE).await.expect("still held");
     assert!(module.metadata.deletion_timestamp.is_some());
 
-    modules(&client)
-        .patch(
-            MODULE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("release the Module");
+    patch_module(
+        &client,
+        json!({"metadata": {"finalizers": null}}),
+        "release the Module",
+    )
+    .await;
     common::wait_until("the Module gone", || async {
         modules(&client)
             .get_opt(MODULE)

@@ -545,14 +545,12 @@ fn dns_label_part(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::apps::v1::DaemonSetStatus as AppsStatus;
-    use k8s_openapi::api::core::v1::{EnvVar, LocalObjectReference, Toleration};
+    use k8s_openapi::api::core::v1::EnvVar;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     use super::*;
-    use crate::api::module::{
-        KernelMapping, Module, ModuleLoaderContainerSpec, ModuleLoaderSpec, ModuleSpec,
-    };
+    use crate::api::module::Module;
 
     const UID: &str = "4f1c2a9e-0000-4000-8000-000000000001";
 
@@ -562,43 +560,28 @@ mod tests {
 
     /// The reference Module with a device plugin, `version` as given ("" for none).
     fn module(version: &str) -> ModuleFacts {
-        let mut object = Module::new(
-            "my-kmod",
-            ModuleSpec {
-                selector: BTreeMap::from([("role".to_string(), "gpu".to_string())]),
-                tolerations: vec![Toleration {
-                    key: Some("gpu".to_string()),
-                    operator: Some("Exists".to_string()),
-                    ..Toleration::default()
-                }],
-                image_repo_secret: Some(LocalObjectReference {
-                    name: "pull-secret".to_string(),
-                }),
-                module_loader: Some(ModuleLoaderSpec {
-                    service_account_name: "kmm-worker".to_string(),
-                    container: ModuleLoaderContainerSpec {
-                        version: version.to_string(),
-                        kernel_mappings: vec![KernelMapping {
-                            regexp: "^.+$".to_string(),
-                            container_image: "registry.example/my-kmod:v1".to_string(),
-                            ..KernelMapping::default()
-                        }],
-                        ..ModuleLoaderContainerSpec::default()
+        let object: Module = serde_json::from_value(json!({
+            "apiVersion": "kmm.sigs.x-k8s.io/v1beta1", "kind": "Module",
+            "metadata": {"name": "my-kmod", "namespace": "kmm-demo", "uid": UID},
+            "spec": {
+                "selector": {"role": "gpu"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "imageRepoSecret": {"name": "pull-secret"},
+                "moduleLoader": {
+                    "serviceAccountName": "kmm-worker",
+                    "container": {
+                        "version": version,
+                        "modprobe": {"moduleName": "my_kmod"},
+                        "kernelMappings": [{"regexp": "^.+$", "containerImage": "registry.example/my-kmod:v1"}],
                     },
-                }),
-                device_plugin: Some(DevicePluginSpec {
-                    container: DevicePluginContainerSpec {
-                        image: "registry.example/device-plugin:v1".to_string(),
-                        args: vec!["--verbose".to_string()],
-                        ..DevicePluginContainerSpec::default()
-                    },
-                    service_account_name: "kmm-device-plugin".to_string(),
-                    ..DevicePluginSpec::default()
-                }),
+                },
+                "devicePlugin": {
+                    "container": {"image": "registry.example/device-plugin:v1", "args": ["--verbose"]},
+                    "serviceAccountName": "kmm-device-plugin",
+                },
             },
-        );
-        object.metadata.namespace = Some("kmm-demo".to_string());
-        object.metadata.uid = Some(UID.to_string());
+        }))
+        .unwrap();
         ModuleFacts::from_module(&object).unwrap()
     }
 
