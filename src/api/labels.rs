@@ -53,10 +53,14 @@ pub const WORKER_POD_NAME_PREFIX: &str = "kmm-worker-";
 
 // ---- device plugin ----
 
-/// Label on device plugin DaemonSets and their pods.
+/// Label on device plugin DaemonSets and their pods, with [`DEVICE_PLUGIN_ROLE`].
 pub const ROLE_LABEL: &str = "kmm.node.kubernetes.io/role";
 /// Value of [`ROLE_LABEL`] for device plugins.
 pub const DEVICE_PLUGIN_ROLE: &str = "device-plugin";
+/// Name of the kubelet's device-plugin directory volume in device plugin pods.
+pub const KUBELET_DEVICE_PLUGINS_VOLUME: &str = "kubelet-device-plugins";
+/// Host directory where the kubelet expects device plugins' sockets.
+pub const KUBELET_DEVICE_PLUGINS_PATH: &str = "/var/lib/kubelet/device-plugins";
 
 // ---- finalizers ----
 
@@ -83,6 +87,10 @@ pub const RECORD_NODE_LABEL: &str = "capstan.dev/node";
 pub const RECORD_MODULE_LABEL: &str = "capstan.dev/module";
 /// Label on history records: the `GitSync` they belong to.
 pub const RECORD_SYNC_LABEL: &str = "capstan.dev/sync";
+/// Annotation on objects a controller applies: the digest of what it last applied. A
+/// field the controller stops setting leaves the live object a superset of the new
+/// intent; the changed digest is what shows that the object must be applied again.
+pub const APPLIED_DIGEST_ANNOTATION: &str = "capstan.dev/applied-digest";
 
 // ---- LeaderWorkerSet ----
 

@@ -458,10 +458,12 @@ pub struct DaemonSetStatus {
     /// Nodes matching the Module's selector.
     #[serde(default)]
     pub nodes_matching_selector_number: i32,
-    /// Nodes that should run it (module loader: nodes with an NMC entry).
+    /// Nodes that should run it (module loader: nodes with an NMC entry; device plugin: the
+    /// `desiredNumberScheduled` of its DaemonSets).
     #[serde(default)]
     pub desired_number: i32,
-    /// Nodes where it is in place (module loader: NMC status config equals spec config).
+    /// Nodes where it is in place (module loader: NMC status config equals spec config;
+    /// device plugin: the `numberAvailable` of its DaemonSets).
     #[serde(default)]
     pub available_number: i32,
 }

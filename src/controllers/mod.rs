@@ -10,6 +10,8 @@
 //!   the Module's `status.moduleLoader` counts and finalizer.
 //! - [`nmc`]: per node, from the NMC's spec and status, the node and its worker pods, which
 //!   statuses to record, which worker pods to delete and create, and the ready labels.
+//! - [`device_plugin`]: per Module, its device-plugin DaemonSets (one per version during an
+//!   ordered upgrade) and the Module's `status.devicePlugin` counts.
 //! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
 //! - [`node`]: the facts about a node both controllers decide on.
 //!
@@ -23,6 +25,7 @@ use std::sync::Arc;
 
 pub mod caches;
 pub mod context;
+pub mod device_plugin;
 pub mod failures;
 pub mod kernel_mapping;
 pub mod module_nmc;
@@ -153,7 +156,10 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
             ControllerName::Nmc => {
                 tasks.spawn(nmc::reconciler::run(ctx, &caches));
             }
-            ControllerName::DevicePlugin | ControllerName::VersionLabels => {
+            ControllerName::DevicePlugin => {
+                tasks.spawn(device_plugin::reconciler::run(ctx));
+            }
+            ControllerName::VersionLabels => {
                 tracing::warn!(controller = %name, "controller not built yet");
                 drop(ctx);
             }

@@ -1,0 +1,1168 @@
+//! Device plugins: the DaemonSets that run a Module's `spec.devicePlugin` on the nodes where
+//! the module is loaded (seed 002, "Implementation details", flow step 1).
+//!
+//! A Module has one device-plugin DaemonSet, or, during an ordered upgrade, one per version:
+//! the DaemonSet of a version selects the nodes whose
+//! `beta.kmm.node.kubernetes.io/version-device-plugin.<ns>.<name>` label names that version,
+//! so the old and the new device plugin run side by side while the version-label controller
+//! moves nodes over one at a time. [`decide`] takes the Module and the DaemonSets in its
+//! namespace and returns one [`Step`] per DaemonSet:
+//!
+//! | Module | DaemonSet | step |
+//! | --- | --- | --- |
+//! | being deleted | any | delete ([`Why::ModuleDeleted`]) |
+//! | without `devicePlugin` | any | delete ([`Why::NoDevicePlugin`]) |
+//! | with `devicePlugin` | none for the Module's version | apply ([`Why::Missing`]) |
+//! | with `devicePlugin` | the Module's version, differs from the wanted one | apply ([`Why::OutOfDate`]) |
+//! | with `devicePlugin` | the Module's version, as wanted | nothing ([`Why::UpToDate`]) |
+//! | with `devicePlugin` | the Module's version under another name | delete ([`Why::Duplicate`]) |
+//! | with `devicePlugin` | another version, status not caught up or a pod scheduled | nothing ([`Why::OldVersionInUse`]) |
+//! | with `devicePlugin` | another version, observed to schedule nothing | delete ([`Why::OldVersionIdle`]) |
+//! | any | already being deleted | nothing ([`Why::AlreadyDeleting`]) |
+//!
+//! DaemonSets of other Modules, or without the device-plugin role, are not looked at.
+//!
+//! An old version's DaemonSet goes only once its status, observed at its current
+//! generation, shows no node that should run its pod, runs it, or still runs it wrongly
+//! (`desiredNumberScheduled`, `currentNumberScheduled`, `numberMisscheduled` all 0): a node
+//! still running that version's device plugin keeps it. Upstream KMM looks only at
+//! `desiredNumberScheduled`, which drops to 0 while a pod is still terminating.
+//!
+//! The wanted DaemonSet follows upstream's pod template (`internal/controllers/
+//! device_plugin_reconciler.go`): containers `device-plugin` and `device-plugin-init`,
+//! privileged, the kubelet's `/var/lib/kubelet/device-plugins` host directory mounted at the
+//! same path, priority class `system-node-critical`, the Module's tolerations and image pull
+//! secret. Its node selector is the Module's `spec.selector`, plus, when the Module loads a
+//! kernel module, the ready label and the version-device-plugin label of its version.
+//! Upstream uses the Module's selector only for Modules without a module loader; keeping it
+//! for the others stops the device plugin on a node leaving the selector before the module
+//! is unloaded there.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{
+    Container, HostPathVolumeSource, PodSpec, PodTemplateSpec, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::Resource;
+use serde_json::Value;
+use thiserror::Error;
+
+use super::module_nmc::ModuleFacts;
+use super::node::NodeFacts;
+use crate::api::labels::{
+    APPLIED_DIGEST_ANNOTATION, DEVICE_PLUGIN_ROLE, KUBELET_DEVICE_PLUGINS_PATH,
+    KUBELET_DEVICE_PLUGINS_VOLUME, LABEL_NAME_MAX, LabelError, MODULE_NAME_LABEL, ModuleKey,
+    ROLE_LABEL, validate_label_value,
+};
+use crate::api::module::{DaemonSetStatus, DevicePluginContainerSpec, DevicePluginSpec};
+use crate::sync::inventory::{digest, sha256_hex};
+
+pub mod reconciler;
+
+/// What every device-plugin DaemonSet name starts with after the Module's name, as
+/// upstream's `<module>-device-plugin-` generated names do.
+pub const NAME_SUFFIX: &str = "-device-plugin";
+/// Name of the device plugin container.
+pub const CONTAINER_NAME: &str = "device-plugin";
+/// Name of the device plugin's init container.
+pub const INIT_CONTAINER_NAME: &str = "device-plugin-init";
+/// Priority class of device plugin pods, as upstream: evicted last.
+pub const PRIORITY_CLASS: &str = "system-node-critical";
+/// Longest DaemonSet name this controller makes: the length of a DNS label, so that the
+/// name fits wherever Kubernetes copies it into a label value.
+const NAME_MAX: usize = LABEL_NAME_MAX;
+/// Hex digits of the version digest in a name whose version had to be altered or cut.
+const NAME_HASH_BYTES: usize = 4;
+
+/// Why the wanted DaemonSet cannot be made.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum DevicePluginError {
+    /// The Module's version cannot be a label value, so no node selector can name it.
+    #[error("Module {module}: version {version:?} cannot be a node label value: {source}")]
+    InvalidVersion {
+        /// `namespace/name` of the Module.
+        module: String,
+        /// The Module's `spec.moduleLoader.container.version`.
+        version: String,
+        /// Why it is not a label value.
+        source: Box<LabelError>,
+    },
+    /// The Module has no `metadata.uid`, so its DaemonSets cannot name it as their owner.
+    #[error("Module {module} has no metadata.uid; it must be read from the cluster")]
+    MissingUid {
+        /// `namespace/name` of the Module.
+        module: String,
+    },
+}
+
+/// What to do with one DaemonSet, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The DaemonSet's name (in the Module's namespace).
+    pub daemon_set: String,
+    /// The write, if any.
+    pub action: StepAction,
+    /// The row of the decision table that chose it.
+    pub why: Why,
+}
+
+/// The write to one DaemonSet.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepAction {
+    /// Server-side apply this DaemonSet (create or update).
+    Apply(Box<DaemonSet>),
+    /// Delete the DaemonSet, provided it is still the object the decision saw.
+    Delete {
+        /// `metadata.uid` of the DaemonSet decided on.
+        uid: Option<String>,
+        /// `metadata.resourceVersion` of the DaemonSet decided on.
+        resource_version: Option<String>,
+    },
+    /// Leave it as it is.
+    Unchanged,
+}
+
+/// The row of the decision table a step took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The Module is being deleted: its device plugins stop so the module can be unloaded.
+    ModuleDeleted,
+    /// The Module has no `devicePlugin`.
+    NoDevicePlugin,
+    /// No DaemonSet runs the device plugin of the Module's version yet.
+    Missing,
+    /// The DaemonSet of the Module's version differs from the wanted one.
+    OutOfDate,
+    /// The DaemonSet of the Module's version is as wanted.
+    UpToDate,
+    /// Another DaemonSet than the wanted one runs the Module's version.
+    Duplicate,
+    /// A DaemonSet of another version may still have a pod on some node, or its status
+    /// has not caught up with its spec.
+    OldVersionInUse,
+    /// A DaemonSet of another version is observed to schedule no pod anywhere.
+    OldVersionIdle,
+    /// The DaemonSet is already being deleted.
+    AlreadyDeleting,
+}
+
+/// The steps for the Module's device-plugin DaemonSets, given every DaemonSet of its
+/// namespace (`existing`); the apply, if any, comes first.
+///
+/// Fails when a DaemonSet is wanted but cannot be made (see [`daemon_set`]); nothing is
+/// to be written then.
+pub fn decide(
+    module: &ModuleFacts,
+    existing: &[&DaemonSet],
+) -> Result<Vec<Step>, DevicePluginError> {
+    let owned: Vec<&DaemonSet> = existing
+        .iter()
+        .copied()
+        .filter(|ds| belongs_to(&module.key, ds))
+        .collect();
+    let removal = if module.deleting() {
+        Some(Why::ModuleDeleted)
+    } else if module.object.spec.device_plugin.is_none() {
+        Some(Why::NoDevicePlugin)
+    } else {
+        None
+    };
+    if let Some(why) = removal {
+        return Ok(owned
+            .into_iter()
+            .map(|ds| step_for_unwanted(ds, why))
+            .collect());
+    }
+    let version = module.object.version();
+    let wanted = daemon_set(module, version)?;
+    let wanted_name = wanted.metadata.name.clone().unwrap_or_default();
+    let mut steps = Vec::new();
+    let current = owned
+        .iter()
+        .find(|ds| ds.metadata.name.as_deref() == Some(wanted_name.as_str()));
+    steps.push(match current {
+        Some(ds) if ds.metadata.deletion_timestamp.is_some() => {
+            unchanged(&wanted_name, Why::AlreadyDeleting)
+        }
+        Some(ds) if is_applied(&wanted, ds) => unchanged(&wanted_name, Why::UpToDate),
+        Some(_) => apply(wanted, Why::OutOfDate),
+        None => apply(wanted, Why::Missing),
+    });
+    for ds in owned
+        .into_iter()
+        .filter(|ds| ds.metadata.name.as_deref() != Some(wanted_name.as_str()))
+    {
+        let why = if daemon_set_version(&module.key, ds) == version {
+            Why::Duplicate
+        } else if schedules_nothing(ds) {
+            Why::OldVersionIdle
+        } else {
+            Why::OldVersionInUse
+        };
+        steps.push(step_for_unwanted(ds, why));
+    }
+    Ok(steps)
+}
+
+/// `status.devicePlugin` of the Module: `nodesMatchingSelectorNumber` counts the nodes
+/// its selector targets (whatever their state, as `status.moduleLoader` does),
+/// `desiredNumber` and `availableNumber` add up `desiredNumberScheduled` and
+/// `numberAvailable` of its device-plugin DaemonSets (every version). All zero for a
+/// Module without `devicePlugin`.
+///
+/// Upstream KMM reports the targeted nodes as `desiredNumber`; the DaemonSets' own count
+/// is used here, so that it says how many nodes should run the device plugin now (those
+/// where the module is loaded) and `availableNumber` reaches it once they all do.
+pub fn plugin_status<'a>(
+    module: &ModuleFacts,
+    nodes: impl IntoIterator<Item = &'a NodeFacts>,
+    existing: &[&DaemonSet],
+) -> DaemonSetStatus {
+    if module.object.spec.device_plugin.is_none() {
+        return DaemonSetStatus::default();
+    }
+    let targeted = nodes
+        .into_iter()
+        .filter(|node| module.targets(node))
+        .count();
+    let (mut desired, mut available) = (0i64, 0i64);
+    for status in existing
+        .iter()
+        .filter(|ds| belongs_to(&module.key, ds))
+        .filter_map(|ds| ds.status.as_ref())
+    {
+        desired += i64::from(status.desired_number_scheduled);
+        available += i64::from(status.number_available.unwrap_or(0));
+    }
+    let count = |n: i64| i32::try_from(n).unwrap_or(i32::MAX);
+    DaemonSetStatus {
+        nodes_matching_selector_number: count(i64::try_from(targeted).unwrap_or(i64::MAX)),
+        desired_number: count(desired),
+        available_number: count(available),
+    }
+}
+
+/// True when `ds` is a device-plugin DaemonSet of the Module `key`: in its namespace, with
+/// the device-plugin role and the Module's name label.
+pub fn belongs_to(key: &ModuleKey, ds: &DaemonSet) -> bool {
+    let label = |name: &str| {
+        ds.metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(name))
+            .map(String::as_str)
+    };
+    ds.metadata.namespace.as_deref() == Some(key.namespace())
+        && label(ROLE_LABEL) == Some(DEVICE_PLUGIN_ROLE)
+        && label(MODULE_NAME_LABEL) == Some(key.name())
+}
+
+/// The version a device-plugin DaemonSet of `key` runs: its version-device-plugin label,
+/// `None` when it has none (a Module without version).
+pub fn daemon_set_version<'a>(key: &ModuleKey, ds: &'a DaemonSet) -> Option<&'a str> {
+    ds.metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(&key.version_device_plugin_label()))
+        .map(String::as_str)
+}
+
+/// The name of the Module's device-plugin DaemonSet for `version`:
+/// `<module>-device-plugin` without a version, `<module>-device-plugin-<version>` with one.
+///
+/// The name has at most 63 characters and is a valid object name. A version that is not already one
+/// (upper case, `.` or `_`) is lower-cased with every other character made `-`, and the
+/// first 8 hex digits of its SHA-256 are appended, so that versions differing only there get
+/// different names; a version too long for the limit is cut, with the digest appended.
+pub fn daemon_set_name(key: &ModuleKey, version: Option<&str>) -> String {
+    let base = format!("{}{NAME_SUFFIX}", key.name());
+    let Some(version) = version else {
+        return base;
+    };
+    let sanitised = dns_label_part(version);
+    let exact = format!("{base}-{sanitised}");
+    if sanitised == version && exact.len() <= NAME_MAX {
+        return exact;
+    }
+    let hash = sha256_hex(version.as_bytes(), NAME_HASH_BYTES);
+    let mut head = if sanitised.is_empty() { base } else { exact };
+    // Module names are ASCII (a DNS subdomain), and so is the sanitised version.
+    head.truncate(NAME_MAX - hash.len() - 1);
+    let head = head.trim_end_matches(['-', '.']);
+    format!("{head}-{hash}")
+}
+
+/// The labels of the device-plugin DaemonSet of `version`, which are also its selector and
+/// its pods' labels: the device-plugin role, the Module's name and, with a version, the
+/// version-device-plugin label naming it (as upstream labels versioned device plugins).
+pub fn daemon_set_labels(key: &ModuleKey, version: Option<&str>) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        (ROLE_LABEL.to_string(), DEVICE_PLUGIN_ROLE.to_string()),
+        (MODULE_NAME_LABEL.to_string(), key.name().to_string()),
+    ]);
+    if let Some(version) = version {
+        labels.insert(key.version_device_plugin_label(), version.to_string());
+    }
+    labels
+}
+
+/// The wanted device-plugin DaemonSet of the Module for `version`, owned by the Module and
+/// annotated with the digest of its content (see [`APPLIED_DIGEST_ANNOTATION`]).
+///
+/// Fails when the version cannot be a label value or the Module has no uid.
+pub fn daemon_set(
+    module: &ModuleFacts,
+    version: Option<&str>,
+) -> Result<DaemonSet, DevicePluginError> {
+    let key = &module.key;
+    if let Some(version) = version {
+        validate_label_value(version).map_err(|source| DevicePluginError::InvalidVersion {
+            module: key.to_string(),
+            version: version.to_string(),
+            source: Box::new(source),
+        })?;
+    }
+    let mut owner =
+        module
+            .object
+            .controller_owner_ref(&())
+            .ok_or_else(|| DevicePluginError::MissingUid {
+                module: key.to_string(),
+            })?;
+    // As upstream's controller reference: foreground deletion of the Module waits for it.
+    owner.block_owner_deletion = Some(true);
+    let spec = &module.object.spec;
+    let plugin = spec.device_plugin.clone().unwrap_or_default();
+    let labels = daemon_set_labels(key, version);
+    let mut node_selector = spec.selector.clone();
+    if spec.module_loader.is_some() {
+        node_selector.insert(key.ready_label(), String::new());
+        if let Some(version) = version {
+            node_selector.insert(key.version_device_plugin_label(), version.to_string());
+        }
+    }
+    let mut ds = DaemonSet {
+        metadata: ObjectMeta {
+            name: Some(daemon_set_name(key, version)),
+            namespace: Some(key.namespace().to_string()),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec(&plugin, spec, node_selector)),
+            },
+            ..DaemonSetSpec::default()
+        }),
+        status: None,
+    };
+    let content = serde_json::to_value(&ds).unwrap_or(Value::Null);
+    ds.metadata.annotations = Some(BTreeMap::from([(
+        APPLIED_DIGEST_ANNOTATION.to_string(),
+        digest(&content),
+    )]));
+    Ok(ds)
+}
+
+/// The device plugin pod: upstream's template, from `spec.devicePlugin` and the Module.
+fn pod_spec(
+    plugin: &DevicePluginSpec,
+    module: &crate::api::module::ModuleSpec,
+    node_selector: BTreeMap<String, String>,
+) -> PodSpec {
+    let kubelet_mount = VolumeMount {
+        name: KUBELET_DEVICE_PLUGINS_VOLUME.to_string(),
+        mount_path: KUBELET_DEVICE_PLUGINS_PATH.to_string(),
+        ..VolumeMount::default()
+    };
+    let kubelet_volume = Volume {
+        name: KUBELET_DEVICE_PLUGINS_VOLUME.to_string(),
+        host_path: Some(HostPathVolumeSource {
+            path: KUBELET_DEVICE_PLUGINS_PATH.to_string(),
+            type_: Some("Directory".to_string()),
+        }),
+        ..Volume::default()
+    };
+    PodSpec {
+        init_containers: plugin
+            .init_container
+            .as_ref()
+            .map(|init| vec![container(init, INIT_CONTAINER_NAME, None)]),
+        containers: vec![container(
+            &plugin.container,
+            CONTAINER_NAME,
+            Some(kubelet_mount),
+        )],
+        priority_class_name: Some(PRIORITY_CLASS.to_string()),
+        image_pull_secrets: module.image_repo_secret.clone().map(|secret| vec![secret]),
+        node_selector: Some(node_selector),
+        service_account_name: non_empty(&plugin.service_account_name),
+        volumes: Some(
+            std::iter::once(kubelet_volume)
+                .chain(plugin.volumes.iter().cloned())
+                .collect(),
+        ),
+        tolerations: non_empty_list(&module.tolerations),
+        ..PodSpec::default()
+    }
+}
+
+/// A privileged container from the Module's spec, with `preset` mounted after its own
+/// volume mounts.
+fn container(
+    spec: &DevicePluginContainerSpec,
+    name: &str,
+    preset: Option<VolumeMount>,
+) -> Container {
+    let mounts: Vec<VolumeMount> = spec.volume_mounts.iter().cloned().chain(preset).collect();
+    Container {
+        name: name.to_string(),
+        image: Some(spec.image.clone()),
+        command: non_empty_list(&spec.command),
+        args: non_empty_list(&spec.args),
+        env: non_empty_list(&spec.env),
+        image_pull_policy: non_empty(&spec.image_pull_policy),
+        resources: spec.resources.clone(),
+        security_context: Some(SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: non_empty_list(&mounts),
+        ..Container::default()
+    }
+}
+
+/// Unset fields stay out of the applied object, as the Module leaves them out.
+fn non_empty(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+fn non_empty_list<T: Clone>(values: &[T]) -> Option<Vec<T>> {
+    (!values.is_empty()).then(|| values.to_vec())
+}
+
+/// True when applying `wanted` would change nothing in `live`: every field `wanted` sets
+/// has the same value there (the server adds defaults and status of its own), including the
+/// digest annotation, which changes when `wanted` stops setting a field.
+fn is_applied(wanted: &DaemonSet, live: &DaemonSet) -> bool {
+    match (serde_json::to_value(wanted), serde_json::to_value(live)) {
+        (Ok(wanted), Ok(live)) => covers(&live, &wanted),
+        _ => false,
+    }
+}
+
+/// True when `live` holds every field of `wanted` with the same value; lists must have the
+/// same length, their items compared in order.
+fn covers(live: &Value, wanted: &Value) -> bool {
+    match (wanted, live) {
+        (Value::Object(wanted), Value::Object(live)) => wanted
+            .iter()
+            .all(|(field, value)| live.get(field).is_some_and(|have| covers(have, value))),
+        (Value::Array(wanted), Value::Array(live)) => {
+            wanted.len() == live.len()
+                && wanted
+                    .iter()
+                    .zip(live)
+                    .all(|(want, have)| covers(have, want))
+        }
+        _ => wanted == live,
+    }
+}
+
+/// True when the DaemonSet's status, observed at its current generation, shows no node
+/// that should run its pod, runs it, or runs it though it should not.
+fn schedules_nothing(ds: &DaemonSet) -> bool {
+    let generation = ds.metadata.generation.unwrap_or(0);
+    ds.status.as_ref().is_some_and(|status| {
+        status.observed_generation.unwrap_or(0) >= generation
+            && status.desired_number_scheduled == 0
+            && status.current_number_scheduled == 0
+            && status.number_misscheduled == 0
+    })
+}
+
+/// The step for a DaemonSet that must go, unless it is already going.
+fn step_for_unwanted(ds: &DaemonSet, why: Why) -> Step {
+    let name = ds.metadata.name.clone().unwrap_or_default();
+    if ds.metadata.deletion_timestamp.is_some() {
+        return unchanged(&name, Why::AlreadyDeleting);
+    }
+    if why == Why::OldVersionInUse {
+        return unchanged(&name, why);
+    }
+    Step {
+        daemon_set: name,
+        action: StepAction::Delete {
+            uid: ds.metadata.uid.clone(),
+            resource_version: ds.metadata.resource_version.clone(),
+        },
+        why,
+    }
+}
+
+fn unchanged(name: &str, why: Why) -> Step {
+    Step {
+        daemon_set: name.to_string(),
+        action: StepAction::Unchanged,
+        why,
+    }
+}
+
+fn apply(ds: DaemonSet, why: Why) -> Step {
+    Step {
+        daemon_set: ds.metadata.name.clone().unwrap_or_default(),
+        action: StepAction::Apply(Box::new(ds)),
+        why,
+    }
+}
+
+/// Lower case, every character but letters and digits made `-`, runs of `-` made one,
+/// none at either end.
+fn dns_label_part(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::DaemonSetStatus as AppsStatus;
+    use k8s_openapi::api::core::v1::EnvVar;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::module::Module;
+
+    const UID: &str = "4f1c2a9e-0000-4000-8000-000000000001";
+
+    fn key() -> ModuleKey {
+        ModuleKey::new("kmm-demo", "my-kmod").unwrap()
+    }
+
+    /// The reference Module with a device plugin, `version` as given ("" for none).
+    fn module(version: &str) -> ModuleFacts {
+        let object: Module = serde_json::from_value(json!({
+            "apiVersion": "kmm.sigs.x-k8s.io/v1beta1", "kind": "Module",
+            "metadata": {"name": "my-kmod", "namespace": "kmm-demo", "uid": UID},
+            "spec": {
+                "selector": {"role": "gpu"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "imageRepoSecret": {"name": "pull-secret"},
+                "moduleLoader": {
+                    "serviceAccountName": "kmm-worker",
+                    "container": {
+                        "version": version,
+                        "modprobe": {"moduleName": "my_kmod"},
+                        "kernelMappings": [{"regexp": "^.+$", "containerImage": "registry.example/my-kmod:v1"}],
+                    },
+                },
+                "devicePlugin": {
+                    "container": {"image": "registry.example/device-plugin:v1", "args": ["--verbose"]},
+                    "serviceAccountName": "kmm-device-plugin",
+                },
+            },
+        }))
+        .unwrap();
+        ModuleFacts::from_module(&object).unwrap()
+    }
+
+    fn with_image(mut module: ModuleFacts, image: &str) -> ModuleFacts {
+        if let Some(plugin) = module.object.spec.device_plugin.as_mut() {
+            plugin.container.image = image.to_string();
+        }
+        module
+    }
+
+    /// The DaemonSet `module` wants, as the API server returns it: with defaults, a
+    /// uid, a resourceVersion, a generation and a status (`counts` as desired, current,
+    /// misscheduled, available; observed at its generation).
+    fn live(module: &ModuleFacts, counts: (i32, i32, i32, i32)) -> DaemonSet {
+        let wanted = daemon_set(module, module.object.version()).unwrap();
+        let mut value = serde_json::to_value(&wanted).unwrap();
+        value["metadata"]["uid"] = json!(format!("uid-{}", wanted.metadata.name.unwrap()));
+        value["metadata"]["resourceVersion"] = json!("42");
+        value["metadata"]["generation"] = json!(1);
+        value["metadata"]["annotations"]["deprecated.daemonset.template.generation"] = json!("1");
+        value["spec"]["revisionHistoryLimit"] = json!(10);
+        let pod = &mut value["spec"]["template"]["spec"];
+        pod["dnsPolicy"] = json!("ClusterFirst");
+        pod["restartPolicy"] = json!("Always");
+        pod["securityContext"] = json!({});
+        pod["containers"][0]["terminationMessagePath"] = json!("/dev/termination-log");
+        pod["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
+        pod["containers"][0]["resources"] = json!({});
+        let mut ds: DaemonSet = serde_json::from_value(value).unwrap();
+        ds.status = Some(status(counts, 1));
+        ds
+    }
+
+    fn status(counts: (i32, i32, i32, i32), observed: i64) -> AppsStatus {
+        let (desired, current, misscheduled, available) = counts;
+        AppsStatus {
+            desired_number_scheduled: desired,
+            current_number_scheduled: current,
+            number_misscheduled: misscheduled,
+            number_ready: available,
+            number_available: Some(available),
+            observed_generation: Some(observed),
+            ..AppsStatus::default()
+        }
+    }
+
+    /// A live DaemonSet of `version` for the reference Module (the wanted one of a Module
+    /// of that version), renamed to `name` when given.
+    fn of_version(version: &str, counts: (i32, i32, i32, i32), name: Option<&str>) -> DaemonSet {
+        let mut ds = live(&module(version), counts);
+        if let Some(name) = name {
+            ds.metadata.name = Some(name.to_string());
+        }
+        ds
+    }
+
+    fn deleting(mut module: ModuleFacts) -> ModuleFacts {
+        module.object.metadata.deletion_timestamp =
+            Some(Time("2026-03-01T10:00:00Z".parse().unwrap()));
+        module
+    }
+
+    fn being_deleted(mut ds: DaemonSet) -> DaemonSet {
+        ds.metadata.deletion_timestamp = Some(Time("2026-03-01T10:00:00Z".parse().unwrap()));
+        ds
+    }
+
+    /// `(DaemonSet, "apply" | "delete" | "unchanged", why)` for each step.
+    fn summary(steps: Vec<Step>) -> Vec<(String, &'static str, Why)> {
+        steps
+            .into_iter()
+            .map(|step| {
+                let action = match step.action {
+                    StepAction::Apply(_) => "apply",
+                    StepAction::Delete { .. } => "delete",
+                    StepAction::Unchanged => "unchanged",
+                };
+                (step.daemon_set, action, step.why)
+            })
+            .collect()
+    }
+
+    struct Row {
+        name: &'static str,
+        module: ModuleFacts,
+        existing: Vec<DaemonSet>,
+        want: Vec<(&'static str, &'static str, Why)>,
+    }
+
+    #[test]
+    fn device_plugin_decision_table() {
+        const V1: &str = "my-kmod-device-plugin-v1";
+        const V2: &str = "my-kmod-device-plugin-v2";
+        let v1 = module("v1");
+        let v2 = module("v2");
+        let mut without_plugin = module("v1");
+        without_plugin.object.spec.device_plugin = None;
+        let mut with_env = v1.clone();
+        if let Some(plugin) = with_env.object.spec.device_plugin.as_mut() {
+            plugin.container.env = vec![EnvVar {
+                name: "DEBUG".to_string(),
+                value: Some("1".to_string()),
+                ..EnvVar::default()
+            }];
+        }
+        let env_removed = live(&with_env, (2, 2, 0, 2));
+        let mut drifted = live(&v1, (2, 2, 0, 2));
+        if let Some(spec) = drifted.spec.as_mut() {
+            spec.template.spec.as_mut().unwrap().containers[0].image =
+                Some("registry.example/device-plugin:hotfix".to_string());
+        }
+        let mut not_observed = of_version("v1", (0, 0, 0, 0), None);
+        not_observed.metadata.generation = Some(2);
+        let mut no_status = of_version("v1", (0, 0, 0, 0), None);
+        no_status.status = None;
+        let mut other_module = live(&v1, (0, 0, 0, 0));
+        other_module.metadata.name = Some("other-device-plugin-v1".to_string());
+        other_module
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(MODULE_NAME_LABEL.to_string(), "other".to_string());
+        let mut other_namespace = of_version("v1", (0, 0, 0, 0), None);
+        other_namespace.metadata.namespace = Some("elsewhere".to_string());
+        let mut without_role = of_version("v1", (0, 0, 0, 0), Some("my-kmod-loader"));
+        without_role
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(ROLE_LABEL);
+        let rows = [
+            Row {
+                name: "seed 002: no DaemonSet for the Module's version -> created",
+                module: v1.clone(),
+                existing: vec![],
+                want: vec![(V1, "apply", Why::Missing)],
+            },
+            Row {
+                name: "unversioned Module -> one DaemonSet without version",
+                module: module(""),
+                existing: vec![],
+                want: vec![("my-kmod-device-plugin", "apply", Why::Missing)],
+            },
+            Row {
+                name: "DaemonSet as wanted, with the server's defaults and status -> no write",
+                module: v1.clone(),
+                existing: vec![live(&v1, (2, 2, 0, 2))],
+                want: vec![(V1, "unchanged", Why::UpToDate)],
+            },
+            Row {
+                name: "device plugin image changed -> applied again",
+                module: with_image(v1.clone(), "registry.example/device-plugin:v1.1"),
+                existing: vec![live(&v1, (2, 2, 0, 2))],
+                want: vec![(V1, "apply", Why::OutOfDate)],
+            },
+            Row {
+                name: "a field the Module no longer sets -> applied again (digest differs)",
+                module: v1.clone(),
+                existing: vec![env_removed],
+                want: vec![(V1, "apply", Why::OutOfDate)],
+            },
+            Row {
+                name: "a field changed by hand -> applied again",
+                module: v1.clone(),
+                existing: vec![drifted],
+                want: vec![(V1, "apply", Why::OutOfDate)],
+            },
+            Row {
+                name: "seed 002: v1 -> v2, v1 still runs on a node -> v2 created, v1 kept",
+                module: v2.clone(),
+                existing: vec![of_version("v1", (1, 1, 0, 1), None)],
+                want: vec![
+                    (V2, "apply", Why::Missing),
+                    (V1, "unchanged", Why::OldVersionInUse),
+                ],
+            },
+            Row {
+                name: "old version with a pod on a node it no longer selects -> kept",
+                module: v2.clone(),
+                existing: vec![
+                    live(&v2, (2, 2, 0, 2)),
+                    of_version("v1", (0, 0, 1, 0), None),
+                ],
+                want: vec![
+                    (V2, "unchanged", Why::UpToDate),
+                    (V1, "unchanged", Why::OldVersionInUse),
+                ],
+            },
+            Row {
+                name: "old version counted current but not desired -> kept",
+                module: v2.clone(),
+                existing: vec![
+                    live(&v2, (2, 2, 0, 2)),
+                    of_version("v1", (0, 1, 0, 0), None),
+                ],
+                want: vec![
+                    (V2, "unchanged", Why::UpToDate),
+                    (V1, "unchanged", Why::OldVersionInUse),
+                ],
+            },
+            Row {
+                name: "old version whose status is behind its generation -> kept",
+                module: v2.clone(),
+                existing: vec![live(&v2, (2, 2, 0, 2)), not_observed],
+                want: vec![
+                    (V2, "unchanged", Why::UpToDate),
+                    (V1, "unchanged", Why::OldVersionInUse),
+                ],
+            },
+            Row {
+                name: "old version without status -> kept",
+                module: v2.clone(),
+                existing: vec![live(&v2, (2, 2, 0, 2)), no_status],
+                want: vec![
+                    (V2, "unchanged", Why::UpToDate),
+                    (V1, "unchanged", Why::OldVersionInUse),
+                ],
+            },
+            Row {
+                name: "seed 002: every node moved to v2, v1 schedules nothing -> v1 deleted",
+                module: v2.clone(),
+                existing: vec![
+                    live(&v2, (3, 3, 0, 3)),
+                    of_version("v1", (0, 0, 0, 0), None),
+                ],
+                want: vec![
+                    (V2, "unchanged", Why::UpToDate),
+                    (V1, "delete", Why::OldVersionIdle),
+                ],
+            },
+            Row {
+                name: "old version already being deleted -> left to finish",
+                module: v2.clone(),
+                existing: vec![
+                    live(&v2, (3, 3, 0, 3)),
+                    being_deleted(of_version("v1", (0, 0, 0, 0), None)),
+                ],
+                want: vec![
+                    (V2, "unchanged", Why::UpToDate),
+                    (V1, "unchanged", Why::AlreadyDeleting),
+                ],
+            },
+            Row {
+                name: "the Module's version under another name -> deleted once ours exists",
+                module: v1.clone(),
+                existing: vec![of_version(
+                    "v1",
+                    (2, 2, 0, 2),
+                    Some("my-kmod-device-plugin-x7k2p"),
+                )],
+                want: vec![
+                    (V1, "apply", Why::Missing),
+                    ("my-kmod-device-plugin-x7k2p", "delete", Why::Duplicate),
+                ],
+            },
+            Row {
+                name: "wanted DaemonSet being deleted -> waited for, made again once gone",
+                module: v1.clone(),
+                existing: vec![being_deleted(live(&v1, (2, 2, 0, 2)))],
+                want: vec![(V1, "unchanged", Why::AlreadyDeleting)],
+            },
+            Row {
+                name: "upstream: Module deleted -> every device plugin deleted at once",
+                module: deleting(v2.clone()),
+                existing: vec![
+                    live(&v2, (3, 3, 0, 3)),
+                    of_version("v1", (1, 1, 0, 1), None),
+                ],
+                want: vec![
+                    (V2, "delete", Why::ModuleDeleted),
+                    (V1, "delete", Why::ModuleDeleted),
+                ],
+            },
+            Row {
+                name: "Module deleted, DaemonSet already going -> left to finish",
+                module: deleting(v1.clone()),
+                existing: vec![being_deleted(live(&v1, (0, 0, 0, 0)))],
+                want: vec![(V1, "unchanged", Why::AlreadyDeleting)],
+            },
+            Row {
+                name: "Module deleted, no DaemonSet -> nothing",
+                module: deleting(v1.clone()),
+                existing: vec![],
+                want: vec![],
+            },
+            Row {
+                name: "devicePlugin removed from the Module -> its DaemonSets deleted",
+                module: without_plugin.clone(),
+                existing: vec![live(&v1, (2, 2, 0, 2))],
+                want: vec![(V1, "delete", Why::NoDevicePlugin)],
+            },
+            Row {
+                name: "no devicePlugin, no DaemonSet -> nothing",
+                module: without_plugin,
+                existing: vec![],
+                want: vec![],
+            },
+            Row {
+                name: "other Modules' and other roles' DaemonSets -> not looked at",
+                module: deleting(v1.clone()),
+                existing: vec![other_module, other_namespace, without_role],
+                want: vec![],
+            },
+        ];
+        for row in rows {
+            let existing: Vec<&DaemonSet> = row.existing.iter().collect();
+            let got = summary(decide(&row.module, &existing).unwrap());
+            let want: Vec<(String, &str, Why)> = row
+                .want
+                .into_iter()
+                .map(|(name, action, why)| (name.to_string(), action, why))
+                .collect();
+            assert_eq!(got, want, "{}", row.name);
+        }
+    }
+
+    #[test]
+    fn deletes_are_conditional_on_the_object_decided_on() {
+        let v1 = of_version("v1", (0, 0, 0, 0), None);
+        let steps = decide(&module("v2"), &[&v1]).unwrap();
+        assert_eq!(
+            steps[1].action,
+            StepAction::Delete {
+                uid: Some("uid-my-kmod-device-plugin-v1".to_string()),
+                resource_version: Some("42".to_string()),
+            }
+        );
+    }
+
+    #[test]
+    fn the_wanted_daemon_set_follows_upstreams_template() {
+        let module = module("v1");
+        let ds = serde_json::to_value(daemon_set(&module, Some("v1")).unwrap()).unwrap();
+        let labels = json!({
+            "kmm.node.kubernetes.io/role": "device-plugin",
+            "kmm.node.kubernetes.io/module.name": "my-kmod",
+            "beta.kmm.node.kubernetes.io/version-device-plugin.kmm-demo.my-kmod": "v1",
+        });
+        let digest = ds["metadata"]["annotations"][APPLIED_DIGEST_ANNOTATION].clone();
+        assert_eq!(digest.as_str().map(str::len), Some(16));
+        assert_eq!(
+            ds,
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {
+                    "name": "my-kmod-device-plugin-v1",
+                    "namespace": "kmm-demo",
+                    "labels": labels,
+                    "annotations": {APPLIED_DIGEST_ANNOTATION: digest},
+                    "ownerReferences": [{
+                        "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
+                        "kind": "Module",
+                        "name": "my-kmod",
+                        "uid": UID,
+                        "controller": true,
+                        "blockOwnerDeletion": true,
+                    }],
+                },
+                "spec": {
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "containers": [{
+                                "name": "device-plugin",
+                                "image": "registry.example/device-plugin:v1",
+                                "args": ["--verbose"],
+                                "securityContext": {"privileged": true},
+                                "volumeMounts": [{
+                                    "name": "kubelet-device-plugins",
+                                    "mountPath": "/var/lib/kubelet/device-plugins",
+                                }],
+                            }],
+                            "imagePullSecrets": [{"name": "pull-secret"}],
+                            "nodeSelector": {
+                                "role": "gpu",
+                                "kmm.node.kubernetes.io/kmm-demo.my-kmod.ready": "",
+                                "beta.kmm.node.kubernetes.io/version-device-plugin.kmm-demo.my-kmod": "v1",
+                            },
+                            "priorityClassName": "system-node-critical",
+                            "serviceAccountName": "kmm-device-plugin",
+                            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                            "volumes": [{
+                                "name": "kubelet-device-plugins",
+                                "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
+                            }],
+                        },
+                    },
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn the_modules_containers_volumes_and_mounts_come_first() {
+        let mut module = module("");
+        let plugin = module.object.spec.device_plugin.as_mut().unwrap();
+        plugin.container.volume_mounts = vec![VolumeMount {
+            name: "config".to_string(),
+            mount_path: "/etc/plugin".to_string(),
+            ..VolumeMount::default()
+        }];
+        plugin.container.env = vec![EnvVar {
+            name: "DEBUG".to_string(),
+            value: Some("1".to_string()),
+            ..EnvVar::default()
+        }];
+        plugin.volumes = vec![Volume {
+            name: "config".to_string(),
+            ..Volume::default()
+        }];
+        plugin.init_container = Some(DevicePluginContainerSpec {
+            image: "registry.example/init:v1".to_string(),
+            command: vec!["/init".to_string()],
+            ..DevicePluginContainerSpec::default()
+        });
+        let ds = serde_json::to_value(daemon_set(&module, None).unwrap()).unwrap();
+        let pod = &ds["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["initContainers"],
+            json!([{
+                "name": "device-plugin-init",
+                "image": "registry.example/init:v1",
+                "command": ["/init"],
+                "securityContext": {"privileged": true},
+            }])
+        );
+        assert_eq!(
+            pod["containers"][0]["env"],
+            json!([{"name": "DEBUG", "value": "1"}])
+        );
+        let names = |list: &Value| -> Vec<String> {
+            list.as_array()
+                .unwrap()
+                .iter()
+                .map(|item| item["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            names(&pod["containers"][0]["volumeMounts"]),
+            ["config", "kubelet-device-plugins"]
+        );
+        assert_eq!(names(&pod["volumes"]), ["kubelet-device-plugins", "config"]);
+        // Unversioned: no version label anywhere, the ready label still selects.
+        assert_eq!(ds["metadata"]["name"], "my-kmod-device-plugin");
+        assert_eq!(
+            pod["nodeSelector"],
+            json!({"role": "gpu", "kmm.node.kubernetes.io/kmm-demo.my-kmod.ready": ""})
+        );
+        assert_eq!(
+            ds["spec"]["selector"]["matchLabels"],
+            json!({"kmm.node.kubernetes.io/role": "device-plugin", "kmm.node.kubernetes.io/module.name": "my-kmod"})
+        );
+    }
+
+    #[test]
+    fn without_a_module_loader_the_selector_alone_places_the_device_plugin() {
+        let mut module = module("");
+        module.object.spec.module_loader = None;
+        let ds = daemon_set(&module, None).unwrap();
+        let selector = ds.spec.unwrap().template.spec.unwrap().node_selector;
+        assert_eq!(
+            selector,
+            Some(BTreeMap::from([("role".to_string(), "gpu".to_string())]))
+        );
+    }
+
+    #[test]
+    fn a_daemon_set_cannot_be_made_for_a_bad_version_or_a_module_without_uid() {
+        let err = decide(&module("v1+build"), &[]).unwrap_err();
+        assert!(
+            matches!(err, DevicePluginError::InvalidVersion { ref version, .. } if version == "v1+build"),
+            "{err}"
+        );
+        let mut unsaved = module("v1");
+        unsaved.object.metadata.uid = None;
+        let err = decide(&unsaved, &[]).unwrap_err();
+        assert_eq!(
+            err,
+            DevicePluginError::MissingUid {
+                module: "kmm-demo/my-kmod".to_string()
+            }
+        );
+    }
+
+    #[test]
+    fn daemon_set_names() {
+        let hash = |version: &str| sha256_hex(version.as_bytes(), NAME_HASH_BYTES);
+        let long = format!("v{}", "1".repeat(60));
+        let cases = [
+            (None, "my-kmod-device-plugin".to_string()),
+            (Some("v1"), "my-kmod-device-plugin-v1".to_string()),
+            (Some("2"), "my-kmod-device-plugin-2".to_string()),
+            (
+                Some("V1"),
+                format!("my-kmod-device-plugin-v1-{}", hash("V1")),
+            ),
+            (
+                Some("1.2.3_rc1"),
+                format!("my-kmod-device-plugin-1-2-3-rc1-{}", hash("1.2.3_rc1")),
+            ),
+            (
+                Some(long.as_str()),
+                format!(
+                    "my-kmod-device-plugin-{}-{}",
+                    &long[..(63 - 22 - 9)],
+                    hash(&long)
+                ),
+            ),
+        ];
+        for (version, want) in cases {
+            let got = daemon_set_name(&key(), version);
+            assert_eq!(got, want, "{version:?}");
+        }
+        // Versions that sanitise alike still get different names.
+        assert_ne!(
+            daemon_set_name(&key(), Some("v1.0")),
+            daemon_set_name(&key(), Some("v1_0"))
+        );
+        // The longest Module name and version still give a DNS-label-sized name.
+        let longest = ModuleKey::new("k", "m".repeat(39)).unwrap();
+        for version in [None, Some("v1"), Some("V.1"), Some(long.as_str())] {
+            let name = daemon_set_name(&longest, version);
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{name}"
+            );
+            assert!(!name.ends_with('-') && !name.starts_with('-'), "{name}");
+        }
+    }
+
+    #[test]
+    fn device_plugin_status_counts() {
+        let node = |labels: &[(&str, &str)]| NodeFacts {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..NodeFacts::default()
+        };
+        let nodes = [
+            node(&[("role", "gpu")]),
+            NodeFacts {
+                ready: false,
+                ..node(&[("role", "gpu")])
+            },
+            node(&[("role", "gpu")]),
+            node(&[("role", "cpu")]),
+        ];
+        let v2 = module("v2");
+        let mut other_module = live(&v2, (5, 5, 0, 5));
+        other_module
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(MODULE_NAME_LABEL.to_string(), "other".to_string());
+        let existing = [
+            live(&v2, (2, 2, 0, 1)),
+            of_version("v1", (1, 1, 0, 1), None),
+            other_module,
+        ];
+        let existing: Vec<&DaemonSet> = existing.iter().collect();
+        assert_eq!(
+            plugin_status(&v2, &nodes, &existing),
+            DaemonSetStatus {
+                nodes_matching_selector_number: 3,
+                desired_number: 3,
+                available_number: 2,
+            }
+        );
+        let mut without_plugin = v2;
+        without_plugin.object.spec.device_plugin = None;
+        assert_eq!(
+            plugin_status(&without_plugin, &nodes, &existing),
+            DaemonSetStatus::default()
+        );
+    }
+}

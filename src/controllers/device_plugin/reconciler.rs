@@ -1,0 +1,399 @@
+//! The device-plugin controller's reconciler: per Module, reads its DaemonSets and the nodes
+//! from watcher caches, calls [`decide`](super::decide) and [`plugin_status`](super::plugin_status),
+//! and writes what they return:
+//!
+//! 1. the wanted DaemonSet, by server-side apply (field manager
+//!    [`managers::DEVICE_PLUGIN`], forced), only when it differs from the live one;
+//! 2. the DaemonSets to delete, each with its uid and resourceVersion as preconditions, so
+//!    one that changed since the decision (an old version that scheduled a pod again) stays;
+//! 3. `status.devicePlugin`, by a JSON merge patch of the status subresource that touches
+//!    nothing else, only when the counts changed.
+//!
+//! A Module is reconciled when it changes, when one of its DaemonSets changes (they carry a
+//! controller owner reference to it), when any node's labels change (the targeted count),
+//! and every ten minutes. A steady state makes no write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use thiserror::Error;
+
+use super::{Step, StepAction, Why, decide, plugin_status};
+use crate::api::labels::{DEVICE_PLUGIN_ROLE, ROLE_LABEL};
+use crate::api::module::Module;
+use crate::controllers::context::{Context, managers};
+use crate::controllers::module_nmc::ModuleFacts;
+use crate::controllers::node::NodeFacts;
+
+/// How often a Module is reconciled without any change.
+const RESYNC: Duration = Duration::from_secs(600);
+/// First retry after a failed reconcile; doubled on every further failure.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between retries.
+const RETRY_MAX: Duration = Duration::from_secs(300);
+/// Wait before reconciling again after a delete precondition failed: the DaemonSet changed
+/// and its watch event is on its way.
+const AFTER_CONFLICT: Duration = Duration::from_secs(1);
+
+/// A failed write; the Module is reconciled again with backoff.
+#[derive(Debug, Error)]
+pub enum ReconcileError {
+    /// Server-side apply of a DaemonSet failed.
+    #[error("applying DaemonSet {namespace}/{name}: {source}")]
+    Apply {
+        /// Namespace of the DaemonSet.
+        namespace: String,
+        /// Name of the DaemonSet.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a DaemonSet failed.
+    #[error("deleting DaemonSet {namespace}/{name}: {source}")]
+    Delete {
+        /// Namespace of the DaemonSet.
+        namespace: String,
+        /// Name of the DaemonSet.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing `status.devicePlugin` failed.
+    #[error("writing status.devicePlugin of Module {module}: {source}")]
+    Status {
+        /// `namespace/name` of the Module.
+        module: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What the reconciles share: the controllers' context, the caches, and the failure counts
+/// the retry backoff grows with.
+struct State {
+    ctx: Arc<Context>,
+    nodes: Store<Node>,
+    daemon_sets: Store<DaemonSet>,
+    failures: Mutex<HashMap<ObjectRef<Module>, u32>>,
+}
+
+impl State {
+    /// The wait before the next retry of `module`, counting this failure.
+    fn next_retry(&self, module: &ObjectRef<Module>) -> Duration {
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = failures.entry(module.clone()).or_insert(0);
+        let wait = RETRY_FIRST.saturating_mul(2u32.saturating_pow(*count));
+        *count = count.saturating_add(1);
+        wait.min(RETRY_MAX)
+    }
+
+    fn forget_failures(&self, module: &ObjectRef<Module>) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(module);
+    }
+}
+
+/// Runs the device-plugin controller until `ctx.shutdown` is cancelled; reconciles in
+/// flight finish first.
+pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let (nodes, node_writer) = reflector::store();
+    let (daemon_sets, daemon_set_writer) = reflector::store();
+    let device_plugins =
+        watcher::Config::default().labels(&format!("{ROLE_LABEL}={DEVICE_PLUGIN_ROLE}"));
+    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(node_writer);
+    let daemon_set_events = watcher(
+        Api::<DaemonSet>::all(client.clone()),
+        device_plugins.clone(),
+    )
+    .default_backoff()
+    .reflect(daemon_set_writer);
+    let (labels_changed, on_labels_changed) = mpsc::unbounded();
+    let state = Arc::new(State {
+        ctx: ctx.clone(),
+        nodes: nodes.clone(),
+        daemon_sets: daemon_sets.clone(),
+        failures: Mutex::new(HashMap::new()),
+    });
+    let shutdown = ctx.shutdown.clone();
+    let controller = async move {
+        // Decisions on half-filled caches would delete and recount wrongly.
+        if nodes.wait_until_ready().await.is_err()
+            || daemon_sets.wait_until_ready().await.is_err()
+            || shutdown.is_cancelled()
+        {
+            return;
+        }
+        tracing::info!("device-plugin controller started");
+        Controller::new(
+            Api::<Module>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns(Api::<DaemonSet>::all(client), device_plugins)
+        .reconcile_all_on(on_labels_changed)
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(%err, "device-plugin reconcile did not complete");
+            }
+        })
+        .await;
+    };
+    tokio::join!(
+        follow_node_labels(node_events, labels_changed, &ctx),
+        drain(daemon_set_events, &ctx),
+        controller,
+    );
+    tracing::info!("device-plugin controller stopped");
+}
+
+/// Keeps the node cache filled and sends a signal whenever a node's labels change, a node
+/// goes, or the node list is read again; stops on shutdown.
+async fn follow_node_labels(
+    events: impl Stream<Item = watcher::Result<watcher::Event<Node>>>,
+    labels_changed: mpsc::UnboundedSender<()>,
+    ctx: &Context,
+) {
+    let mut known: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+    let mut events = std::pin::pin!(events.take_until(ctx.shutdown.cancelled()));
+    while let Some(event) = events.next().await {
+        let changed = match event {
+            Ok(watcher::Event::Apply(node)) => {
+                let labels = node.labels().clone();
+                known.insert(node.name_any(), labels.clone()) != Some(labels)
+            }
+            Ok(watcher::Event::InitApply(node)) => {
+                known.insert(node.name_any(), node.labels().clone());
+                false
+            }
+            Ok(watcher::Event::Delete(node)) => {
+                known.remove(&node.name_any());
+                true
+            }
+            Ok(watcher::Event::Init) => {
+                known.clear();
+                false
+            }
+            Ok(watcher::Event::InitDone) => true,
+            Err(err) => {
+                tracing::warn!(%err, "watching nodes");
+                false
+            }
+        };
+        if changed {
+            // Fails only once the controller has stopped listening.
+            let _ = labels_changed.unbounded_send(());
+        }
+    }
+}
+
+/// Keeps a cache filled until shutdown.
+async fn drain<K>(events: impl Stream<Item = watcher::Result<watcher::Event<K>>>, ctx: &Context) {
+    let mut events = std::pin::pin!(events.take_until(ctx.shutdown.cancelled()));
+    while let Some(event) = events.next().await {
+        if let Err(err) = event {
+            tracing::warn!(%err, "watching device-plugin DaemonSets");
+        }
+    }
+}
+
+async fn reconcile(module: Arc<Module>, state: Arc<State>) -> Result<Action, ReconcileError> {
+    let result = reconcile_module(&module, &state).await;
+    if result.is_ok() {
+        state.forget_failures(&ObjectRef::from_obj(module.as_ref()));
+    }
+    result
+}
+
+fn error_policy(module: Arc<Module>, err: &ReconcileError, state: Arc<State>) -> Action {
+    let wait = state.next_retry(&ObjectRef::from_obj(module.as_ref()));
+    tracing::warn!(%err, retry_in = ?wait, "device-plugin reconcile failed");
+    Action::requeue(wait)
+}
+
+async fn reconcile_module(module: &Module, state: &State) -> Result<Action, ReconcileError> {
+    let ctx = &state.ctx;
+    let reference = module.object_ref(&());
+    let facts = match ModuleFacts::from_module(module) {
+        Ok(facts) => facts,
+        Err(err) => {
+            ctx.event(
+                &reference,
+                true,
+                "InvalidModule",
+                "DevicePlugin",
+                err.to_string(),
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+    let namespace = facts.key.namespace().to_string();
+    let cached: Vec<Arc<DaemonSet>> = state
+        .daemon_sets
+        .state()
+        .into_iter()
+        .filter(|ds| ds.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .collect();
+    let existing: Vec<&DaemonSet> = cached.iter().map(Arc::as_ref).collect();
+    let steps = match decide(&facts, &existing) {
+        Ok(steps) => steps,
+        Err(err) => {
+            ctx.event(
+                &reference,
+                true,
+                "DevicePluginInvalid",
+                "DevicePlugin",
+                err.to_string(),
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+    let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    for step in steps {
+        if !write_step(&api, &namespace, &step).await? {
+            return Ok(Action::requeue(AFTER_CONFLICT));
+        }
+        if let Some((reason, note)) = event_of(&step) {
+            ctx.event(&reference, false, reason, "DevicePlugin", note)
+                .await;
+        }
+    }
+    if facts.deleting() {
+        return Ok(Action::await_change());
+    }
+    let nodes: Vec<NodeFacts> = state
+        .nodes
+        .state()
+        .iter()
+        .map(|node| NodeFacts::from_node(node))
+        .collect();
+    let status = plugin_status(&facts, &nodes, &existing);
+    let current = module
+        .status
+        .as_ref()
+        .map(|status| status.device_plugin.clone())
+        .unwrap_or_default();
+    if status != current {
+        let modules: Api<Module> = Api::namespaced(ctx.client.clone(), &namespace);
+        let params = PatchParams {
+            field_manager: Some(managers::DEVICE_PLUGIN.to_string()),
+            ..PatchParams::default()
+        };
+        modules
+            .patch_status(
+                facts.key.name(),
+                &params,
+                &Patch::Merge(json!({"status": {"devicePlugin": status}})),
+            )
+            .await
+            .map_err(|source| ReconcileError::Status {
+                module: facts.key.to_string(),
+                source,
+            })?;
+        tracing::debug!(module = %facts.key, ?status, "wrote status.devicePlugin");
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Makes one step's write. Returns false when a delete precondition failed: the DaemonSet
+/// changed since the decision, which is then to be made again.
+async fn write_step(
+    api: &Api<DaemonSet>,
+    namespace: &str,
+    step: &Step,
+) -> Result<bool, ReconcileError> {
+    let name = step.daemon_set.as_str();
+    match &step.action {
+        StepAction::Unchanged => {}
+        StepAction::Apply(ds) => {
+            let params = PatchParams::apply(managers::DEVICE_PLUGIN).force();
+            api.patch(name, &params, &Patch::Apply(ds.as_ref()))
+                .await
+                .map_err(|source| ReconcileError::Apply {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    source,
+                })?;
+            tracing::info!(%namespace, daemon_set = %name, why = ?step.why, "applied device-plugin DaemonSet");
+        }
+        StepAction::Delete {
+            uid,
+            resource_version,
+        } => {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: uid.clone(),
+                    resource_version: resource_version.clone(),
+                }),
+                ..DeleteParams::background()
+            };
+            match api.delete(name, &params).await {
+                Ok(_) => {
+                    tracing::info!(%namespace, daemon_set = %name, why = ?step.why, "deleted device-plugin DaemonSet");
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => return Ok(false),
+                Err(source) => {
+                    return Err(ReconcileError::Delete {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The Event a step is worth on the Module: creations and deletions, not updates.
+fn event_of(step: &Step) -> Option<(&'static str, String)> {
+    let name = &step.daemon_set;
+    match (&step.action, step.why) {
+        (StepAction::Apply(_), Why::Missing) => Some((
+            "DevicePluginCreated",
+            format!("created device-plugin DaemonSet {name}"),
+        )),
+        (StepAction::Delete { .. }, Why::OldVersionIdle) => Some((
+            "DevicePluginDeleted",
+            format!("deleted device-plugin DaemonSet {name}: its version runs on no node"),
+        )),
+        (StepAction::Delete { .. }, Why::ModuleDeleted) => Some((
+            "DevicePluginDeleted",
+            format!("deleted device-plugin DaemonSet {name}: the Module is being deleted"),
+        )),
+        (StepAction::Delete { .. }, Why::NoDevicePlugin) => Some((
+            "DevicePluginDeleted",
+            format!("deleted device-plugin DaemonSet {name}: the Module has no devicePlugin"),
+        )),
+        (StepAction::Delete { .. }, Why::Duplicate) => Some((
+            "DevicePluginDeleted",
+            format!("deleted device-plugin DaemonSet {name}: another runs the same version"),
+        )),
+        _ => None,
+    }
+}
