@@ -297,10 +297,10 @@ fn check_layer(
             _ => {}
         }
     }
-    drop(archive);
     // The archive ends before the blob does (padding); the digest covers all of it.
-    io::copy(&mut reader, &mut io::sink()).map_err(ExtractError::Archive)?;
-    if let (Some(expected), Some(context)) = (diff_id, reader.context) {
+    let reader = archive.into_inner();
+    io::copy(reader, &mut io::sink()).map_err(ExtractError::Archive)?;
+    if let (Some(expected), Some(context)) = (diff_id, reader.context.take()) {
         let algorithm = expected.split_once(':').map_or("", |(name, _)| name);
         let actual = format!("{algorithm}:{}", hex(context.finish().as_ref()));
         if actual != expected {

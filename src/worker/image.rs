@@ -225,8 +225,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pulls `image` and unpacks it under `image_dir` (created if missing), reusing an
-/// earlier pull of the same manifest digest there. The process's rustls crypto provider
-/// must be installed ([`crate::install_crypto_provider`]).
+/// earlier pull of the same manifest digest there. Installs the process's rustls crypto
+/// provider if start-up has not ([`crate::install_crypto_provider`]): the HTTP client
+/// cannot be built without one.
 ///
 /// Fails, with the reason on one line, when the reference does not parse, the registry
 /// cannot be reached over any allowed transport or refuses the pull, an index has no
@@ -238,6 +239,7 @@ pub async fn pull(
     image_dir: &Path,
     options: &PullOptions,
 ) -> Result<PulledImage, PullError> {
+    crate::install_crypto_provider();
     let reference: Reference =
         image
             .parse()
@@ -555,10 +557,10 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         // Gone already when the staging directory was renamed into place.
-        if self.path.exists() {
-            if let Err(err) = std::fs::remove_dir_all(&self.path) {
-                tracing::warn!(path = %self.path.display(), error = %err, "cannot remove");
-            }
+        if self.path.exists()
+            && let Err(err) = std::fs::remove_dir_all(&self.path)
+        {
+            tracing::warn!(path = %self.path.display(), error = %err, "cannot remove");
         }
     }
 }
