@@ -63,15 +63,13 @@ async fn a_multi_layer_image_unpacks_into_a_tree_modprobe_loads_in_dependency_or
         .file(&format!("{extra}/stale.ko"), b"not a module")
         .file("firmware/fw-a.bin", b"firmware a")
         .file("firmware/old/fw-old.bin", b"old firmware")
-        .gzip(LAYER_GZIP);
+        .gzip(DOCKER_LAYER_GZIP);
     let upper = Layer::new()
         .whiteout(&format!("{extra}/stale.ko"))
         .whiteout("firmware/old")
         .file("firmware/fw-b.bin", b"firmware b")
         .tar();
-    let other_platform = Layer::new()
-        .file("wrong-platform", b"x")
-        .gzip(DOCKER_LAYER_GZIP);
+    let other_platform = Layer::new().file("wrong-platform", b"x").gzip(LAYER_GZIP);
     let arch = image::running_architecture();
     let other_arch = if arch == "s390x" { "arm64" } else { "s390x" };
     let digests = registry
@@ -258,6 +256,40 @@ async fn a_tampered_layer_is_refused_and_nothing_is_unpacked() {
         format!(
             "cannot pull {image}: layer 2 ({}) has digest {actual}, the manifest says {}: the registry sent corrupted or tampered content",
             tampered.digest, tampered.digest
+        )
+    );
+    assert!(
+        entries(work.path()).is_empty(),
+        "{:?}",
+        entries(work.path())
+    );
+}
+
+#[tokio::test]
+async fn a_blob_longer_than_the_manifest_says_is_cut_short() {
+    let registry = Registry::start(RegistryOptions::default());
+    let layer = Layer::new().file("opt/a.ko", b"a").gzip(LAYER_GZIP);
+    registry
+        .push_image("kmods/long", "v1", std::slice::from_ref(&layer))
+        .await;
+    let stored = registry.blob_file(&layer.digest);
+    let mut bytes = std::fs::read(&stored).unwrap();
+    bytes.extend(std::iter::repeat_n(0u8, 4 << 20));
+    std::fs::write(&stored, &bytes).unwrap();
+
+    let image = format!("{}/kmods/long:v1", registry.address());
+    let work = TempDir::new().unwrap();
+    let options = PullOptions {
+        insecure: true,
+        ..PullOptions::default()
+    };
+    let err = pull(&image, work.path(), &options).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot pull {image}: layer 1 ({}): the registry sent more than the manifest's {} bytes",
+            layer.digest,
+            layer.data.len()
         )
     );
     assert!(

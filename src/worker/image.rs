@@ -489,8 +489,13 @@ impl Pull<'_> {
                 path: to.to_path_buf(),
                 source,
             })?;
+        let limited = SizeLimited {
+            inner: file,
+            left: u64::try_from(blob.size).unwrap_or(0),
+            limit: blob.size,
+        };
         self.client
-            .pull_blob(self.reference, blob, file)
+            .pull_blob(self.reference, blob, limited)
             .await
             .map_err(|err| self.blob_error(what, err))?;
         let size = std::fs::metadata(to)
@@ -527,6 +532,48 @@ impl Pull<'_> {
                 reason: format!("{what}: {}", one_line(&other)),
             },
         }
+    }
+}
+
+/// A blob file that takes no more bytes than the manifest announced, so a registry
+/// cannot fill the disk with a blob that would fail its digest check anyway.
+struct SizeLimited {
+    inner: tokio::fs::File,
+    left: u64,
+    limit: i64,
+}
+
+impl tokio::io::AsyncWrite for SizeLimited {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if buf.len() as u64 > self.left {
+            let limit = self.limit;
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "the registry sent more than the manifest's {limit} bytes"
+            ))));
+        }
+        let written = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(count)) = &written {
+            self.left -= *count as u64;
+        }
+        written
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
