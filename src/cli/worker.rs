@@ -74,12 +74,18 @@ enum Action {
 /// message is the one-line reason otherwise.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let WorkerCommand::Kmod(command) = args.command;
-    let (action, args) = match command {
-        KmodCommand::Load(args) => (Action::Load, args),
-        KmodCommand::Unload(args) => (Action::Unload, args),
-    };
+    let (action, args) = command.split();
     kmod(action, args).await.map_err(anyhow::Error::msg)?;
     Ok(0)
+}
+
+impl KmodCommand {
+    fn split(self) -> (Action, KmodArgs) {
+        match self {
+            KmodCommand::Load(args) => (Action::Load, args),
+            KmodCommand::Unload(args) => (Action::Unload, args),
+        }
+    }
 }
 
 async fn kmod(action: Action, args: KmodArgs) -> Result<(), String> {
@@ -137,4 +143,73 @@ fn read_pull_secret(kernel: &HostKernel, given: Option<&Path>) -> Result<PullSec
         }
     };
     pull_secret::read(&path).map_err(|err| one_line(&err))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> (Action, KmodArgs) {
+        let cli = Cli::try_parse_from(args).unwrap();
+        let Command::Worker(WorkerArgs {
+            command: WorkerCommand::Kmod(command),
+        }) = cli.command
+        else {
+            panic!("not a worker command: {args:?}");
+        };
+        command.split()
+    }
+
+    #[test]
+    fn defaults_are_the_worker_pod_paths() {
+        let (action, args) = parse(&[
+            "capstan",
+            "worker",
+            "kmod",
+            "load",
+            "/etc/kmm-worker/config.yaml",
+        ]);
+        assert_eq!(action, Action::Load);
+        assert_eq!(args.config, Path::new("/etc/kmm-worker/config.yaml"));
+        assert_eq!(args.firmware_path, Path::new("/var/lib/firmware"));
+        assert_eq!(args.image_dir, Path::new(worker::IMAGE_DIR));
+        assert_eq!(args.pull_secret, None);
+        assert!(args.insecure_registries.is_empty());
+        assert_eq!((args.host_root, args.modprobe), (None, None));
+    }
+
+    #[test]
+    fn every_flag_is_read() {
+        let (action, args) = parse(&[
+            "capstan",
+            "worker",
+            "kmod",
+            "unload",
+            "c.yaml",
+            "--firmware-path",
+            "/fw",
+            "--image-dir",
+            "/img",
+            "--pull-secret",
+            "/s.json",
+            "--insecure-registry",
+            "a.example:5000",
+            "--insecure-registry",
+            "b.example",
+            "--host-root",
+            "/host",
+            "--modprobe",
+            "/bin/true",
+        ]);
+        assert_eq!(action, Action::Unload);
+        assert_eq!(args.firmware_path, Path::new("/fw"));
+        assert_eq!(args.image_dir, Path::new("/img"));
+        assert_eq!(args.pull_secret.as_deref(), Some(Path::new("/s.json")));
+        assert_eq!(args.insecure_registries, ["a.example:5000", "b.example"]);
+        assert_eq!(args.host_root.as_deref(), Some(Path::new("/host")));
+        assert_eq!(args.modprobe.as_deref(), Some(Path::new("/bin/true")));
+    }
 }
