@@ -3,8 +3,8 @@ use clap::Parser as _;
 #[tokio::main]
 async fn main() {
     capstan::install_crypto_provider();
-    capstan::cli::init_logging();
     let cli = capstan::cli::Cli::parse();
+    capstan::cli::init_logging(&cli);
     let code = match capstan::cli::run(cli).await {
         Ok(code) => code,
         Err(err) => {

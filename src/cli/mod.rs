@@ -5,6 +5,7 @@ pub mod crds;
 pub mod history;
 pub mod plan;
 pub mod sync;
+pub mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +29,8 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Show what merging a change will do: objects, node upgrades and policy, before the merge.
     Plan(plan::PlanArgs),
+    /// What a KMM worker pod runs: pull a kmod image, load or unload its module.
+    Worker(worker::WorkerArgs),
 }
 
 /// Runs a parsed command line; the exit code is the process's.
@@ -38,16 +41,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Sync(args) => sync::run(*args).await,
         Command::History(args) => history::run(args).await,
         Command::Plan(args) => plan::run(args).await,
+        Command::Worker(args) => worker::run(args).await,
     }
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: info for capstan).
-pub fn init_logging() {
+/// Logs to stderr, filtered by `RUST_LOG` (default: info for capstan and for the output
+/// of the `modprobe` the worker runs); the worker logs
+/// to stdout, so that its stderr holds nothing but the reason of a failure.
+pub fn init_logging(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("capstan=info,warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("capstan=info,modprobe=info,warn"));
     // A second initialisation (tests) keeps the first subscriber.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match cli.command {
+        Command::Worker(_) => builder.with_writer(std::io::stdout).try_init(),
+        _ => builder.with_writer(std::io::stderr).try_init(),
+    };
 }
