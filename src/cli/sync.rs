@@ -13,6 +13,8 @@ use tokio::sync::Notify;
 use super::cluster::{client_for, wait_for_shutdown_signal};
 use crate::cluster::sim::config::ClusterConfig;
 use crate::cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
+use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
+use crate::controllers::{self, Context, Selection};
 use crate::sync::manifests::DriftPolicy;
 use crate::sync::metrics::Metrics;
 use crate::sync::run::{self, Outcome, SyncError, SyncOptions, Syncer, Wakers, describe_commit};
@@ -80,6 +82,13 @@ pub struct SyncArgs {
     /// Nodes and workloads of the embedded cluster (docs/cluster-config.md).
     #[arg(long, conflicts_with = "kubeconfig")]
     pub cluster_config: Option<PathBuf>,
+    /// The controllers to run in this process: `all`, `none`, or a comma-separated list of
+    /// module-nmc, nmc, device-plugin, version-labels.
+    #[arg(long, default_value = "all")]
+    pub controllers: Selection,
+    /// The image of the kmod worker pods (capstan itself).
+    #[arg(long, default_value = DEFAULT_WORKER_IMAGE)]
+    pub worker_image: String,
 }
 
 /// Reads `30s`, `5m`, `1h30m`, `500ms`.
@@ -174,7 +183,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
         name: args.name.clone(),
         drift: args.drift,
     };
-    let syncer = Syncer::start(client, source, options, metrics.clone())
+    let syncer = Syncer::start(client.clone(), source, options, metrics.clone())
         .await
         .context("preparing the sync")?;
     {
@@ -191,21 +200,41 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
             }
         );
     }
+    let stop_controllers = tokio_util::sync::CancellationToken::new();
+    let ctx = Context::configured(
+        client.clone(),
+        Arc::new(crate::clock::SystemClock),
+        stop_controllers.clone(),
+        args.worker_image.clone(),
+    );
+    if !args.controllers.is_empty() {
+        eprintln!("running controllers: {}", args.controllers);
+    }
+    let selection = args.controllers.clone();
+    let running = tokio::spawn(async move { controllers::run(ctx, &selection).await });
     let code = if args.once {
-        run_once(syncer, args.timeout).await
+        run_once(syncer, &client, &args.controllers, args.timeout).await
     } else {
         run_forever(&args, syncer, metrics).await?
     };
+    stop_controllers.cancel();
+    let _ = running.await;
     if let Some(cluster) = cluster {
         cluster.shutdown().await;
     }
     Ok(code)
 }
 
-async fn run_once(mut syncer: Syncer, timeout: Duration) -> i32 {
+async fn run_once(
+    mut syncer: Syncer,
+    client: &kube::Client,
+    selection: &Selection,
+    timeout: Duration,
+) -> i32 {
+    let deadline = tokio::time::Instant::now() + timeout;
     let stop = syncer.stop_flag();
     let outcome = tokio::select! {
-        outcome = tokio::time::timeout(timeout, syncer.sync()) => outcome,
+        outcome = tokio::time::timeout_at(deadline, syncer.sync()) => outcome,
         _ = wait_for_shutdown_signal() => {
             stop.store(true, Ordering::SeqCst);
             return 1;
@@ -214,15 +243,62 @@ async fn run_once(mut syncer: Syncer, timeout: Duration) -> i32 {
     match outcome {
         Err(_) => {
             eprintln!("not applied within {timeout:?}");
-            EXIT_TIMEOUT
+            return EXIT_TIMEOUT;
         }
         Ok(result) => {
             log_outcome(&result);
             match result {
-                Ok(Outcome::Applied(_) | Outcome::Drift(_) | Outcome::Unchanged) => 0,
-                Ok(Outcome::Interrupted(_) | Outcome::Rejected { .. }) | Err(_) => 1,
+                Ok(Outcome::Applied(_) | Outcome::Drift(_) | Outcome::Unchanged) => {}
+                Ok(Outcome::Interrupted(_) | Outcome::Rejected { .. }) | Err(_) => return 1,
             }
         }
+    }
+    if selection.is_empty() {
+        return 0;
+    }
+    tokio::select! {
+        code = wait_for_convergence(client, selection, deadline, timeout) => code,
+        _ = wait_for_shutdown_signal() => 1,
+    }
+}
+
+/// How often `--once` looks at the cluster while the controllers work.
+const CONVERGENCE_POLL: Duration = Duration::from_millis(200);
+
+/// Waits until the controllers have carried out the commit: 0 when they have, 3 at the
+/// deadline (saying what is still pending), 1 when the cluster cannot be read.
+async fn wait_for_convergence(
+    client: &kube::Client,
+    selection: &Selection,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+) -> i32 {
+    let mut shown: Vec<String> = Vec::new();
+    loop {
+        match controllers::converge::check(client, selection).await {
+            Ok(pending) if pending.is_empty() => {
+                eprintln!("converged: every module is where the commit wants it");
+                return 0;
+            }
+            Ok(pending) => {
+                if tokio::time::Instant::now() >= deadline {
+                    eprintln!("not converged within {timeout:?}; still pending:");
+                    for line in &pending {
+                        eprintln!("  {line}");
+                    }
+                    return EXIT_TIMEOUT;
+                }
+                if pending != shown {
+                    eprintln!("waiting for the controllers: {}", pending[0]);
+                    shown = pending;
+                }
+            }
+            Err(err) => {
+                eprintln!("reading the cluster: {err}");
+                return 1;
+            }
+        }
+        tokio::time::sleep(CONVERGENCE_POLL).await;
     }
 }
 

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 pub mod caches;
 pub mod context;
+pub mod converge;
 pub mod device_plugin;
 pub mod failures;
 pub mod kernel_mapping;

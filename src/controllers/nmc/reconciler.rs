@@ -342,6 +342,7 @@ async fn events(
                     WorkerAction::Load => ("ModuleLoaded", "loaded into"),
                     WorkerAction::Unload => ("ModuleUnloaded", "unloaded from"),
                 };
+                tracing::info!(node = %node_name, module = %module, "{}", reason);
                 ctx.event(
                     &node_ref,
                     false,
@@ -352,6 +353,7 @@ async fn events(
                 .await;
             }
             Some(message) => {
+                tracing::warn!(node = %node_name, module = %module, action = action.as_str(), %message, "worker failed; retrying with backoff");
                 let note = format!(
                     "{} of Module {module} failed on node {node_name}: {message}",
                     action.as_str()

@@ -1,0 +1,206 @@
+//! Whether the controllers are done: what `capstan sync --once` waits for after applying
+//! a commit.
+//!
+//! The cluster has converged when, for the selected controllers:
+//! - Module -> NMC: every NMC's spec is what the Modules ask for on its node, and no
+//!   Module is waiting on its finalizer;
+//! - NMC: on every Ready node each spec entry for the running kernel is loaded in this boot
+//!   (status equals spec), nothing is loaded that the spec does not want, and no worker pod
+//!   is left;
+//! - device plugins: every device-plugin DaemonSet has rolled out (`numberReady` equals
+//!   `desiredNumberScheduled` for its current generation);
+//! - version labels: every node's internal version labels have caught up with its
+//!   version-module labels.
+//!
+//! The check reads; it never writes. [`check`] returns what is still pending, one line per
+//! thing, so a waiting `--once` can say what it waits for.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use super::module_nmc::{self, EntryAction, ModuleFacts};
+use super::node::NodeFacts;
+use super::{ControllerName, Selection};
+use crate::api::labels::{self, ModuleLabel};
+use crate::api::module::Module;
+use crate::api::nmc::NodeModulesConfig;
+
+/// Most pending items [`check`] lists.
+const SHOWN: usize = 20;
+
+/// What is still to happen; empty when the cluster has converged.
+pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>, kube::Error> {
+    let mut pending = Vec::new();
+    let modules = Api::<Module>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let nmcs: BTreeMap<String, NodeModulesConfig> = Api::<NodeModulesConfig>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|nmc| (nmc.name_any(), nmc))
+        .collect();
+    let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::from_node).collect();
+    let module_facts: Vec<ModuleFacts> = modules
+        .iter()
+        .filter_map(|m| ModuleFacts::from_module(m).ok())
+        .collect();
+
+    if selection.contains(ControllerName::ModuleNmc) {
+        for module in &module_facts {
+            if module.deleting() {
+                pending.push(format!("Module {} is being deleted", module.key));
+                continue;
+            }
+            for node in &facts {
+                let current = nmcs.get(&node.name).and_then(|nmc| nmc.spec_module(&module.key));
+                if let Ok(decision) = module_nmc::decide(module, node, current)
+                    && decision.action != EntryAction::Unchanged
+                {
+                    pending.push(format!(
+                        "NMC {} does not list Module {} as it should yet",
+                        node.name, module.key
+                    ));
+                }
+            }
+        }
+    }
+
+    if selection.contains(ControllerName::Nmc) {
+        for node in facts.iter().filter(|n| n.ready) {
+            let Some(nmc) = nmcs.get(&node.name) else {
+                continue;
+            };
+            for entry in &nmc.spec.modules {
+                if entry.config.kernel_version != node.kernel_version {
+                    continue;
+                }
+                let loaded = nmc.status.as_ref().and_then(|s| {
+                    s.modules
+                        .iter()
+                        .find(|st| st.namespace == entry.namespace && st.name == entry.name)
+                });
+                let done = loaded.is_some_and(|st| {
+                    st.config == entry.config && st.boot_id == node.boot_id
+                });
+                if !done {
+                    pending.push(format!(
+                        "{}/{} is not loaded on {} yet",
+                        entry.namespace, entry.name, node.name
+                    ));
+                }
+            }
+            for status in nmc.status.iter().flat_map(|s| &s.modules) {
+                let wanted = nmc
+                    .spec
+                    .modules
+                    .iter()
+                    .any(|e| e.namespace == status.namespace && e.name == status.name);
+                if !wanted
+                    && status.config.kernel_version == node.kernel_version
+                    && status.boot_id == node.boot_id
+                {
+                    pending.push(format!(
+                        "{}/{} is not unloaded from {} yet",
+                        status.namespace, status.name, node.name
+                    ));
+                }
+            }
+        }
+        let workers = Api::<Pod>::all(client.clone())
+            .list(&ListParams::default().labels(&format!(
+                "{}={}",
+                labels::COMPONENT_LABEL,
+                labels::WORKER_COMPONENT
+            )))
+            .await?
+            .items;
+        for pod in workers {
+            pending.push(format!(
+                "worker pod {}/{} is still there",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            ));
+        }
+    }
+
+    if selection.contains(ControllerName::DevicePlugin) {
+        let daemon_sets = Api::<DaemonSet>::all(client.clone())
+            .list(&ListParams::default().labels(&format!(
+                "{}={}",
+                labels::ROLE_LABEL,
+                labels::DEVICE_PLUGIN_ROLE
+            )))
+            .await?
+            .items;
+        for ds in daemon_sets {
+            let status = ds.status.clone().unwrap_or_default();
+            let current = status.observed_generation.unwrap_or(0)
+                >= ds.metadata.generation.unwrap_or(0);
+            if !current || status.number_ready != status.desired_number_scheduled {
+                pending.push(format!(
+                    "device plugin {}/{} is ready on {} of {} nodes",
+                    ds.namespace().unwrap_or_default(),
+                    ds.name_any(),
+                    status.number_ready,
+                    status.desired_number_scheduled
+                ));
+            }
+        }
+    }
+
+    if selection.contains(ControllerName::VersionLabels) {
+        for node in &facts {
+            for (label, value) in &node.labels {
+                for (kind, key) in ModuleLabel::parse(label) {
+                    if kind != ModuleLabel::VersionModule
+                        || !module_facts.iter().any(|m| m.key == key)
+                    {
+                        continue;
+                    }
+                    let worker = node.labels.get(&key.version_worker_pod_label());
+                    let plugin = node.labels.get(&key.version_device_plugin_label());
+                    if worker != Some(value) || plugin != Some(value) {
+                        pending.push(format!(
+                            "node {} is moving {} to version {value}",
+                            node.name, key
+                        ));
+                    }
+                }
+            }
+            for (label, _) in &node.labels {
+                for (kind, key) in ModuleLabel::parse(label) {
+                    let internal = matches!(
+                        kind,
+                        ModuleLabel::VersionWorkerPod | ModuleLabel::VersionDevicePlugin
+                    );
+                    if internal && !node.labels.contains_key(&key.version_module_label()) {
+                        pending.push(format!(
+                            "node {} is leaving the versions of {}",
+                            node.name, key
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    pending.sort();
+    pending.dedup();
+    if pending.len() > SHOWN {
+        let more = pending.len() - SHOWN;
+        pending.truncate(SHOWN);
+        pending.push(format!("and {more} more"));
+    }
+    Ok(pending)
+}
