@@ -810,8 +810,9 @@ pub async fn follow(
     };
     loop {
         let result = syncer.sync().await;
-        report(&result);
+        // Ready once the first sync has run, before anyone hears of it.
         ready.store(true, Ordering::SeqCst);
+        report(&result);
         if stop.load(Ordering::SeqCst) {
             break;
         }
