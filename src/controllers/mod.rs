@@ -12,6 +12,9 @@
 //!   statuses to record, which worker pods to delete and create, and the ready labels.
 //! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
 //! - [`node`]: the facts about a node both controllers decide on.
+//! - [`version_labels`]: the ordered upgrade of seed 002: per node and versioned Module, the
+//!   internal version labels, one step at a time, under the `maxNodesInFlight` and
+//!   `requirePullRequest` policy, every step recorded against its commit.
 //!
 //! [`run`] starts the controllers a [`Selection`] names (`capstan sync --controllers`) and
 //! returns when the [`Context`]'s shutdown token is cancelled.
@@ -26,6 +29,7 @@ pub mod kernel_mapping;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;
+pub mod version_labels;
 
 pub use context::Context;
 
@@ -143,10 +147,10 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
         let ctx = ctx.clone();
         tracing::info!(controller = %name, "starting controller");
         match name {
-            ControllerName::ModuleNmc
-            | ControllerName::Nmc
-            | ControllerName::DevicePlugin
-            | ControllerName::VersionLabels => {
+            ControllerName::VersionLabels => {
+                tasks.spawn(version_labels::reconciler::run(ctx));
+            }
+            ControllerName::ModuleNmc | ControllerName::Nmc | ControllerName::DevicePlugin => {
                 tracing::warn!(controller = %name, "controller not built yet");
                 drop(ctx);
             }
