@@ -885,7 +885,7 @@ mod tests {
                 self.writes.push(write.clone());
             }
             self.facts.progress = decision.progress.clone();
-            self.now = self.now + jiff::SignedDuration::from_secs(1);
+            self.now += jiff::SignedDuration::from_secs(1);
             decision
         }
 
@@ -1029,12 +1029,12 @@ mod tests {
         node.relabel("v2", stamp("c2", Some(42)));
         node.reconcile(&open());
         node.device_plugin_gone();
-        node.now = node.now + jiff::SignedDuration::from_secs(9);
+        node.now += jiff::SignedDuration::from_secs(9);
         let d = node.reconcile(&open());
         let stopped = d.step.expect("step 1");
         assert_eq!(stopped.duration_seconds, 10.0, "since the upgrade started");
         node.unloaded();
-        node.now = node.now + jiff::SignedDuration::from_secs(4);
+        node.now += jiff::SignedDuration::from_secs(4);
         let d = node.reconcile(&open());
         assert_eq!(d.step.expect("step 2").duration_seconds, 5.0);
     }

@@ -123,15 +123,29 @@ pub async fn run(ctx: Arc<Context>) {
         .reflect_shared(module_writer),
     ));
 
-    let (device_plugins, pod_writer) = reflector::store_shared::<Pod>(BUFFER);
-    let pod_changes = pod_writer.subscribe().expect("a shared store");
+    // Shared stores tell subscribers of changes, not of deletions: a device-plugin pod
+    // going is what a node waits for, so its watch sends the pod's node itself. The watch
+    // runs on its own (a reconcile waits for its store), and its channel never blocks it.
+    let (device_plugins, pod_writer) = reflector::store::<Pod>();
     let device_plugin_pods =
         watcher::Config::default().labels(&format!("{ROLE_LABEL}={DEVICE_PLUGIN_ROLE}"));
+    let (pod_nodes, pod_changes) = futures::channel::mpsc::unbounded();
     watches.spawn(drive(
         "Pod",
         watcher(Api::<Pod>::all(client.clone()), device_plugin_pods)
             .default_backoff()
-            .reflect_shared(pod_writer),
+            .reflect(pod_writer)
+            .inspect(move |event| {
+                if let Ok(
+                    watcher::Event::Apply(pod)
+                    | watcher::Event::Delete(pod)
+                    | watcher::Event::InitApply(pod),
+                ) = event
+                    && let Some(node) = node_of_pod(pod)
+                {
+                    let _ = pod_nodes.unbounded_send(node);
+                }
+            }),
     ));
 
     let (syncs, sync_writer) = reflector::store_shared::<GitSync>(BUFFER);
@@ -154,18 +168,23 @@ pub async fn run(ctx: Arc<Context>) {
         syncs,
         failures: Mutex::new(HashMap::new()),
     });
+    // An empty Module store would hide every new move, an empty pod store every
+    // device-plugin pod. Waited for here, once: a store wakes only one waiter.
+    let ready = futures::future::join(
+        shared.modules.wait_until_ready(),
+        shared.device_plugins.wait_until_ready(),
+    );
+    tokio::select! {
+        _ = ready => {}
+        () = ctx.shutdown.cancelled() => return,
+    }
     let shutdown = ctx.shutdown.clone();
     Controller::for_shared_stream(node_changes, nodes)
         .watches_shared_stream(module_changes, {
             let shared = shared.clone();
             move |module: Arc<Module>| nodes_of_module(&shared, &module)
         })
-        .watches_shared_stream(pod_changes, |pod: Arc<Pod>| {
-            pod.spec
-                .as_ref()
-                .and_then(|spec| spec.node_name.clone())
-                .map(|node| ObjectRef::<Node>::new(&node))
-        })
+        .reconcile_on(pod_changes)
         .watches_shared_stream(sync_changes, {
             let shared = shared.clone();
             let seen: Mutex<HashMap<String, Option<UpgradePolicy>>> = Mutex::new(HashMap::new());
@@ -241,10 +260,8 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         let node = name.clone();
         move |source| ReconcileError::Api { node, what, source }
     };
-    // An empty Module store would hide every new move; an empty pod store only delays.
-    let _ = shared.modules.wait_until_ready().await;
-    let _ = shared.device_plugins.wait_until_ready().await;
     if !has_work(shared, cached) {
+        tracing::trace!(node = %name, "nothing to move");
         return Ok(Action::await_change());
     }
     let client = &shared.ctx.client;
@@ -295,6 +312,7 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
                 decision = decide(&facts, &gate, now);
             }
         }
+        tracing::debug!(node = %name, module = %key, ?facts, ?gate, ?decision, "decided");
         decided.push(ModuleDecision {
             key,
             facts,
@@ -580,6 +598,14 @@ fn nodes_of_module(shared: &Shared, module: &Module) -> Vec<ObjectRef<Node>> {
         })
         .map(|node| ObjectRef::from_obj(node.as_ref()))
         .collect()
+}
+
+/// The node a pod is on.
+fn node_of_pod(pod: &Pod) -> Option<ObjectRef<Node>> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.node_name.as_deref())
+        .map(ObjectRef::new)
 }
 
 /// Every node, when a `GitSync`'s policy changed.
