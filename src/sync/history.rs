@@ -629,6 +629,94 @@ mod tests {
         }
     }
 
+    fn step_record(
+        node: &str,
+        step: UpgradeStep,
+        to: &str,
+        sha: char,
+        time: &str,
+    ) -> HistoryRecord {
+        let mut spec = spec(RecordType::UpgradeStep);
+        spec.time = time.into();
+        spec.commit.sha = sha.to_string().repeat(40);
+        spec.commit.short_sha = sha.to_string().repeat(7);
+        spec.node = Some(node.into());
+        spec.module = Some("kmm-demo/my-kmod".into());
+        spec.step = Some(step.as_str().into());
+        spec.from_version = Some("v1".into());
+        spec.to_version = Some(to.into());
+        spec.duration_seconds = Some(1.5);
+        HistoryRecord::new(&record_name(&spec), spec)
+    }
+
+    #[test]
+    fn steps_are_grouped_by_upgrade_and_shown_step_by_step() {
+        use UpgradeStep::*;
+        let records = vec![
+            step_record(
+                "worker-1",
+                DevicePluginStopped,
+                "v2",
+                'b',
+                "2026-11-21T10:00:01.000000Z",
+            ),
+            spec_record(spec(RecordType::Sync)),
+            step_record(
+                "worker-1",
+                OldModuleUnloaded,
+                "v2",
+                'b',
+                "2026-11-21T10:00:02.500000Z",
+            ),
+            step_record(
+                "worker-1",
+                DevicePluginStopped,
+                "v3",
+                'c',
+                "2026-11-21T11:00:00.000000Z",
+            ),
+        ];
+        let upgrades = upgrades(&records);
+        assert_eq!(upgrades.len(), 2);
+        assert_eq!(upgrades[0].id, "worker-1 kmm-demo/my-kmod v1->v2 bbbbbbb");
+        assert_eq!(upgrades[0].steps.len(), 2);
+        assert_eq!(upgrades[0].expected_steps(), 4);
+        let text = render_upgrades_text(&upgrades);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "worker-1 kmm-demo/my-kmod v1 -> v2, commit bbbbbbb (#42): 2 of 4 steps, 3.0s"
+        );
+        assert!(lines[1].contains("STEP") && lines[1].contains("DURATION"));
+        assert_eq!(
+            lines[2],
+            "  2026-11-21 10:00:01   1 device-plugin-stopped    bbbbbbb  #42    1.5s"
+        );
+        assert!(lines[3].contains("2 old-module-unloaded"), "{text}");
+        assert!(text.contains("v1 -> v3, commit ccccccc"), "{text}");
+        let view = serde_json::to_value(RecordView::of(&records[0])).unwrap();
+        assert_eq!(view["upgrade"], "worker-1 kmm-demo/my-kmod v1->v2 bbbbbbb");
+        assert_eq!(view["step"], "device-plugin-stopped");
+        let sync = serde_json::to_value(RecordView::of(&records[1])).unwrap();
+        assert!(sync.get("upgrade").is_none());
+    }
+
+    fn spec_record(spec: HistoryRecordSpec) -> HistoryRecord {
+        HistoryRecord::new("sync-record", spec)
+    }
+
+    #[test]
+    fn commits_are_read_from_stamps() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let commit = commit_ref_of_stamp(&format!("main@sha1:{sha}"), Some(7));
+        assert_eq!(commit.sha, sha);
+        assert_eq!(commit.short_sha, "0123456");
+        assert_eq!(commit.revision, format!("main@sha1:{sha}"));
+        assert_eq!(commit.pull_request, Some(7));
+        assert_eq!(commit_ref_of_stamp("", None), CommitRef::default());
+        assert!(stamp_annotations(&CommitRef::default()).is_empty());
+    }
+
     #[test]
     fn long_event_messages_are_cut_at_a_character_boundary() {
         let long = "é".repeat(2000);
