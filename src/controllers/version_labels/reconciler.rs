@@ -64,8 +64,9 @@ const POLICY_RECHECK: Duration = Duration::from_secs(30);
 const UPGRADE_RECHECK: Duration = Duration::from_secs(60);
 /// Next look after the node changed under a write (the watch brings the change).
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
-/// First and longest wait after a failed reconcile.
+/// Wait after a first failed reconcile; it doubles with each failure in a row.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// Longest wait after failed reconciles.
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// Why a reconcile failed; it is retried with a growing delay.
@@ -125,7 +126,8 @@ pub async fn run(ctx: Arc<Context>) {
 
     // Shared stores tell subscribers of changes, not of deletions: a device-plugin pod
     // going is what a node waits for, so its watch sends the pod's node itself. The watch
-    // runs on its own (a reconcile waits for its store), and its channel never blocks it.
+    // runs in its own task and its channel never blocks it, so its store keeps up whatever
+    // the controller does.
     let (device_plugins, pod_writer) = reflector::store::<Pod>();
     let device_plugin_pods =
         watcher::Config::default().labels(&format!("{ROLE_LABEL}={DEVICE_PLUGIN_ROLE}"));
