@@ -15,7 +15,7 @@ use capstan::controllers::{self, Context};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -259,6 +259,8 @@ fn play_kmm(client: &kube::Client, nodes: &[&str]) -> tokio::task::JoinHandle<()
 struct Log {
     nodes: Arc<Mutex<Vec<(u64, String, NodeState)>>>,
     pods_gone: Arc<Mutex<Vec<(u64, String)>>>,
+    /// Watches that have listed once.
+    listed: Arc<Mutex<u32>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -277,45 +279,57 @@ fn resource_version(meta: &kube::api::ObjectMeta) -> u64 {
 }
 
 impl Log {
-    fn start(client: &kube::Client) -> Log {
+    /// Starts watching; returns once both watches have listed what is there.
+    async fn start(client: &kube::Client) -> Log {
         let log = Log::default();
         let nodes = log.nodes.clone();
+        let listed = log.listed.clone();
         let node_watch = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .touched_objects()
-            .for_each(move |node| {
-                if let Ok(node) = node {
-                    let state = NodeState {
-                        w: label(&node, W),
-                        d: label(&node, D),
-                        ready: label(&node, READY).is_some(),
-                        upgrading: annotation(&node, UPGRADE)
-                            .is_some_and(|a| a.contains("startedAt")),
-                    };
-                    let mut nodes = nodes.lock().unwrap();
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    let last = nodes.iter().rev().find(|(_, n, _)| *n == name);
-                    if last.map(|(_, _, s)| s) != Some(&state) {
-                        nodes.push((resource_version(&node.metadata), name, state));
+            .for_each(move |event| {
+                match event {
+                    Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                        let state = NodeState {
+                            w: label(&node, W),
+                            d: label(&node, D),
+                            ready: label(&node, READY).is_some(),
+                            upgrading: annotation(&node, UPGRADE)
+                                .is_some_and(|a| a.contains("startedAt")),
+                        };
+                        let mut nodes = nodes.lock().unwrap();
+                        let name = node.metadata.name.clone().unwrap_or_default();
+                        let last = nodes.iter().rev().find(|(_, n, _)| *n == name);
+                        if last.map(|(_, _, s)| s) != Some(&state) {
+                            nodes.push((resource_version(&node.metadata), name, state));
+                        }
                     }
+                    Ok(watcher::Event::InitDone) => *listed.lock().unwrap() += 1,
+                    _ => {}
                 }
-                async {}
+                futures::future::ready(())
             });
         tokio::spawn(node_watch);
         let pods_gone = log.pods_gone.clone();
+        let listed = log.listed.clone();
         let pod_watch = watcher(
             Api::<Pod>::namespaced(client.clone(), NS),
             watcher::Config::default(),
         )
         .for_each(move |event| {
-            if let Ok(watcher::Event::Delete(pod)) = event {
-                pods_gone.lock().unwrap().push((
+            match event {
+                Ok(watcher::Event::Delete(pod)) => pods_gone.lock().unwrap().push((
                     resource_version(&pod.metadata),
                     pod.metadata.name.clone().unwrap_or_default(),
-                ));
+                )),
+                Ok(watcher::Event::InitDone) => *listed.lock().unwrap() += 1,
+                _ => {}
             }
-            async {}
+            futures::future::ready(())
         });
         tokio::spawn(pod_watch);
+        common::wait_until("the log's watches listing", || async {
+            *log.listed.lock().unwrap() >= 2
+        })
+        .await;
         log
     }
 
@@ -421,7 +435,7 @@ async fn upgrade_over(client: &kube::Client, name: &str, version: &str) -> bool 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relabelled_node_goes_through_the_four_steps_in_order() {
     let (_cluster, client) = world(&["worker-1", "worker-2"]).await;
-    let log = Log::start(&client);
+    let log = Log::start(&client).await;
     let controller = Controller::start(&client);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let second = "2222222222222222222222222222222222222222";
@@ -542,7 +556,7 @@ async fn a_relabelled_node_goes_through_the_four_steps_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relabelled_nodes_move_one_after_the_other() {
     let (_cluster, client) = world(&["worker-1", "worker-2"]).await;
-    let log = Log::start(&client);
+    let log = Log::start(&client).await;
     let kmm = play_kmm(&client, &["worker-1", "worker-2"]);
 
     // One commit relabels both nodes (found on start); maxNodesInFlight is 1 by default.
