@@ -93,6 +93,39 @@ pub struct GitSyncStatus {
     /// `Ready`: whether the last applied commit is the newest one, applied in full.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The ordered-upgrade policy of the commit being applied (its `capstan.yaml`), which
+    /// the version-label controller follows; absent before the first apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<UpgradePolicy>,
+}
+
+/// How the version-label controller may move nodes: the `maxNodesInFlight` and
+/// `requirePullRequest` settings of `capstan.yaml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradePolicy {
+    /// How many nodes may be in an ordered upgrade at the same time (at least 1); the
+    /// others wait their turn in node-name order.
+    #[serde(default = "one")]
+    #[schemars(with = "i64", range(min = 1))]
+    pub max_nodes_in_flight: u32,
+    /// Act on a node's version label only when the commit that last changed the node
+    /// merged or squashed a pull request.
+    #[serde(default)]
+    pub require_pull_request: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for UpgradePolicy {
+    fn default() -> Self {
+        UpgradePolicy {
+            max_nodes_in_flight: 1,
+            require_pull_request: false,
+        }
+    }
 }
 
 /// A commit as status and history name it.

@@ -91,6 +91,22 @@ pub const RECORD_SYNC_LABEL: &str = "capstan.dev/sync";
 /// field the controller stops setting leaves the live object a superset of the new
 /// intent; the changed digest is what shows that the object must be applied again.
 pub const APPLIED_DIGEST_ANNOTATION: &str = "capstan.dev/applied-digest";
+/// Annotation on the Events of ordered-upgrade steps and waits: the Module, as
+/// `<namespace>/<name>`.
+pub const MODULE_ANNOTATION: &str = "capstan.dev/module";
+/// Annotation on the Events of ordered-upgrade steps and waits: the version the node leaves
+/// (absent when it had none).
+pub const FROM_VERSION_ANNOTATION: &str = "capstan.dev/from-version";
+/// Annotation on the Events of ordered-upgrade steps and waits: the version the node moves to
+/// (absent when its version label was removed).
+pub const TO_VERSION_ANNOTATION: &str = "capstan.dev/to-version";
+/// Annotation on the Events of ordered-upgrade steps: the step, as
+/// [`crate::api::UpgradeStep::as_str`] spells it.
+pub const UPGRADE_STEP_ANNOTATION: &str = "capstan.dev/upgrade-step";
+/// Prefix of the Node annotation `capstan.dev/upgrade.<ns>.<name>` in which the
+/// version-label controller keeps the ordered upgrade of a Module on that node (see
+/// [`ModuleKey::upgrade_annotation`]).
+pub const UPGRADE_ANNOTATION_PREFIX: &str = "capstan.dev/upgrade.";
 
 // ---- LeaderWorkerSet ----
 
@@ -432,6 +448,24 @@ impl ModuleKey {
         self.label(ModuleLabel::ModuleInUse)
     }
 
+    /// `capstan.dev/upgrade.<ns>.<name>`: the Node annotation holding this Module's ordered
+    /// upgrade on the node while it waits or runs. Its name part fits the 63-character
+    /// limit for every valid key.
+    pub fn upgrade_annotation(&self) -> String {
+        format!(
+            "{UPGRADE_ANNOTATION_PREFIX}{}.{}",
+            self.namespace, self.name
+        )
+    }
+
+    /// The Module whose [`ModuleKey::upgrade_annotation`] `key` is; `None` for any other key.
+    pub fn from_upgrade_annotation(key: &str) -> Option<ModuleKey> {
+        let qualified = key.strip_prefix(UPGRADE_ANNOTATION_PREFIX)?;
+        // A namespace is a DNS label, so it ends at the first dot.
+        let (namespace, name) = qualified.split_once('.')?;
+        ModuleKey::new(namespace, name).ok()
+    }
+
     /// `kmm-worker-<node>-<module name>`, the worker pod of this module on `node`
     /// (in the Module's namespace). Not checked against the 253-character name limit.
     pub fn worker_pod_name(&self, node: &str) -> String {
@@ -599,6 +633,10 @@ mod tests {
                 "beta.kmm.node.kubernetes.io/kmm-demo.my-kmod.module-in-use",
             ),
             (key.worker_pod_name("node-1"), "kmm-worker-node-1-my-kmod"),
+            (
+                key.upgrade_annotation(),
+                "capstan.dev/upgrade.kmm-demo.my-kmod",
+            ),
         ];
         for (got, want) in cases {
             assert_eq!(got, want);
@@ -655,6 +693,25 @@ mod tests {
                 .collect();
             assert_eq!(ModuleLabel::parse(key), want, "{key}");
         }
+    }
+
+    #[test]
+    fn upgrade_annotations_parse_back_and_fit_the_limit() {
+        let key = demo();
+        assert_eq!(
+            ModuleKey::from_upgrade_annotation(&key.upgrade_annotation()),
+            Some(key)
+        );
+        assert_eq!(
+            ModuleKey::from_upgrade_annotation("capstan.dev/revision"),
+            None
+        );
+        assert_eq!(
+            ModuleKey::from_upgrade_annotation("capstan.dev/upgrade.nodot"),
+            None
+        );
+        let longest = ModuleKey::new("a".repeat(20), "b".repeat(20)).unwrap();
+        assert!(validate_label_key(&longest.upgrade_annotation()).is_ok());
     }
 
     #[test]

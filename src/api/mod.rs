@@ -14,7 +14,7 @@ pub mod upgrade_config;
 
 pub use capstan::{
     Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord, HistoryRecordSpec,
-    InventoryEntry, RecordType, SyncRun, UpgradeStep,
+    InventoryEntry, RecordType, SyncRun, UpgradePolicy, UpgradeStep,
 };
 pub use labels::{LabelError, ModuleKey, ModuleLabel, WorkerAction};
 pub use lws::{LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus};

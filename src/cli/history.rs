@@ -6,11 +6,13 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
 use super::cluster::client_for;
+use crate::api::HistoryRecord;
 use crate::sync::history::{self, Filter, RecordView};
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
-    /// Only records about this node (its upgrade steps, and syncs that changed its labels).
+    /// Only records about this node: its upgrades step by step (time, commit, pull request and
+    /// duration of each step), then the syncs that changed its labels.
     #[arg(long)]
     pub node: Option<String>,
     /// Only records about this Module, as `namespace/name`.
@@ -50,6 +52,7 @@ pub async fn run(args: HistoryArgs) -> anyhow::Result<i32> {
         }
     };
     let client = client_for(&path).await?;
+    let by_node = args.node.is_some();
     let filter = Filter {
         node: args.node,
         module: args.module,
@@ -59,17 +62,31 @@ pub async fn run(args: HistoryArgs) -> anyhow::Result<i32> {
         .await
         .context("reading the history records")?;
     match args.format {
+        Format::Text if by_node => print!("{}", render_node(&records)),
         Format::Text => print!("{}", history::render_text(&records)),
         Format::Json => {
-            let views: Vec<RecordView<'_>> = records
-                .iter()
-                .map(|r| RecordView {
-                    name: r.metadata.name.as_deref().unwrap_or_default(),
-                    spec: &r.spec,
-                })
-                .collect();
+            let views: Vec<RecordView<'_>> = records.iter().map(RecordView::of).collect();
             println!("{}", serde_json::to_string_pretty(&views)?);
         }
     }
     Ok(0)
+}
+
+/// A node's history: its upgrades, step by step, then the other records about it (the
+/// syncs that changed its labels).
+fn render_node(records: &[HistoryRecord]) -> String {
+    let upgrades = history::upgrades(records);
+    if upgrades.is_empty() {
+        return history::render_text(records);
+    }
+    let others: Vec<HistoryRecord> = records
+        .iter()
+        .filter(|record| history::upgrade_id(&record.spec).is_none())
+        .cloned()
+        .collect();
+    let mut out = history::render_upgrades_text(&upgrades);
+    if !others.is_empty() {
+        out.push_str(&history::render_text(&others));
+    }
+    out
 }

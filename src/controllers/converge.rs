@@ -63,7 +63,9 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
                 continue;
             }
             for node in &facts {
-                let current = nmcs.get(&node.name).and_then(|nmc| nmc.spec_module(&module.key));
+                let current = nmcs
+                    .get(&node.name)
+                    .and_then(|nmc| nmc.spec_module(&module.key));
                 if let Ok(decision) = module_nmc::decide(module, node, current)
                     && decision.action != EntryAction::Unchanged
                 {
@@ -90,9 +92,8 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
                         .iter()
                         .find(|st| st.namespace == entry.namespace && st.name == entry.name)
                 });
-                let done = loaded.is_some_and(|st| {
-                    st.config == entry.config && st.boot_id == node.boot_id
-                });
+                let done = loaded
+                    .is_some_and(|st| st.config == entry.config && st.boot_id == node.boot_id);
                 if !done {
                     pending.push(format!(
                         "{}/{} is not loaded on {} yet",
@@ -145,8 +146,8 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
             .items;
         for ds in daemon_sets {
             let status = ds.status.clone().unwrap_or_default();
-            let current = status.observed_generation.unwrap_or(0)
-                >= ds.metadata.generation.unwrap_or(0);
+            let current =
+                status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
             if !current || status.number_ready != status.desired_number_scheduled {
                 pending.push(format!(
                     "device plugin {}/{} is ready on {} of {} nodes",

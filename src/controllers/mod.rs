@@ -14,6 +14,9 @@
 //!   ordered upgrade) and the Module's `status.devicePlugin` counts.
 //! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
 //! - [`node`]: the facts about a node both controllers decide on.
+//! - [`version_labels`]: the ordered upgrade of seed 002: per node and versioned Module, the
+//!   internal version labels, one step at a time, under the `maxNodesInFlight` and
+//!   `requirePullRequest` policy, every step recorded against its commit.
 //!
 //! [`run`] starts the controllers a [`Selection`] names (`capstan sync --controllers`) and
 //! returns when the [`Context`]'s shutdown token is cancelled.
@@ -32,6 +35,7 @@ pub mod kernel_mapping;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;
+pub mod version_labels;
 
 pub use context::Context;
 
@@ -161,8 +165,7 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
                 tasks.spawn(device_plugin::reconciler::run(ctx));
             }
             ControllerName::VersionLabels => {
-                tracing::warn!(controller = %name, "controller not built yet");
-                drop(ctx);
+                tasks.spawn(version_labels::reconciler::run(ctx));
             }
         }
     }

@@ -25,7 +25,7 @@ use crate::api::labels::{
     PULL_REQUEST_ANNOTATION, RECORD_COMMIT_LABEL, RECORD_MODULE_LABEL, RECORD_NODE_LABEL,
     RECORD_SYNC_LABEL, RECORD_TYPE_LABEL, REVISION_ANNOTATION,
 };
-use crate::api::{Change, CommitRef, HistoryRecord, HistoryRecordSpec, RecordType};
+use crate::api::{Change, CommitRef, HistoryRecord, HistoryRecordSpec, RecordType, UpgradeStep};
 use crate::clock::rfc3339_micros;
 
 /// The component name on capstan's Events.
@@ -43,6 +43,24 @@ pub fn commit_ref(commit: &CommitInfo) -> CommitRef {
         time: commit.time.to_string(),
         subject: commit.subject.clone(),
         pull_request: commit.pull_request,
+    }
+}
+
+/// A commit as records name it, from its `capstan.dev/revision` (`<branch>@sha1:<sha>`) and
+/// `capstan.dev/pull-request` stamps: what an object applied from Git says of the commit
+/// that last changed it. Author, time and subject are left empty; an empty revision gives an
+/// empty reference (an object no commit stamped).
+pub fn commit_ref_of_stamp(revision: &str, pull_request: Option<u64>) -> CommitRef {
+    let sha = revision
+        .rsplit_once("@sha1:")
+        .map_or(revision, |(_, sha)| sha)
+        .to_string();
+    CommitRef {
+        short_sha: sha.get(..7).unwrap_or(&sha).to_string(),
+        sha,
+        revision: revision.to_string(),
+        pull_request,
+        ..CommitRef::default()
     }
 }
 
@@ -115,8 +133,10 @@ pub async fn write_record(
 }
 
 fn stamp_annotations(commit: &CommitRef) -> BTreeMap<String, String> {
-    let mut annotations =
-        BTreeMap::from([(REVISION_ANNOTATION.to_string(), commit.revision.clone())]);
+    let mut annotations = BTreeMap::new();
+    if !commit.revision.is_empty() {
+        annotations.insert(REVISION_ANNOTATION.to_string(), commit.revision.clone());
+    }
     if let Some(pr) = commit.pull_request {
         annotations.insert(PULL_REQUEST_ANNOTATION.to_string(), pr.to_string());
     }
@@ -217,9 +237,160 @@ pub async fn list(
 pub struct RecordView<'a> {
     /// The record's object name.
     pub name: &'a str,
+    /// For an upgrade step: the upgrade it belongs to (see [`upgrade_id`]), the same for
+    /// every step of one upgrade.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<String>,
     /// The record.
     #[serde(flatten)]
     pub spec: &'a HistoryRecordSpec,
+}
+
+impl<'a> RecordView<'a> {
+    /// The view of `record`.
+    pub fn of(record: &'a HistoryRecord) -> RecordView<'a> {
+        RecordView {
+            name: record.metadata.name.as_deref().unwrap_or_default(),
+            upgrade: upgrade_id(&record.spec),
+            spec: &record.spec,
+        }
+    }
+}
+
+/// Which upgrade an upgrade-step record belongs to: node, module, versions and commit, as
+/// `worker-1 kmm-demo/my-kmod v1->v2 3cf3bea` (`none` for a missing version). `None` for
+/// other records.
+pub fn upgrade_id(spec: &HistoryRecordSpec) -> Option<String> {
+    (spec.type_ == RecordType::UpgradeStep).then(|| {
+        format!(
+            "{} {} {}->{} {}",
+            spec.node.as_deref().unwrap_or("?"),
+            spec.module.as_deref().unwrap_or("?"),
+            spec.from_version.as_deref().unwrap_or("none"),
+            spec.to_version.as_deref().unwrap_or("none"),
+            spec.commit.short_sha,
+        )
+    })
+}
+
+/// The steps of one ordered upgrade: one Module on one node, between two versions, asked
+/// for by one commit.
+#[derive(Clone, Debug)]
+pub struct Upgrade<'a> {
+    /// Its [`upgrade_id`].
+    pub id: String,
+    /// The step records, oldest first.
+    pub steps: Vec<&'a HistoryRecord>,
+}
+
+impl Upgrade<'_> {
+    /// The first step's record (an upgrade has at least one).
+    fn first(&self) -> &HistoryRecordSpec {
+        &self.steps[0].spec
+    }
+
+    /// How many steps the move has in all (4; 2 for a first label or a removed one).
+    pub fn expected_steps(&self) -> usize {
+        let spec = self.first();
+        UpgradeStep::for_move(spec.from_version.as_deref(), spec.to_version.as_deref()).len()
+    }
+}
+
+/// The upgrade-step records of `records` grouped by upgrade, in the order each upgrade's
+/// first step happened (`records` oldest first, as [`list`] returns them).
+pub fn upgrades(records: &[HistoryRecord]) -> Vec<Upgrade<'_>> {
+    let mut grouped: Vec<Upgrade<'_>> = Vec::new();
+    for record in records {
+        let Some(id) = upgrade_id(&record.spec) else {
+            continue;
+        };
+        match grouped.iter_mut().find(|upgrade| upgrade.id == id) {
+            Some(upgrade) => upgrade.steps.push(record),
+            None => grouped.push(Upgrade {
+                id,
+                steps: vec![record],
+            }),
+        }
+    }
+    grouped
+}
+
+/// Upgrades as text: a heading per upgrade (node, module, versions, commit and pull
+/// request, steps done, total time), then each step with its time, commit, pull request and
+/// duration (since the step before, or since the upgrade started).
+pub fn render_upgrades_text(upgrades: &[Upgrade<'_>]) -> String {
+    let mut out = String::new();
+    for upgrade in upgrades {
+        let first = upgrade.first();
+        let total: f64 = upgrade
+            .steps
+            .iter()
+            .filter_map(|record| record.spec.duration_seconds)
+            .sum();
+        let subject = if first.commit.subject.is_empty() {
+            String::new()
+        } else {
+            format!(" \"{}\"", first.commit.subject)
+        };
+        let _ = writeln!(
+            out,
+            "{} {} {} -> {}, commit {}{}{}: {} of {} steps, {total:.1}s",
+            first.node.as_deref().unwrap_or("?"),
+            first.module.as_deref().unwrap_or("?"),
+            first.from_version.as_deref().unwrap_or("none"),
+            first.to_version.as_deref().unwrap_or("none"),
+            short_or_unknown(&first.commit),
+            subject,
+            first
+                .commit
+                .pull_request
+                .map_or(String::new(), |pr| format!(" (#{pr})")),
+            upgrade.steps.len(),
+            upgrade.expected_steps(),
+        );
+        out.push_str(
+            "  TIME                  STEP                       COMMIT   PR     DURATION\n",
+        );
+        for record in &upgrade.steps {
+            let spec = &record.spec;
+            let step = spec.step.as_deref().unwrap_or("?");
+            let number = UpgradeStep::ALL
+                .iter()
+                .find(|s| s.as_str() == step)
+                .map_or("?".to_string(), |s| s.number().to_string());
+            let duration = spec
+                .duration_seconds
+                .map_or("-".to_string(), |seconds| format!("{seconds:.1}s"));
+            let _ = writeln!(
+                out,
+                "  {:<21} {number} {step:<24} {:<8} {:<6} {duration}",
+                short_time(&spec.time),
+                short_or_unknown(&spec.commit),
+                pull_request(&spec.commit),
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn short_or_unknown(commit: &CommitRef) -> &str {
+    if commit.short_sha.is_empty() {
+        "-"
+    } else {
+        &commit.short_sha
+    }
+}
+
+fn pull_request(commit: &CommitRef) -> String {
+    commit
+        .pull_request
+        .map_or("-".to_string(), |pr| format!("#{pr}"))
+}
+
+/// `2026-11-21 10:14:13` of an RFC 3339 time.
+fn short_time(time: &str) -> String {
+    time.get(..19).unwrap_or(time).replace('T', " ")
 }
 
 /// Records as a text table: time, type, commit, pull request, and what happened.
@@ -230,16 +401,13 @@ pub fn render_text(records: &[HistoryRecord]) -> String {
     let mut out = String::from("TIME                  TYPE          COMMIT   PR     WHAT\n");
     for record in records {
         let spec = &record.spec;
-        let time = spec.time.get(..19).unwrap_or(&spec.time).replace('T', " ");
-        let pr = spec
-            .commit
-            .pull_request
-            .map_or("-".to_string(), |pr| format!("#{pr}"));
         let _ = writeln!(
             out,
-            "{time:<21} {:<13} {:<8} {pr:<6} {}",
+            "{:<21} {:<13} {:<8} {:<6} {}",
+            short_time(&spec.time),
             spec.type_.as_str(),
-            spec.commit.short_sha,
+            short_or_unknown(&spec.commit),
+            pull_request(&spec.commit),
             describe(spec)
         );
     }
@@ -300,14 +468,39 @@ pub async fn emit_event(
     message: &str,
     commit: &CommitRef,
 ) -> Result<(), kube::Error> {
+    emit_annotated_event(
+        client,
+        target,
+        warning,
+        reason,
+        message,
+        commit,
+        BTreeMap::new(),
+    )
+    .await
+}
+
+/// [`emit_event`] with more annotations beside the commit's (the module, versions and
+/// step of an ordered-upgrade step).
+pub async fn emit_annotated_event(
+    client: &kube::Client,
+    target: &EventTarget,
+    warning: bool,
+    reason: &str,
+    message: &str,
+    commit: &CommitRef,
+    annotations: BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
     let namespace = target.namespace.clone().unwrap_or_else(|| "default".into());
     let now = jiff::Timestamp::now();
     let name = format!("{}.{:016x}", target.name, rand::random::<u64>());
+    let mut all_annotations = annotations;
+    all_annotations.extend(stamp_annotations(commit));
     let event = Event {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(namespace.clone()),
-            annotations: Some(stamp_annotations(commit)),
+            annotations: Some(all_annotations),
             ..ObjectMeta::default()
         },
         involved_object: ObjectReference {
@@ -434,6 +627,94 @@ mod tests {
             assert_eq!(f.matches(&sync), sync_shown, "{f:?} sync");
             assert_eq!(f.matches(&step), step_shown, "{f:?} step");
         }
+    }
+
+    fn step_record(
+        node: &str,
+        step: UpgradeStep,
+        to: &str,
+        sha: char,
+        time: &str,
+    ) -> HistoryRecord {
+        let mut spec = spec(RecordType::UpgradeStep);
+        spec.time = time.into();
+        spec.commit.sha = sha.to_string().repeat(40);
+        spec.commit.short_sha = sha.to_string().repeat(7);
+        spec.node = Some(node.into());
+        spec.module = Some("kmm-demo/my-kmod".into());
+        spec.step = Some(step.as_str().into());
+        spec.from_version = Some("v1".into());
+        spec.to_version = Some(to.into());
+        spec.duration_seconds = Some(1.5);
+        HistoryRecord::new(&record_name(&spec), spec)
+    }
+
+    #[test]
+    fn steps_are_grouped_by_upgrade_and_shown_step_by_step() {
+        use UpgradeStep::*;
+        let records = vec![
+            step_record(
+                "worker-1",
+                DevicePluginStopped,
+                "v2",
+                'b',
+                "2026-11-21T10:00:01.000000Z",
+            ),
+            spec_record(spec(RecordType::Sync)),
+            step_record(
+                "worker-1",
+                OldModuleUnloaded,
+                "v2",
+                'b',
+                "2026-11-21T10:00:02.500000Z",
+            ),
+            step_record(
+                "worker-1",
+                DevicePluginStopped,
+                "v3",
+                'c',
+                "2026-11-21T11:00:00.000000Z",
+            ),
+        ];
+        let upgrades = upgrades(&records);
+        assert_eq!(upgrades.len(), 2);
+        assert_eq!(upgrades[0].id, "worker-1 kmm-demo/my-kmod v1->v2 bbbbbbb");
+        assert_eq!(upgrades[0].steps.len(), 2);
+        assert_eq!(upgrades[0].expected_steps(), 4);
+        let text = render_upgrades_text(&upgrades);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "worker-1 kmm-demo/my-kmod v1 -> v2, commit bbbbbbb (#42): 2 of 4 steps, 3.0s"
+        );
+        assert!(lines[1].contains("STEP") && lines[1].contains("DURATION"));
+        assert_eq!(
+            lines[2],
+            "  2026-11-21 10:00:01   1 device-plugin-stopped    bbbbbbb  #42    1.5s"
+        );
+        assert!(lines[3].contains("2 old-module-unloaded"), "{text}");
+        assert!(text.contains("v1 -> v3, commit ccccccc"), "{text}");
+        let view = serde_json::to_value(RecordView::of(&records[0])).unwrap();
+        assert_eq!(view["upgrade"], "worker-1 kmm-demo/my-kmod v1->v2 bbbbbbb");
+        assert_eq!(view["step"], "device-plugin-stopped");
+        let sync = serde_json::to_value(RecordView::of(&records[1])).unwrap();
+        assert!(sync.get("upgrade").is_none());
+    }
+
+    fn spec_record(spec: HistoryRecordSpec) -> HistoryRecord {
+        HistoryRecord::new("sync-record", spec)
+    }
+
+    #[test]
+    fn commits_are_read_from_stamps() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let commit = commit_ref_of_stamp(&format!("main@sha1:{sha}"), Some(7));
+        assert_eq!(commit.sha, sha);
+        assert_eq!(commit.short_sha, "0123456");
+        assert_eq!(commit.revision, format!("main@sha1:{sha}"));
+        assert_eq!(commit.pull_request, Some(7));
+        assert_eq!(commit_ref_of_stamp("", None), CommitRef::default());
+        assert!(stamp_annotations(&CommitRef::default()).is_empty());
     }
 
     #[test]

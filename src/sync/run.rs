@@ -374,6 +374,8 @@ impl Syncer {
             };
         }
 
+        // The labels this commit writes are acted on under its own policy.
+        self.status.policy = Some(desired.settings.upgrade_policy());
         let new_inventory: Inventory = desired
             .manifests
             .iter()

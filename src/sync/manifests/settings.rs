@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::yaml::{self, FieldPath, Node, NodeValue};
 use super::{ManifestError, closest_name, rules, syntax_error};
+use crate::api::UpgradePolicy;
 
 /// Name of the settings file, at the root of the synced path. It is not a manifest.
 pub const SETTINGS_FILE: &str = "capstan.yaml";
@@ -53,6 +54,17 @@ impl Default for Settings {
             prune: true,
             drift: DriftPolicy::Revert,
             default_namespace: "default".to_string(),
+        }
+    }
+}
+
+impl Settings {
+    /// The ordered-upgrade part of the settings, as the `GitSync` status hands it to the
+    /// version-label controller.
+    pub fn upgrade_policy(&self) -> UpgradePolicy {
+        UpgradePolicy {
+            max_nodes_in_flight: self.max_nodes_in_flight,
+            require_pull_request: self.require_pull_request,
         }
     }
 }
