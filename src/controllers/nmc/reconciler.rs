@@ -175,6 +175,10 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         }) else {
             continue;
         };
+        // A pod already being deleted was read by an earlier pass.
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
         let action = workers
             .iter()
             .find(|w| w.name == deletion.name && w.module == deletion.module)
