@@ -179,7 +179,7 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
                     }
                 }
             }
-            for (label, _) in &node.labels {
+            for label in node.labels.keys() {
                 for (kind, key) in ModuleLabel::parse(label) {
                     let internal = matches!(
                         kind,
