@@ -126,7 +126,10 @@ async fn main() {
     ];
     for i in 0..count {
         let node = format!("node-{i:04}");
-        files.push((format!("nodes/{node}.yaml"), git::node_label(&node, "my-kmod", "v1")));
+        files.push((
+            format!("nodes/{node}.yaml"),
+            git::node_label(&node, "my-kmod", "v1"),
+        ));
     }
     let changes: Vec<(&str, Option<&str>)> = files
         .iter()
@@ -220,7 +223,10 @@ async fn main() {
         initial.as_secs_f64()
     );
     for (step, seconds) in &steps {
-        println!("| one node, step `{step}` (s since the previous step) | {:.3} s | < 0.1 s |", seconds);
+        println!(
+            "| one node, step `{step}` (s since the previous step) | {:.3} s | < 0.1 s |",
+            seconds
+        );
     }
     println!(
         "| one node, commit to upgraded (sync + 4 steps) | {:.3} s | |",
@@ -236,5 +242,8 @@ async fn main() {
         count - 1,
         writes as f64 / (count - 1) as f64
     );
-    println!("| step records written for v2 | {records} (expected {}) | |", 4 * count);
+    println!(
+        "| step records written for v2 | {records} (expected {}) | |",
+        4 * count
+    );
 }

@@ -380,11 +380,14 @@ fn not_served(manifest: &Manifest) -> kube::Error {
     )
 }
 
+/// The stage of Nodes (their version labels), the last.
+pub const NODE_STAGE: usize = 2;
+
 /// The stage an object is written in: Namespaces and CRDs, then everything else, then Nodes.
 pub fn stage_of(kind: &str, api_version: &str) -> usize {
     match (api_version, kind) {
         ("v1", "Namespace") | ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => 0,
-        ("v1", "Node") => 2,
+        ("v1", "Node") => NODE_STAGE,
         _ => 1,
     }
 }
@@ -477,7 +480,15 @@ pub async fn write(
             .push(write);
     }
     let mut applied = Applied::default();
-    for (stage, writes) in stages {
+    for (stage, mut writes) in stages {
+        // Nodes are written one at a time in name order: the version-label controller moves
+        // relabelled nodes in name order and must never see a later node's label first.
+        let concurrency = if stage == NODE_STAGE {
+            writes.sort_by(|a, b| a.0.cmp(&b.0));
+            1
+        } else {
+            CONCURRENCY
+        };
         let mut wrote_crds = Vec::new();
         let kinds_now: &ClusterKinds = kinds;
         let results = futures::stream::iter(writes.into_iter().map(|(id, action, object)| {
@@ -503,7 +514,7 @@ pub async fn write(
             }
             .boxed()
         }))
-        .buffer_unordered(CONCURRENCY)
+        .buffered(concurrency)
         .collect::<Vec<_>>()
         .await;
         let mut first_error = None;

@@ -56,7 +56,15 @@ pub fn run(
     let stores = Stores::of(caches);
     let shutdown = ctx.shutdown.clone();
     let controller = Controller::for_shared_stream(caches.nmcs.subscribe(), stores.nmcs.clone())
-        .owns_shared_stream(caches.worker_pods.subscribe())
+        // Not `owns`: kube keys a namespaced pod's owner in the pod's namespace, which would
+        // make a second, concurrent key for the same cluster-scoped NMC.
+        .watches_shared_stream(caches.worker_pods.subscribe(), |pod: Arc<Pod>| {
+            pod.owner_references()
+                .iter()
+                .filter(|owner| owner.kind == "NodeModulesConfig")
+                .map(|owner| ObjectRef::new(&owner.name))
+                .collect::<Vec<_>>()
+        })
         .watches_shared_stream(caches.nodes.subscribe(), |node: Arc<Node>| {
             Some(ObjectRef::new(&node.name_any()))
         })
