@@ -118,7 +118,7 @@ async fn main() {
     let client = cluster.client().expect("client");
 
     let mut repo = FleetRepo::new();
-    let settings = format!("maxNodesInFlight: {in_flight}\n");
+    let settings = format!("maxNodesInFlight: {in_flight}\nhistoryRetention: 100000\n");
     let mut files = vec![
         ("capstan.yaml".to_string(), settings),
         ("namespace.yaml".to_string(), git::NAMESPACE.to_string()),
