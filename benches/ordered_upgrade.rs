@@ -9,6 +9,8 @@
 //!
 //! `cargo bench --bench ordered_upgrade`; `BENCH_SCALE=0.1` for 50 nodes.
 
+// The tests' Git helper; the benchmark uses part of it.
+#[allow(dead_code)]
 #[path = "../tests/common/git.rs"]
 mod git;
 
