@@ -12,6 +12,7 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
@@ -178,10 +179,14 @@ fn yaml_error(
     }
 }
 
+/// The NodeModulesConfig CRD, generated once: the NMC controller parses the config of
+/// every worker pod it looks at, and generating the schema costs far more than the parse.
+static NMC_CRD: LazyLock<CustomResourceDefinition> = LazyLock::new(NodeModulesConfig::crd);
+
 /// Reports the fields of `value` the NodeModulesConfig schema does not declare for a
 /// module's `config`.
 fn check_fields(value: &Value, tree: &Spanned<Tree>, origin: &str) -> Result<(), ConfigError> {
-    let crd = NodeModulesConfig::crd();
+    let crd: &CustomResourceDefinition = &NMC_CRD;
     // The config is checked where it sits in an NMC, so the CRD's schema is the one oracle.
     let object = json!({
         "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
@@ -189,12 +194,12 @@ fn check_fields(value: &Value, tree: &Spanned<Tree>, origin: &str) -> Result<(),
         "spec": {"modules": [{"config": value}]},
     });
     const PREFIX: &str = "spec.modules[0].config.";
-    let fields: Vec<UnknownField> = crds::unknown_fields(&crd, &object)
+    let fields: Vec<UnknownField> = crds::unknown_fields(crd, &object)
         .into_iter()
         .filter_map(|path| path.strip_prefix(PREFIX).map(str::to_string))
         .map(|path| UnknownField {
             position: position_of(tree, &path, true),
-            known: config_schema(&crd)
+            known: config_schema(crd)
                 .map(|s| known_fields(s, &path))
                 .unwrap_or_default(),
             path,
