@@ -2,18 +2,25 @@
 //! controllers read it.
 //!
 //! Each cache is a kube runtime reflector store fed by one watcher; every controller that
-//! needs the kind subscribes to the store's stream of changed objects (its trigger) and
+//! needs the kind subscribes to the cache's stream of changed objects (its trigger) and
 //! reads the store for everything else. [`Caches::start`] begins the watches once every
 //! subscriber is in place, so no subscriber misses the initial list.
+//!
+//! The streams are fed here rather than by kube's shared reflector (`reflect_shared`),
+//! whose subscriber streams leave out deletions (kube-rs issue 1590) and stop for good
+//! when an object is deleted before the subscriber reads it: the subscriber looks the
+//! object up in the store and, finding none, returns `Pending` without a wake-up. Here
+//! each subscriber receives the object itself, deleted ones included.
 
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
+use futures::channel::mpsc;
+use futures::{SinkExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
-use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -25,7 +32,7 @@ use crate::api::nmc::NodeModulesConfig;
 /// Changes a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;
 
-/// One kind's store, its writer until the watch starts, and its API.
+/// One kind's store, its writer and subscribers until the watch starts, and its API.
 pub struct Cache<K>
 where
     K: Resource + Clone + 'static,
@@ -36,6 +43,7 @@ where
     ready: tokio::sync::watch::Receiver<bool>,
     ready_tx: Option<tokio::sync::watch::Sender<bool>>,
     writer: Option<reflector::store::Writer<K>>,
+    subscribers: Mutex<Option<Vec<mpsc::Sender<Arc<K>>>>>,
     api: Api<K>,
     config: watcher::Config,
 }
@@ -46,49 +54,78 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     fn new(api: Api<K>, config: watcher::Config) -> Cache<K> {
-        let (store, writer) = reflector::store_shared(BUFFER);
+        let (store, writer) = reflector::store();
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         Cache {
             store,
             ready,
             ready_tx: Some(ready_tx),
             writer: Some(writer),
+            subscribers: Mutex::new(Some(Vec::new())),
             api,
             config,
         }
     }
 
     /// A stream of every object the watch applies or deletes from now on (after the start,
-    /// the initial list too).
+    /// the initial list too); a deleted object comes as last seen.
     ///
     /// # Panics
     /// After [`Caches::start`]: subscribers must be in place before the watch starts.
-    pub fn subscribe(&self) -> ReflectHandle<K> {
-        self.writer
-            .as_ref()
-            .and_then(reflector::store::Writer::subscribe)
+    pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        let (sender, receiver) = mpsc::channel(BUFFER);
+        self.subscribers
+            .lock()
+            .expect("subscribers lock")
+            .as_mut()
             .expect("subscribe to a cache before it starts")
+            .push(sender);
+        receiver
     }
 
     fn start(&mut self, tasks: &mut tokio::task::JoinSet<()>) {
-        let (Some(writer), Some(ready)) = (self.writer.take(), self.ready_tx.take()) else {
+        let subscribers = self.subscribers.lock().expect("subscribers lock").take();
+        let (Some(writer), Some(ready), Some(mut subscribers)) =
+            (self.writer.take(), self.ready_tx.take(), subscribers)
+        else {
             return;
         };
-        // The store's own readiness wakes only one waiter; this one wakes them all.
-        let stream = watcher(self.api.clone(), self.config.clone())
+        let store = self.store.clone();
+        let mut events = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
-            .reflect_shared(writer)
-            .for_each(move |event| {
-                match event {
-                    Err(err) => tracing::warn!(%err, "watch failed; retrying"),
+            .reflect(writer)
+            .boxed();
+        tasks.spawn(async move {
+            while let Some(event) = events.next().await {
+                let changed: Vec<Arc<K>> = match event {
+                    Err(err) => {
+                        tracing::warn!(%err, "watch failed; retrying");
+                        continue;
+                    }
+                    // The store holds the object now; subscribers share its copy.
+                    Ok(watcher::Event::Apply(object)) => {
+                        vec![
+                            store
+                                .get(&ObjectRef::from_obj(&object))
+                                .unwrap_or_else(|| Arc::new(object)),
+                        ]
+                    }
+                    Ok(watcher::Event::Delete(object)) => vec![Arc::new(object)],
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+                    // The store's own readiness wakes only one waiter; this one wakes them all.
                     Ok(watcher::Event::InitDone) => {
                         ready.send_replace(true);
+                        store.state()
                     }
-                    Ok(_) => {}
+                };
+                for object in changed {
+                    for subscriber in &mut subscribers {
+                        // A subscriber that is gone (its controller stopped) is skipped.
+                        let _ = subscriber.send(object.clone()).await;
+                    }
                 }
-                futures::future::ready(())
-            });
-        tasks.spawn(stream);
+            }
+        });
     }
 }
 
