@@ -15,7 +15,7 @@ use super::api::{Api, ListOptions};
 use super::errors::ApiError;
 use super::faults::Faults;
 use super::resources::Resource;
-use super::store::{Change, EventType};
+use super::store::{Change, EventType, StoreError};
 
 /// How objects are shown in events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,8 +62,14 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
         (Vec::new(), receiver, Some(page))
     } else {
         let from = request.resource_version.unwrap_or(0);
-        let (backlog, receiver) = api.store.watch_from(from)?;
-        (backlog, receiver, None)
+        match api.store.watch_from(from) {
+            Ok((backlog, receiver)) => (backlog, receiver, None),
+            // As kube-apiserver does, the watch opens and its one event says 410 Gone:
+            // clients relist on that event, while kube's watcher retries an HTTP 410
+            // from the same resourceVersion forever.
+            Err(err @ StoreError::Gone { .. }) => return Ok(gone(&ApiError::from(err))),
+            Err(err) => return Err(err.into()),
+        }
     };
     let (sender, events) = mpsc::channel(256);
     tokio::spawn(async move {
@@ -88,6 +94,13 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
         watcher.follow(receiver).await;
     });
     Ok(events)
+}
+
+/// A watch whose only event is the `ERROR` Status of `err`.
+fn gone(err: &ApiError) -> mpsc::Receiver<Bytes> {
+    let (sender, events) = mpsc::channel(1);
+    let _ = sender.try_send(event_line("ERROR", &Bytes::from(err.status().to_string())));
+    events
 }
 
 struct Watcher {
