@@ -93,6 +93,8 @@ where
         let store = self.store.clone();
         let mut events = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
+            // Nothing reads managedFields, and they are up to half of a cached worker pod.
+            .modify(|object: &mut K| object.meta_mut().managed_fields = None)
             .reflect(writer)
             .boxed();
         tasks.spawn(async move {
