@@ -128,13 +128,24 @@ impl Kubelet {
             self.ready_nodes
                 .insert(name, nodes::is_ready(&node.value()));
         }
-        for pod in self
+        let pods = self
             .sim
             .api
             .store
             .list("pods", None, None, None, &|_| true)
-            .items
-        {
+            .items;
+        // Pods deleted while the kubelet was behind are forgotten.
+        let present: HashSet<ObjectKey> = pods.iter().map(|pod| pod.key("pods")).collect();
+        let gone: Vec<ObjectKey> = self
+            .pods
+            .keys()
+            .filter(|key| !present.contains(key))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.forget(&key);
+        }
+        for pod in pods {
             let key = pod.key("pods");
             self.observe_pod(&key, &pod.projection);
         }
@@ -143,10 +154,23 @@ impl Kubelet {
     fn observe(&mut self, change: &Change) {
         match change.key.storage.as_str() {
             "pods" if change.event == EventType::Deleted => self.forget(&change.key),
+            // A change the store has moved past is skipped: its newer state comes as a
+            // change of its own. Acting on it could undo the kubelet's own later write
+            // (start again a pod it has just seen finish) when it reads the broadcast late.
+            "pods" if !self.is_current(change) => {}
             "pods" => self.observe_pod(&change.key, &change.object.projection),
             "nodes" => self.observe_node(change),
             _ => {}
         }
+    }
+
+    /// Whether `change` shows the object as the store holds it now.
+    fn is_current(&self, change: &Change) -> bool {
+        self.sim
+            .api
+            .store
+            .get(&change.key)
+            .is_some_and(|stored| stored.resource_version == change.object.resource_version)
     }
 
     fn forget(&mut self, key: &ObjectKey) {
@@ -646,6 +670,8 @@ fn terminated_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::sim::config::ClusterConfig;
+    use crate::cluster::store::ObjectKey;
 
     fn pod() -> Value {
         json!({"metadata": {"uid": "u1", "labels": {}}, "spec": {"containers": [{"name": "app", "image": "app:v1"}]}})
@@ -701,5 +727,59 @@ mod tests {
         assert_eq!(status["conditions"][0]["lastTransitionTime"], "t1");
         set_condition(&mut status, "Ready", false, "t3");
         assert_eq!(status["conditions"][0]["lastTransitionTime"], "t3");
+    }
+
+    /// A kubelet that reads the store's broadcast late sees its own "Running" write after
+    /// the pod has already finished; it must not start the finished pod again.
+    #[tokio::test]
+    async fn a_late_change_does_not_start_a_finished_pod_again() {
+        let cluster = super::super::workload::testing::cluster().await;
+        let api = cluster.api().clone();
+        let config = ClusterConfig::parse("nodes:\n  - name: n1\n", "test").expect("config");
+        let sim = Arc::new(Simulation {
+            api: api.clone(),
+            node_order: std::sync::Mutex::new(vec!["n1".into()]),
+            config,
+            history: std::sync::Mutex::new(Vec::new()),
+        });
+        sim.register_nodes().expect("node registered");
+        let mut changes = api.store.subscribe();
+        let pods = api.registry.get("", "v1", "pods").expect("pods");
+        let body = json!({
+            "metadata": {"name": "job", "namespace": "default"},
+            "spec": {"nodeName": "n1", "restartPolicy": "Never",
+                     "containers": [{"name": "app", "image": "app:v1"}]},
+        });
+        api.create(&pods, "default", body, &Default::default())
+            .expect("pod created");
+        let mut kubelet = Kubelet::new(sim);
+        let key = ObjectKey {
+            storage: "pods".into(),
+            namespace: "default".into(),
+            name: "job".into(),
+        };
+        let mut next = || loop {
+            let change = changes.try_recv().expect("a change");
+            if change.key == key {
+                return change;
+            }
+        };
+        let added = next();
+        kubelet.observe(&added);
+        kubelet.queue.clear();
+        kubelet.start(&key).await.expect("started");
+        let running = next();
+        kubelet.exit(&key).await.expect("exited");
+        let succeeded = next();
+        assert_eq!(succeeded.object.projection["status"]["phase"], "Succeeded");
+
+        kubelet.queue.clear();
+        kubelet.observe(&running);
+        kubelet.observe(&succeeded);
+        assert!(
+            kubelet.pods.is_empty(),
+            "the finished pod is not tracked again"
+        );
+        assert!(kubelet.queue.is_empty(), "nothing is scheduled for it");
     }
 }
