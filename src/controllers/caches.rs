@@ -10,7 +10,12 @@
 //! whose subscriber streams leave out deletions (kube-rs issue 1590) and stop for good
 //! when an object is deleted before the subscriber reads it: the subscriber looks the
 //! object up in the store and, finding none, returns `Pending` without a wake-up. Here
-//! each subscriber receives the object itself, deleted ones included.
+//! each subscriber receives the object itself, deleted ones included (those a relist no
+//! longer finds too).
+//!
+//! A cache holds what the controllers read of an object, not all of it: worker pods and
+//! Nodes are trimmed as they arrive (see [`slim_worker_pod`], [`slim_node`]). A
+//! controller that needs another field adds it there.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -18,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Node, Pod, PodSpec, PodStatus};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -46,6 +51,8 @@ where
     subscribers: Mutex<Option<Vec<mpsc::Sender<Arc<K>>>>>,
     api: Api<K>,
     config: watcher::Config,
+    /// Drops what no controller reads before the object is stored.
+    slim: fn(&mut K),
 }
 
 impl<K> Cache<K>
@@ -53,7 +60,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    fn new(api: Api<K>, config: watcher::Config) -> Cache<K> {
+    fn new(api: Api<K>, config: watcher::Config, slim: fn(&mut K)) -> Cache<K> {
         let (store, writer) = reflector::store();
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         Cache {
@@ -64,6 +71,7 @@ where
             subscribers: Mutex::new(Some(Vec::new())),
             api,
             config,
+            slim,
         }
     }
 
@@ -91,13 +99,20 @@ where
             return;
         };
         let store = self.store.clone();
+        let slim = self.slim;
         let mut events = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
-            // Nothing reads managedFields, and they are up to half of a cached worker pod.
-            .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+            .modify(move |object: &mut K| {
+                // Nothing reads managedFields, and they are up to half of a cached pod.
+                object.meta_mut().managed_fields = None;
+                slim(object);
+            })
             .reflect(writer)
             .boxed();
         tasks.spawn(async move {
+            // What the store held when a relist began: what the relist does not bring back
+            // was deleted meanwhile, and subscribers are told so.
+            let mut before_relist: Vec<Arc<K>> = Vec::new();
             while let Some(event) = events.next().await {
                 let changed: Vec<Arc<K>> = match event {
                     Err(err) => {
@@ -105,19 +120,26 @@ where
                         continue;
                     }
                     // The store holds the object now; subscribers share its copy.
-                    Ok(watcher::Event::Apply(object)) => {
-                        vec![
-                            store
-                                .get(&ObjectRef::from_obj(&object))
-                                .unwrap_or_else(|| Arc::new(object)),
-                        ]
-                    }
+                    Ok(watcher::Event::Apply(object)) => vec![
+                        store
+                            .get(&ObjectRef::from_obj(&object))
+                            .unwrap_or_else(|| Arc::new(object)),
+                    ],
                     Ok(watcher::Event::Delete(object)) => vec![Arc::new(object)],
-                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+                    // The store swaps in the relisted objects at InitDone.
+                    Ok(watcher::Event::Init) => {
+                        before_relist = store.state();
+                        continue;
+                    }
+                    Ok(watcher::Event::InitApply(_)) => continue,
                     // The store's own readiness wakes only one waiter; this one wakes them all.
                     Ok(watcher::Event::InitDone) => {
                         ready.send_replace(true);
-                        store.state()
+                        let mut changed = store.state();
+                        changed.extend(std::mem::take(&mut before_relist).into_iter().filter(
+                            |object| store.get(&ObjectRef::from_obj(object.as_ref())).is_none(),
+                        ));
+                        changed
                     }
                 };
                 for object in changed {
@@ -130,6 +152,59 @@ where
         });
     }
 }
+
+/// Leaves a worker pod with what the controllers read of it: metadata; the node, service
+/// account, pull secret and tolerations; the phase, and how its containers terminated.
+/// The rest (containers, volumes, conditions) is most of a pod, and a fleet-wide rollout
+/// holds one per node and module.
+fn slim_worker_pod(pod: &mut Pod) {
+    if let Some(spec) = pod.spec.take() {
+        pod.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            service_account_name: spec.service_account_name,
+            image_pull_secrets: spec.image_pull_secrets,
+            tolerations: spec.tolerations,
+            ..PodSpec::default()
+        });
+    }
+    if let Some(status) = pod.status.take() {
+        let terminated = |state: Option<ContainerState>| {
+            state
+                .and_then(|s| s.terminated)
+                .map(|terminated| ContainerState {
+                    terminated: Some(terminated),
+                    ..ContainerState::default()
+                })
+        };
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            message: status.message,
+            reason: status.reason,
+            container_statuses: status.container_statuses.map(|statuses| {
+                statuses
+                    .into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        state: terminated(c.state),
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+    }
+}
+
+/// Leaves a Node without the list of images it holds, which nothing here reads and which
+/// is most of a busy node's status.
+fn slim_node(node: &mut Node) {
+    if let Some(status) = &mut node.status {
+        status.images = None;
+    }
+}
+
+/// Keeps the whole object.
+fn keep<K>(_: &mut K) {}
 
 /// The kinds the Module -> NMC and NMC controllers watch.
 pub struct Caches {
@@ -153,10 +228,14 @@ impl Caches {
             labels::WORKER_COMPONENT
         ));
         Caches {
-            nodes: Cache::new(Api::all(client.clone()), watcher::Config::default()),
-            modules: Cache::new(Api::all(client.clone()), watcher::Config::default()),
-            nmcs: Cache::new(Api::all(client.clone()), watcher::Config::default()),
-            worker_pods: Cache::new(Api::all(client.clone()), worker_pods),
+            nodes: Cache::new(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                slim_node,
+            ),
+            modules: Cache::new(Api::all(client.clone()), watcher::Config::default(), keep),
+            nmcs: Cache::new(Api::all(client.clone()), watcher::Config::default(), keep),
+            worker_pods: Cache::new(Api::all(client.clone()), worker_pods, slim_worker_pod),
             tasks: tokio::task::JoinSet::new(),
         }
     }
@@ -211,5 +290,81 @@ impl Stores {
             // An error means the watch is gone (shutdown); the reconciler is stopping too.
             let _ = ready.wait_for(|listed| *listed).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::nmc::WorkerPod;
+    use serde_json::json;
+
+    fn worker_pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "kmm-worker-n1-kmod", "namespace": "ns", "uid": "u1",
+                "labels": {
+                    labels::COMPONENT_LABEL: labels::WORKER_COMPONENT,
+                    labels::MODULE_NAME_LABEL: "kmod",
+                    labels::WORKER_ACTION_LABEL: "Load",
+                },
+                "annotations": {
+                    labels::WORKER_CONFIG_ANNOTATION: "kernelVersion: 6.1.0\ncontainerImage: r/kmod:6.1.0\nmodprobe:\n  moduleName: kmod\n",
+                    labels::WORKER_MODULE_VERSION_ANNOTATION: "v1",
+                },
+                "ownerReferences": [{"apiVersion": "kmm.sigs.x-k8s.io/v1beta1", "kind": "NodeModulesConfig", "name": "n1", "uid": "n"}],
+                "managedFields": [{"manager": "capstan", "operation": "Update"}],
+            },
+            "spec": {
+                "nodeName": "n1",
+                "serviceAccountName": "kmm",
+                "imagePullSecrets": [{"name": "pull"}],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "restartPolicy": "Never",
+                "containers": [{"name": "worker", "image": "capstan", "args": ["worker", "kmod", "load"]}],
+                "volumes": [{"name": "config", "emptyDir": {}}],
+            },
+            "status": {
+                "phase": "Failed",
+                "message": "pod message",
+                "conditions": [{"type": "Ready", "status": "False"}],
+                "podIP": "10.0.0.1",
+                "containerStatuses": [{
+                    "name": "worker", "image": "capstan", "imageID": "sha", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 1, "message": "modprobe failed", "finishedAt": "2026-01-01T00:00:00Z"}},
+                    "lastState": {"terminated": {"exitCode": 2}},
+                }],
+            },
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_slim_worker_pod_reads_as_the_whole_one() {
+        let whole = worker_pod();
+        let mut slim = whole.clone();
+        slim_worker_pod(&mut slim);
+        assert_eq!(
+            WorkerPod::from_pod(&slim).expect("worker"),
+            WorkerPod::from_pod(&whole).expect("worker")
+        );
+        assert_eq!(
+            slim.metadata.owner_references,
+            whole.metadata.owner_references
+        );
+        let status = slim.status.as_ref().expect("status");
+        assert_eq!(status.message.as_deref(), Some("pod message"));
+        let terminated = status.container_statuses.as_ref().expect("containers")[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .expect("terminated");
+        assert_eq!(terminated.message.as_deref(), Some("modprobe failed"));
+        // What nothing reads is gone.
+        let spec = slim.spec.as_ref().expect("spec");
+        assert!(spec.containers.is_empty() && spec.volumes.is_none());
+        assert!(status.conditions.is_none() && status.pod_ip.is_none());
+        let size = |pod: &Pod| serde_json::to_vec(pod).expect("json").len();
+        assert!(size(&slim) < size(&whole));
     }
 }

@@ -6,21 +6,24 @@
 //! ready labels and the NMC's labels. It stops at the first failed write; the next pass
 //! starts again from what the API server holds.
 //!
-//! Worker pods have deterministic names, so a pod created twice (a cache behind a write)
-//! is refused by the API server and never runs twice.
+//! A node whose worker pods the cache does not show as this reconciler last wrote them
+//! waits for the cache (see [`expectations`](super::expectations)). Worker pods have
+//! deterministic names besides, so a pod created twice is refused by the API server and
+//! never runs twice.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use super::expectations::Expectations;
 use super::worker_pod;
 use super::{DeleteReason, LabelChanges, NmcInput, WorkerPod, decide};
 use crate::api::labels::{ModuleKey, ModuleLabel, WorkerAction};
@@ -28,7 +31,7 @@ use crate::api::module::Module;
 use crate::api::nmc::NodeModulesConfig;
 use crate::clock::rfc3339;
 use crate::controllers::caches::{Caches, Stores};
-use crate::controllers::context::{Context, managers};
+use crate::controllers::context::{CONCURRENCY, Context, managers};
 use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
 use crate::controllers::node::NodeFacts;
 
@@ -45,6 +48,7 @@ const RETRY: Duration = Duration::from_secs(1);
 struct Data {
     ctx: Arc<Context>,
     stores: Arc<Stores>,
+    expectations: Arc<Expectations>,
 }
 
 /// Runs the NMC reconciler until `ctx.shutdown`. Subscribes to `caches`; the caller starts
@@ -55,10 +59,27 @@ pub fn run(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = Stores::of(caches);
     let shutdown = ctx.shutdown.clone();
+    let expectations = Arc::new(Expectations::default());
+    // Every worker pod the cache passes on settles what this reconciler expected of it,
+    // before the reconcile it triggers runs.
+    let pods = {
+        let expectations = expectations.clone();
+        let store = stores.worker_pods.clone();
+        caches
+            .worker_pods
+            .subscribe()
+            .inspect(move |pod: &Arc<Pod>| {
+                let in_store = store
+                    .get(&ObjectRef::from_obj(pod.as_ref()))
+                    .is_some_and(|held| held.metadata.uid == pod.metadata.uid);
+                expectations.observe(pod, in_store);
+            })
+    };
     let controller = Controller::for_shared_stream(caches.nmcs.subscribe(), stores.nmcs.clone())
+        .with_config(Config::default().concurrency(CONCURRENCY))
         // Not `owns`: kube keys a namespaced pod's owner in the pod's namespace, which would
         // make a second, concurrent key for the same cluster-scoped NMC.
-        .watches_shared_stream(caches.worker_pods.subscribe(), |pod: Arc<Pod>| {
+        .watches_shared_stream(pods, |pod: Arc<Pod>| {
             pod.owner_references()
                 .iter()
                 .filter(|owner| owner.kind == "NodeModulesConfig")
@@ -69,7 +90,11 @@ pub fn run(
             Some(ObjectRef::new(&node.name_any()))
         })
         .graceful_shutdown_on(async move { shutdown.cancelled().await });
-    let data = Arc::new(Data { ctx, stores });
+    let data = Arc::new(Data {
+        ctx,
+        stores,
+        expectations,
+    });
     async move {
         controller
             .run(reconcile, error_policy, data)
@@ -147,6 +172,11 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     stores.ready().await;
     let ctx = &data.ctx;
     let name = cached.name_any();
+    let cached = |pod: &ObjectRef<Pod>| stores.worker_pods.get(pod);
+    if let Some(wait) = data.expectations.wait(&name, Instant::now(), cached) {
+        // The pods' events bring the node back once the cache shows the last writes.
+        return Ok(Action::requeue(wait));
+    }
     let nmcs: Api<NodeModulesConfig> = Api::all(ctx.client.clone());
     let Some(nmc) = nmcs.get_opt(&name).await? else {
         return Ok(Action::await_change());
@@ -272,12 +302,33 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         .await?;
     }
 
-    // 2. Deletions.
+    // 2. Deletions, but of pods not already going.
     for deletion in &decision.delete {
+        let Some(pod) = pods.iter().find(|p| {
+            p.name_any() == deletion.name && p.namespace().as_deref() == Some(&deletion.namespace)
+        }) else {
+            continue;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &deletion.namespace);
-        match api.delete(&deletion.name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+        // The uid precondition: a pod of the same name created since is not this one.
+        let params = DeleteParams {
+            preconditions: pod
+                .metadata
+                .uid
+                .clone()
+                .map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&deletion.name, &params).await {
+            Ok(_) => data.expectations.deleted(&name, pod, Instant::now()),
+            // Gone already, or replaced by a pod of the same name.
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
             Err(err) => return Err(err.into()),
         }
     }
@@ -297,7 +348,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
             ..PostParams::default()
         };
         match api.create(&params, &pod).await {
-            Ok(_) => {}
+            Ok(created) => data.expectations.created(&name, &created, Instant::now()),
             // The previous pod is still terminating, or the cache was behind: the pod's
             // events bring the NMC back.
             Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -348,6 +399,19 @@ async fn events(
     let node_ref = node.object_ref(&());
     let node_name = node.name_any();
     for (module, action, failure) in finished {
+        let module_ref = ObjectRef::<Module>::new(module.name()).within(module.namespace());
+        let module_object = stores.modules.get(&module_ref);
+        // The Module, or a reference to it by name once it is gone.
+        let related = module_object.as_ref().map_or_else(
+            || ObjectReference {
+                api_version: Some(Module::api_version(&()).into_owned()),
+                kind: Some(Module::kind(&()).into_owned()),
+                namespace: Some(module.namespace().to_string()),
+                name: Some(module.name().to_string()),
+                ..ObjectReference::default()
+            },
+            |m| m.object_ref(&()),
+        );
         match failure {
             None => {
                 let (reason, verb) = match action {
@@ -357,6 +421,7 @@ async fn events(
                 tracing::info!(node = %node_name, module = %module, "{}", reason);
                 ctx.event(
                     &node_ref,
+                    Some(related),
                     false,
                     reason,
                     action.as_str(),
@@ -372,16 +437,17 @@ async fn events(
                 );
                 ctx.event(
                     &node_ref,
+                    Some(related),
                     true,
                     "WorkerFailed",
                     action.as_str(),
                     note.clone(),
                 )
                 .await;
-                let module_ref = ObjectRef::<Module>::new(module.name()).within(module.namespace());
-                if let Some(object) = stores.modules.get(&module_ref) {
+                if let Some(object) = &module_object {
                     ctx.event(
                         &object.object_ref(&()),
+                        Some(node_ref.clone()),
                         true,
                         "WorkerFailed",
                         action.as_str(),
