@@ -5,14 +5,19 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
+use crate::controllers::recorder::{EventKey, Recorder};
 
 /// The component name on the Events the controllers write.
 pub const EVENT_REPORTER: &str = "capstan-controllers";
+
+/// How many objects one controller reconciles at once. Unbounded, a fleet-wide change
+/// would open one API connection per node at the same moment; past a few dozen, more
+/// only queue at the API server.
+pub const CONCURRENCY: u16 = 64;
 
 /// Field managers of the controllers' writes: one per controller, so that Git (manager
 /// `capstan`) and the controllers never own the same field.
@@ -62,13 +67,7 @@ impl Context {
         shutdown: CancellationToken,
         worker_image: String,
     ) -> Arc<Context> {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: EVENT_REPORTER.into(),
-                instance: None,
-            },
-        );
+        let recorder = Recorder::new(client.clone(), EVENT_REPORTER);
         Arc::new(Context {
             client,
             clock,
@@ -78,28 +77,28 @@ impl Context {
         })
     }
 
-    /// Publishes an Event about `object`; a failure is logged, never fatal, as upstream
-    /// controllers treat events.
+    /// Publishes an Event about `object` (and `related`, the other object it concerns); a
+    /// failure is logged, never fatal, as upstream controllers treat events. The same
+    /// Event again within minutes is counted in its series.
     pub async fn event(
         &self,
         object: &ObjectReference,
+        related: Option<ObjectReference>,
         warning: bool,
         reason: &str,
         action: &str,
         note: String,
     ) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
+        let key = EventKey {
+            warning,
             reason: reason.into(),
-            note: Some(note),
             action: action.into(),
-            secondary: None,
+            note,
+            regarding: object.into(),
+            related: related.as_ref().map(Into::into),
         };
-        if let Err(err) = self.recorder.publish(&event, object).await {
+        let now = self.clock.now();
+        if let Err(err) = self.recorder.publish(key, object, related, now).await {
             tracing::debug!(%err, reason, "could not publish an event");
         }
     }

@@ -35,6 +35,7 @@ pub mod kernel_mapping;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;
+pub mod recorder;
 pub mod version_labels;
 
 pub use context::Context;

@@ -241,6 +241,7 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Action, Reco
         Err(err) => {
             ctx.event(
                 &reference,
+                None,
                 true,
                 "InvalidModule",
                 "DevicePlugin",
@@ -263,6 +264,7 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Action, Reco
         Err(err) => {
             ctx.event(
                 &reference,
+                None,
                 true,
                 "DevicePluginInvalid",
                 "DevicePlugin",
@@ -278,7 +280,7 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Action, Reco
             return Ok(Action::requeue(AFTER_CONFLICT));
         }
         if let Some((reason, note)) = event_of(&step) {
-            ctx.event(&reference, false, reason, "DevicePlugin", note)
+            ctx.event(&reference, None, false, reason, "DevicePlugin", note)
                 .await;
         }
     }
