@@ -386,9 +386,9 @@ impl ModuleKey {
                 combined,
             });
         }
-        for label in ModuleLabel::ALL {
-            validate_label_key(&key.label(label))?;
-        }
+        // Every per-module label key is then valid: a fixed valid prefix, and a name part
+        // of valid affixes around a DNS label and subdomain, within the length checked
+        // above (`every_label_of_a_valid_key_is_a_valid_label_key` holds it to that).
         Ok(key)
     }
 
@@ -595,6 +595,25 @@ fn check_dns_subdomain(s: &str, max: usize) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_label_of_a_valid_key_is_a_valid_label_key() {
+        let longest_name = "n".repeat(ModuleLabel::max_combined_len() - 1);
+        let keys = [
+            ("a", "b"),
+            ("kmm-operator", "my-kmod"),
+            ("ns", "dotted.module-name.v2"),
+            ("0", "9.9"),
+            ("x", longest_name.as_str()),
+        ];
+        for (namespace, name) in keys {
+            let key = ModuleKey::new(namespace, name).expect("a valid key");
+            for label in ModuleLabel::ALL {
+                let text = key.label(label);
+                assert!(validate_label_key(&text).is_ok(), "{text}");
+            }
+        }
+    }
 
     fn demo() -> ModuleKey {
         ModuleKey::new("kmm-demo", "my-kmod").unwrap()

@@ -16,6 +16,9 @@
 //! replaces an unknown variable by nothing and so pulls an image nobody named; here it is an
 //! error, as is a kernel with fewer than three parts when X, Y, Z or XYZ is used.
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
 use regex::Regex;
 use thiserror::Error;
 
@@ -98,6 +101,27 @@ pub enum TemplateError {
     Unclosed(usize),
 }
 
+/// Patterns compiled so far: every node of every Module is matched against the same few,
+/// and compiling one costs far more than matching it.
+static COMPILED: LazyLock<Mutex<HashMap<String, Result<Regex, String>>>> =
+    LazyLock::new(Default::default);
+/// The most patterns kept compiled; past it the cache starts again.
+const COMPILED_MAX: usize = 1024;
+
+/// `pattern` compiled (a cheap clone of the cached one), or why it does not compile.
+fn compiled(pattern: &str) -> Result<Regex, String> {
+    let mut cache = COMPILED.lock().expect("regex cache lock");
+    if let Some(compiled) = cache.get(pattern) {
+        return compiled.clone();
+    }
+    if cache.len() >= COMPILED_MAX {
+        cache.clear();
+    }
+    let compiled = Regex::new(pattern).map_err(|err| err.to_string());
+    cache.insert(pattern.to_string(), compiled.clone());
+    compiled
+}
+
 /// The mapping for `kernel`, with its index: the first equal `literal`, else the first
 /// matching `regexp`; `None` when no mapping covers the kernel.
 ///
@@ -118,10 +142,10 @@ pub fn find_mapping<'a>(
             continue;
         }
         let regexp =
-            Regex::new(&mapping.regexp).map_err(|err| KernelMappingError::InvalidRegexp {
+            compiled(&mapping.regexp).map_err(|reason| KernelMappingError::InvalidRegexp {
                 index,
                 pattern: mapping.regexp.clone(),
-                reason: err.to_string(),
+                reason,
             })?;
         if regexp.is_match(kernel) {
             return Ok(Some((index, mapping)));

@@ -32,7 +32,7 @@ use crate::api::module::{Module, ModuleCondition, ModuleStatus};
 use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
 use crate::clock::rfc3339;
 use crate::controllers::caches::{Caches, Stores};
-use crate::controllers::context::{Context, managers};
+use crate::controllers::context::{CONCURRENCY, Context, managers};
 use crate::controllers::failures::WorkerFailures;
 use crate::controllers::node::NodeFacts;
 
@@ -79,6 +79,7 @@ fn node_controller(
     let all_nodes = stores.nodes.clone();
     let shutdown = ctx.shutdown.clone();
     let controller = Controller::for_shared_stream(caches.nodes.subscribe(), stores.nodes.clone())
+        .with_config(Config::default().concurrency(CONCURRENCY))
         // A Module's spec or deletion concerns every node; its status does not.
         .watches_shared_stream(
             changed_only(caches.modules.subscribe(), module_fingerprint),

@@ -1,0 +1,909 @@
+//! KMM controllers benchmark: the Module -> NMC and NMC controllers load 10 Modules onto
+//! 5,000 simulated worker nodes from empty, against `capstan cluster serve` in its own
+//! process. The controllers run in a process of their own too (this binary again), so its
+//! peak memory is theirs alone; the harness polls the cluster for convergence from here.
+//! Measures the time to convergence, every API write the controllers make (by kind, per
+//! (node, module) pair), the peak memory of both processes, and the writes of a converged
+//! cluster: a quiet window and a restart of the controllers.
+//!
+//! `cargo bench --bench kmm` prints a table; `BENCH_SCALE=0.1` runs a tenth of the nodes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use capstan::api::labels::{COMPONENT_LABEL, WORKER_COMPONENT};
+use capstan::api::module::Module;
+use capstan::api::nmc::NodeModulesConfig;
+use capstan::controllers::{self, Context, Selection};
+use futures::FutureExt as _;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use kube::client::{Body, ClientBuilder};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio_util::sync::CancellationToken;
+
+const MODULES: usize = 10;
+const NAMESPACE: &str = "kmm-bench";
+const POLL: Duration = Duration::from_millis(500);
+const QUIET: Duration = Duration::from_secs(10);
+const DEADLINE: Duration = Duration::from_secs(600);
+/// Simulated durations (seconds): bound pod to Running, deleted pod to gone, a kmod load.
+const POD_START: f64 = 0.01;
+const POD_STOP: f64 = 0.01;
+const WORKER: f64 = 0.02;
+
+fn scale(n: usize) -> usize {
+    let factor: f64 = std::env::var("BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    ((n as f64) * factor).round().max(1.0) as usize
+}
+
+/// `capstan cluster serve` with `nodes` worker nodes on the default kernel.
+struct Server {
+    child: Child,
+    kubeconfig: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, nodes: usize) -> Server {
+        let mut yaml = String::from("nodes:\n");
+        for i in 0..nodes {
+            yaml.push_str(&format!("  - name: node-{i:05}\n"));
+        }
+        yaml.push_str(&format!(
+            "timing:\n  podStartSeconds: {POD_START}\n  podStopSeconds: {POD_STOP}\n  workerSeconds: {WORKER}\n"
+        ));
+        let config = dir.join("cluster.yaml");
+        std::fs::write(&config, yaml).expect("write cluster.yaml");
+        let kubeconfig = dir.join("kubeconfig");
+        let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(["cluster", "serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn capstan cluster serve");
+        Server { child, kubeconfig }
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        peak_rss_mib(&format!("/proc/{}/status", self.child.id()))
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(&format!("/proc/{}/stat", self.child.id()))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// VmHWM of the process whose `/proc/.../status` is at `path`, in MiB.
+fn peak_rss_mib(path: &str) -> f64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+/// CPU seconds (user and system) the process whose `/proc/.../stat` is at `path` used.
+fn cpu_seconds(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|t| t.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name; 100 ticks/s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn kube_config(path: &Path) -> kube::Config {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "server did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = std::fs::read_to_string(path).expect("kubeconfig");
+    let kubeconfig: kube::config::Kubeconfig =
+        serde_saphyr::from_str(&text).expect("kubeconfig parses");
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config")
+}
+
+/// One kind of request: verb (`GET`, `LIST`, `WATCH`, `POST`, `PATCH`, ...), resource,
+/// subresource, for a patch of an NMC itself whether it touches the spec, and the status
+/// code when the server refused it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct RequestKind {
+    verb: String,
+    resource: String,
+    subresource: String,
+    part: String,
+    refused: Option<u16>,
+}
+
+impl RequestKind {
+    fn is_write(&self) -> bool {
+        matches!(self.verb.as_str(), "POST" | "PUT" | "PATCH" | "DELETE")
+    }
+
+    fn of(request: &http::Request<Body>) -> RequestKind {
+        let path = request.uri().path();
+        let query = request.uri().query().unwrap_or_default();
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        // /api/v1/... or /apis/<group>/<version>/...
+        let rest = match segments.first() {
+            Some(&"api") => segments.get(2..).unwrap_or_default(),
+            Some(&"apis") => segments.get(3..).unwrap_or_default(),
+            _ => &segments[..],
+        };
+        let rest = match rest {
+            ["namespaces", _, rest @ ..] if !rest.is_empty() => rest,
+            _ => rest,
+        };
+        let resource = rest.first().copied().unwrap_or_default().to_string();
+        let named = rest.len() > 1;
+        let subresource = rest.get(2).copied().unwrap_or_default().to_string();
+        let method = request.method().as_str();
+        let verb = match method {
+            "GET"
+                if query
+                    .split('&')
+                    .any(|p| p == "watch=true" || p == "watch=1") =>
+            {
+                "WATCH"
+            }
+            "GET" if !named => "LIST",
+            other => other,
+        }
+        .to_string();
+        let mut part = String::new();
+        if method == "PATCH" && resource == "nodemodulesconfigs" && subresource.is_empty() {
+            let body = request
+                .body()
+                .try_clone()
+                .and_then(|body| body.collect_bytes().now_or_never())
+                .and_then(Result::ok)
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+            part = match body {
+                Some(body) if body.get("spec").is_some() => "spec".into(),
+                _ => "metadata".into(),
+            };
+        }
+        RequestKind {
+            verb,
+            resource,
+            subresource,
+            part,
+            refused: None,
+        }
+    }
+
+    /// The row a write is reported under.
+    fn label(&self) -> String {
+        let what = match (
+            self.verb.as_str(),
+            self.resource.as_str(),
+            self.subresource.as_str(),
+            self.part.as_str(),
+        ) {
+            ("POST", "nodemodulesconfigs", "", _) => "NMC create",
+            ("PATCH", "nodemodulesconfigs", "", "spec") => "NMC spec patch (and its labels)",
+            ("PATCH", "nodemodulesconfigs", "", _) => "NMC metadata patch (labels, failures)",
+            ("PATCH", "nodemodulesconfigs", "status", _) => "NMC status patch",
+            ("POST", "pods", "", _) => "worker pod create",
+            ("DELETE", "pods", "", _) => "worker pod delete",
+            ("PATCH", "nodes", "", _) => "node label patch",
+            ("PATCH", "modules", "status", _) => "Module status patch",
+            ("PATCH", "modules", "", _) => "Module finalizer patch",
+            ("POST", "events", "", _) => "Event create",
+            ("PATCH", "events", "", _) => "Event patch (series)",
+            _ => "",
+        };
+        if what.is_empty() {
+            let sub = if self.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", self.subresource)
+            };
+            format!("other: {} {}{sub}", self.verb, self.resource)
+        } else {
+            what.to_string()
+        }
+    }
+
+    fn is_event(&self) -> bool {
+        self.resource == "events"
+    }
+}
+
+/// Every request a client sent, by kind.
+#[derive(Clone, Default)]
+struct Requests(Arc<Mutex<BTreeMap<RequestKind, u64>>>);
+
+impl Requests {
+    fn record(&self, kind: RequestKind) {
+        *self
+            .0
+            .lock()
+            .expect("counter lock")
+            .entry(kind)
+            .or_default() += 1;
+    }
+
+    fn snapshot(&self) -> BTreeMap<RequestKind, u64> {
+        self.0.lock().expect("counter lock").clone()
+    }
+}
+
+/// Counts since `before`.
+fn since(now: &BTreeMap<RequestKind, u64>, before: &BTreeMap<RequestKind, u64>) -> Counts {
+    Counts(
+        now.iter()
+            .map(|(kind, n)| (kind.clone(), n - before.get(kind).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+    )
+}
+
+struct Counts(BTreeMap<RequestKind, u64>);
+
+impl Counts {
+    fn writes(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.is_write())
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn writes_without_events(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.is_write() && !k.is_event())
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn refused_writes_without_events(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.is_write() && !k.is_event() && k.refused.is_some())
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn reads(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| !k.is_write())
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn count(&self, verb: &str, resource: &str) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.verb == verb && k.resource == resource)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Writes by row label: how many, and how many the server refused, by status code.
+    fn write_rows(&self) -> BTreeMap<String, (u64, BTreeMap<u16, u64>)> {
+        let mut rows: BTreeMap<String, (u64, BTreeMap<u16, u64>)> = BTreeMap::new();
+        for (kind, n) in self.0.iter().filter(|(k, _)| k.is_write()) {
+            let row = rows.entry(kind.label()).or_default();
+            row.0 += n;
+            if let Some(code) = kind.refused {
+                *row.1.entry(code).or_default() += n;
+            }
+        }
+        rows
+    }
+
+    /// A one-line summary of the writes, for the steady-state rows.
+    fn write_summary(&self) -> String {
+        let rows = self.write_rows();
+        if rows.is_empty() {
+            return "none".into();
+        }
+        rows.iter()
+            .map(|(label, (n, refused))| format!("{label}: {n}{}", refusals(refused)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// `" (409: 12)"` for writes the server refused; empty when none were.
+fn refusals(refused: &BTreeMap<u16, u64>) -> String {
+    if refused.is_empty() {
+        return String::new();
+    }
+    let codes: Vec<String> = refused
+        .iter()
+        .map(|(code, n)| format!("{code}: {n}"))
+        .collect();
+    format!(" (refused {})", codes.join(", "))
+}
+
+/// A client that records every request it sends in `requests`, with its answer.
+fn counting_client(config: kube::Config, requests: Requests) -> kube::Client {
+    let layer = tower::layer::layer_fn(move |inner| Counting {
+        inner,
+        requests: requests.clone(),
+    });
+    ClientBuilder::try_from(config)
+        .expect("client builder")
+        .with_layer(&layer)
+        .build()
+}
+
+/// The counting middleware: the kind of each request, and whether the server refused it.
+struct Counting<S> {
+    inner: S,
+    requests: Requests,
+}
+
+impl<S, B> tower::Service<http::Request<Body>> for Counting<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let mut kind = RequestKind::of(&request);
+        let requests = self.requests.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            if let Ok(response) = &response
+                && !response.status().is_success()
+            {
+                kind.refused = Some(response.status().as_u16());
+            }
+            requests.record(kind);
+            response
+        })
+    }
+}
+
+fn module(i: usize) -> Module {
+    serde_json::from_value(json!({
+        "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
+        "kind": "Module",
+        "metadata": {"name": format!("kmod-{i}"), "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"node-role.kubernetes.io/worker": ""},
+            "moduleLoader": {"container": {
+                "modprobe": {"moduleName": format!("kmod_{i}")},
+                "kernelMappings": [{
+                    "regexp": "^.+$",
+                    "containerImage": format!("registry.example/kmod-{i}:${{KERNEL_FULL_VERSION}}"),
+                }],
+            }},
+        },
+    }))
+    .expect("module")
+}
+
+async fn wait_nodes_ready(client: &kube::Client, count: usize) -> Duration {
+    let started = Instant::now();
+    let nodes = Api::<Node>::all(client.clone());
+    loop {
+        let ready = nodes
+            .list(&ListParams::default())
+            .await
+            .map(|list| {
+                list.items
+                    .iter()
+                    .filter(|n| {
+                        n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if ready == count {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < DEADLINE, "nodes never all Ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How many NMCs record all [`MODULES`] modules in their status, and how many (node,
+/// module) pairs the statuses record in all.
+async fn loaded(client: &kube::Client) -> (usize, usize) {
+    let counts: Vec<usize> = Api::<NodeModulesConfig>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|list| {
+            list.items
+                .iter()
+                .map(|nmc| nmc.status.as_ref().map_or(0, |s| s.modules.len()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let complete = counts.iter().filter(|n| **n == MODULES).count();
+    (complete, counts.iter().sum())
+}
+
+/// Polls until `converge::check` is empty and every node's NMC status lists every module;
+/// `None` when [`DEADLINE`] passes first.
+async fn wait_converged(
+    client: &kube::Client,
+    selection: &Selection,
+    nodes: usize,
+    started: Instant,
+    controllers: &mut ControllersProcess,
+) -> Option<Duration> {
+    let mut last_report = Instant::now();
+    let workers = Api::<Pod>::all(client.clone());
+    let any_worker = ListParams::default()
+        .labels(&format!("{COMPONENT_LABEL}={WORKER_COMPONENT}"))
+        .limit(1);
+    loop {
+        // While a worker pod is left the fleet has not converged; the full check, which
+        // reads every Node, NMC and Module, runs only once none is.
+        let working = workers
+            .list(&any_worker)
+            .await
+            .map_or(true, |list| !list.items.is_empty());
+        let pending = if working {
+            vec!["worker pods are running".to_string()]
+        } else {
+            controllers::converge::check(client, selection)
+                .await
+                .unwrap_or_else(|err| vec![format!("check failed: {err}")])
+        };
+        if pending.is_empty() && loaded(client).await.0 == nodes {
+            return Some(started.elapsed());
+        }
+        if started.elapsed() > DEADLINE {
+            eprintln!("not converged after {DEADLINE:?}: {pending:?}");
+            return None;
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            last_report = Instant::now();
+            let counts = since(&controllers.requests().await, &BTreeMap::new());
+            eprintln!(
+                "{:>5.0} s: pending {:?} ... {:?}; writes so far: {}",
+                started.elapsed().as_secs_f64(),
+                pending
+                    .first()
+                    .map(String::as_str)
+                    .unwrap_or("NMC statuses"),
+                pending.last().map(String::as_str).unwrap_or_default(),
+                counts.write_summary()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// What a converged fleet costs: the writes of a quiet window, then of a restart of the
+/// controllers (how long until every NMC was reconciled again, and the writes until a
+/// quiet window after that).
+struct SteadyState {
+    quiet: Counts,
+    resynced: Option<Duration>,
+    restart: Counts,
+}
+
+async fn steady_state(
+    plain: &kube::Client,
+    selection: &Selection,
+    controllers: &mut ControllersProcess,
+    nodes: usize,
+) -> SteadyState {
+    let before = controllers.requests().await;
+    tokio::time::sleep(QUIET).await;
+    let quiet = since(&controllers.requests().await, &before);
+
+    // Every watch lists again and every object is reconciled again.
+    let before = controllers.requests().await;
+    let restarted = Instant::now();
+    controllers.restart().await;
+    // The NMC controller reads each NMC once per reconcile: all of them read means the
+    // whole fleet was reconciled again.
+    let mut resynced = None;
+    while restarted.elapsed() < DEADLINE {
+        let pending = controllers::converge::check(plain, selection)
+            .await
+            .unwrap_or_else(|err| vec![format!("check failed: {err}")]);
+        let reads =
+            since(&controllers.requests().await, &before).count("GET", "nodemodulesconfigs");
+        if pending.is_empty() && reads >= nodes as u64 {
+            resynced = Some(restarted.elapsed());
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    tokio::time::sleep(QUIET).await;
+    let restart = since(&controllers.requests().await, &before);
+    SteadyState {
+        quiet,
+        resynced,
+        restart,
+    }
+}
+
+/// The controllers of one run, in this process (the child's side).
+struct Controllers {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Controllers {
+    fn start(client: &kube::Client, selection: &Selection) -> Controllers {
+        let stop = CancellationToken::new();
+        let ctx = Context::new(client.clone(), stop.clone());
+        let selection = selection.clone();
+        let task = tokio::spawn(async move { controllers::run(ctx, &selection).await });
+        Controllers { stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.expect("controllers stop");
+    }
+}
+
+/// Set to the kubeconfig's path, it makes this binary the controllers' process.
+const CONTROLLERS_ENV: &str = "CAPSTAN_KMM_BENCH_CONTROLLERS";
+
+/// The controllers' process: runs them on a counting client, and answers the lines of
+/// its stdin: `requests` (the counts so far, as JSON), `restart` (stop them, start them
+/// again), `stop`.
+async fn controllers_process(kubeconfig: &Path, selection: &Selection) {
+    let requests = Requests::default();
+    let client = counting_client(kube_config(kubeconfig).await, requests.clone());
+    let mut running = Controllers::start(&client, selection);
+    let mut commands = BufReader::new(tokio::io::stdin()).lines();
+    let mut out = tokio::io::stdout();
+    while let Ok(Some(command)) = commands.next_line().await {
+        let answer = match command.as_str() {
+            "requests" => {
+                let counts: Vec<(RequestKind, u64)> = requests.snapshot().into_iter().collect();
+                serde_json::to_string(&counts).expect("counts serialize")
+            }
+            "restart" => {
+                running.stop().await;
+                running = Controllers::start(&client, selection);
+                "ok".to_string()
+            }
+            _ => break,
+        };
+        out.write_all(format!("{answer}\n").as_bytes())
+            .await
+            .expect("answer");
+        out.flush().await.expect("answer");
+    }
+    running.stop().await;
+}
+
+/// The harness's side of the controllers' process.
+struct ControllersProcess {
+    child: tokio::process::Child,
+    stdin: ChildStdin,
+    answers: Lines<BufReader<ChildStdout>>,
+}
+
+impl ControllersProcess {
+    fn spawn(kubeconfig: &Path) -> ControllersProcess {
+        let mut child = tokio::process::Command::new(std::env::current_exe().expect("this binary"))
+            .env(CONTROLLERS_ENV, kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the controllers' process");
+        let stdin = child.stdin.take().expect("stdin");
+        let answers = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        ControllersProcess {
+            child,
+            stdin,
+            answers,
+        }
+    }
+
+    async fn ask(&mut self, command: &str) -> String {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("the controllers' process reads");
+        self.stdin.flush().await.expect("flush");
+        self.answers
+            .next_line()
+            .await
+            .expect("the controllers' process answers")
+            .expect("an answer")
+    }
+
+    /// Every request the controllers sent so far, by kind.
+    async fn requests(&mut self) -> BTreeMap<RequestKind, u64> {
+        let counts: Vec<(RequestKind, u64)> =
+            serde_json::from_str(&self.ask("requests").await).expect("counts parse");
+        counts.into_iter().collect()
+    }
+
+    async fn restart(&mut self) {
+        assert_eq!(self.ask("restart").await, "ok");
+    }
+
+    fn status_path(&self, file: &str) -> String {
+        format!("/proc/{}/{file}", self.child.id().expect("running"))
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        peak_rss_mib(&self.status_path("status"))
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(&self.status_path("stat"))
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stdin.write_all(b"stop\n").await;
+        let _ = self.stdin.flush().await;
+        let _ = self.child.wait().await;
+    }
+}
+
+fn row(what: &str, value: String, target: &str) {
+    println!("| {what:<66} | {value:>36} | {target:<10} |");
+}
+
+fn header() {
+    println!(
+        "| {:<66} | {:>36} | {:<10} |",
+        "measure", "result", "target"
+    );
+    println!("|{}|{}|{}|", "-".repeat(68), "-".repeat(38), "-".repeat(12));
+}
+
+#[tokio::main]
+async fn main() {
+    capstan::install_crypto_provider();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
+    let selection: Selection = "module-nmc,nmc".parse().expect("selection");
+    if let Some(kubeconfig) = std::env::var_os(CONTROLLERS_ENV) {
+        controllers_process(Path::new(&kubeconfig), &selection).await;
+        return;
+    }
+    let nodes = scale(5_000);
+    let pairs = nodes * MODULES;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), nodes);
+    let config = kube_config(&server.kubeconfig).await;
+    let plain = kube::Client::try_from(config.clone()).expect("client");
+    let nodes_ready = wait_nodes_ready(&plain, nodes).await;
+    eprintln!("{nodes} nodes Ready in {:.1} s", nodes_ready.as_secs_f64());
+
+    Api::<Namespace>::all(plain.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("ns"),
+        )
+        .await
+        .expect("namespace");
+    let mut controllers = ControllersProcess::spawn(&server.kubeconfig);
+
+    // From empty to every module loaded everywhere.
+    let modules = Api::<Module>::namespaced(plain.clone(), NAMESPACE);
+    let cpu_before = (controllers.cpu_seconds(), server.cpu_seconds());
+    let started = Instant::now();
+    for i in 0..MODULES {
+        modules
+            .create(&PostParams::default(), &module(i))
+            .await
+            .expect("create module");
+    }
+    let converged = wait_converged(&plain, &selection, nodes, started, &mut controllers).await;
+    let rollout = since(&controllers.requests().await, &BTreeMap::new());
+    let (_, loaded_pairs) = loaded(&plain).await;
+    let controllers_peak_rollout = controllers.peak_rss_mib();
+    let cpu_rollout = (
+        controllers.cpu_seconds() - cpu_before.0,
+        server.cpu_seconds() - cpu_before.1,
+    );
+    eprintln!(
+        "converged in {:?}; {} writes",
+        converged.map(|d| d.as_secs_f64()),
+        rollout.writes()
+    );
+
+    // A fleet that never converged has no steady state to measure.
+    let steady = match converged {
+        Some(_) => Some(steady_state(&plain, &selection, &mut controllers, nodes).await),
+        None => None,
+    };
+    let controllers_peak = controllers.peak_rss_mib();
+    controllers.stop().await;
+    let server_peak = server.peak_rss_mib();
+
+    println!(
+        "\ncapstan KMM controllers (module-nmc, nmc): {MODULES} Modules onto {nodes} simulated worker nodes = {pairs} (node, module) pairs"
+    );
+    println!(
+        "cluster: `capstan cluster serve` in its own process; timings podStartSeconds {POD_START}, podStopSeconds {POD_STOP}, workerSeconds {WORKER}"
+    );
+    println!(
+        "writes per pair count every controller write except Events (NMC create/spec/status/metadata, worker pods, node labels, Module status and finalizer); \
+         sent counts every request, applied leaves out those the server refused (409: the pod exists, 404: it is gone)\n"
+    );
+    header();
+    row(
+        "nodes Ready, server start to all Ready (s)",
+        format!("{:.2}", nodes_ready.as_secs_f64()),
+        "",
+    );
+    row(
+        "first Module create to converged (s)",
+        converged.map_or("never".into(), |d| format!("{:.2}", d.as_secs_f64())),
+        "< 60 s",
+    );
+    row(
+        "(node, module) pairs loaded when the measure ended",
+        format!("{loaded_pairs} of {pairs}"),
+        "",
+    );
+    row(
+        "API writes, total (with Events)",
+        format!("{}", rollout.writes()),
+        "",
+    );
+    row(
+        "API writes per (node, module) pair, without Events: sent",
+        format!(
+            "{:.2}",
+            rollout.writes_without_events() as f64 / pairs as f64
+        ),
+        "<= 4",
+    );
+    row(
+        "API writes per (node, module) pair, without Events: applied",
+        format!(
+            "{:.2}",
+            (rollout.writes_without_events() - rollout.refused_writes_without_events()) as f64
+                / pairs as f64
+        ),
+        "<= 4",
+    );
+    for (label, (n, refused)) in rollout.write_rows() {
+        row(
+            &format!("  {label}"),
+            format!(
+                "{n} ({:.2}/pair){}",
+                n as f64 / pairs as f64,
+                refusals(&refused)
+            ),
+            "",
+        );
+    }
+    row(
+        "API reads during the rollout (GET, LIST, WATCH)",
+        format!("{}", rollout.reads()),
+        "",
+    );
+    row(
+        "  of which NMC GETs (the NMC reconciler's fresh read)",
+        format!("{}", rollout.count("GET", "nodemodulesconfigs")),
+        "",
+    );
+    row(
+        "CPU seconds during the rollout: controllers' process",
+        format!("{:.1}", cpu_rollout.0),
+        "",
+    );
+    row(
+        "CPU seconds during the rollout: cluster server process",
+        format!("{:.1}", cpu_rollout.1),
+        "",
+    );
+    row(
+        "controllers' process peak resident memory after rollout (MiB)",
+        format!("{controllers_peak_rollout:.0}"),
+        "< 500 MiB",
+    );
+    row(
+        "controllers' process peak resident memory at the end (MiB)",
+        format!("{controllers_peak:.0}"),
+        "< 500 MiB",
+    );
+    row(
+        "cluster server process peak resident memory (MiB)",
+        format!("{server_peak:.0}"),
+        "",
+    );
+    let skipped = || "skipped: never converged".to_string();
+    row(
+        &format!(
+            "steady state: writes in a quiet {} s window",
+            QUIET.as_secs()
+        ),
+        steady
+            .as_ref()
+            .map_or_else(skipped, |s| s.quiet.writes().to_string()),
+        "0",
+    );
+    row(
+        "steady state: controllers restarted, fleet reconciled again (s)",
+        steady.as_ref().map_or_else(skipped, |s| {
+            s.resynced
+                .map_or("never".into(), |d| format!("{:.2}", d.as_secs_f64()))
+        }),
+        "",
+    );
+    row(
+        &format!(
+            "steady state: writes of that restart, to {} s after",
+            QUIET.as_secs()
+        ),
+        steady
+            .as_ref()
+            .map_or_else(skipped, |s| s.restart.writes().to_string()),
+        "0",
+    );
+    if let Some(steady) = &steady {
+        if steady.quiet.writes() > 0 {
+            println!("\nquiet window writes: {}", steady.quiet.write_summary());
+        }
+        if steady.restart.writes() > 0 {
+            println!("restart writes: {}", steady.restart.write_summary());
+        }
+    }
+    let others: Vec<String> = rollout
+        .write_rows()
+        .keys()
+        .filter(|l| l.starts_with("other"))
+        .cloned()
+        .collect();
+    if !others.is_empty() {
+        println!("unclassified writes: {others:?}");
+    }
+}
