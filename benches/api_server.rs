@@ -4,6 +4,8 @@
 //! `cargo bench --bench api_server` prints a table; `BENCH_SCALE=0.1` runs a tenth of it.
 //! The server runs as its own process so its memory is measured alone.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,15 +16,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
-const CONCURRENCY: usize = 32;
+use common::scale;
 
-fn scale(n: usize) -> usize {
-    let factor: f64 = std::env::var("BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    ((n as f64) * factor).round().max(1.0) as usize
-}
+const CONCURRENCY: usize = 32;
 
 struct Server {
     child: Child,

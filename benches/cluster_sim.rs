@@ -3,6 +3,8 @@
 //!
 //! `cargo bench --bench cluster_sim`; `BENCH_SCALE=0.1` for a tenth of the nodes.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use capstan::cluster::sim::config::{ClusterConfig, NodeConfig};
@@ -12,24 +14,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 #[tokio::main]
 async fn main() {
-    let factor: f64 = std::env::var("BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let count = ((5_000.0 * factor).round() as usize).max(1);
+    let count = common::scale(5_000);
     let template = ClusterConfig::default_cluster().nodes[1].clone();
     let config = ClusterConfig {
         nodes: (0..count)
@@ -132,7 +119,7 @@ async fn main() {
     println!(
         "| {:<58} | {:>10.0} | {:<12} |",
         "peak resident memory of the whole process (MiB)",
-        peak_rss_mib(),
+        common::peak_rss_mib("/proc/self/status"),
         "< 1024 MiB"
     );
     cluster.shutdown().await;

@@ -14,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use capstan::api::labels::{COMPONENT_LABEL, WORKER_COMPONENT};
 use capstan::api::module::Module;
 use capstan::api::nmc::NodeModulesConfig;
@@ -28,6 +30,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
+use common::{peak_rss_mib, scale};
+
 const MODULES: usize = 10;
 const NAMESPACE: &str = "kmm-bench";
 const POLL: Duration = Duration::from_millis(500);
@@ -37,14 +41,6 @@ const DEADLINE: Duration = Duration::from_secs(600);
 const POD_START: f64 = 0.01;
 const POD_STOP: f64 = 0.01;
 const WORKER: f64 = 0.02;
-
-fn scale(n: usize) -> usize {
-    let factor: f64 = std::env::var("BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    ((n as f64) * factor).round().max(1.0) as usize
-}
 
 /// `capstan cluster serve` with `nodes` worker nodes on the default kernel.
 struct Server {
@@ -90,18 +86,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// VmHWM of the process whose `/proc/.../status` is at `path`, in MiB.
-fn peak_rss_mib(path: &str) -> f64 {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
 }
 
 /// CPU seconds (user and system) the process whose `/proc/.../stat` is at `path` used.
@@ -469,7 +453,24 @@ async fn loaded(client: &kube::Client) -> (usize, usize) {
     (complete, counts.iter().sum())
 }
 
-/// Polls until `converge::check` is empty and every node's NMC status lists every module;
+/// Whether every Module's status counts the module available on all `nodes`: the last
+/// write of a rollout, after the NMC statuses.
+async fn counted(client: &kube::Client, nodes: usize) -> bool {
+    Api::<Module>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .is_ok_and(|list| {
+            list.items.len() == MODULES
+                && list.items.iter().all(|m| {
+                    m.status
+                        .as_ref()
+                        .is_some_and(|s| s.module_loader.available_number as usize == nodes)
+                })
+        })
+}
+
+/// Polls until `converge::check` is empty, every node's NMC status lists every module and
+/// every Module's status counts them;
 /// `None` when [`DEADLINE`] passes first.
 async fn wait_converged(
     client: &kube::Client,
@@ -497,7 +498,7 @@ async fn wait_converged(
                 .await
                 .unwrap_or_else(|err| vec![format!("check failed: {err}")])
         };
-        if pending.is_empty() && loaded(client).await.0 == nodes {
+        if pending.is_empty() && loaded(client).await.0 == nodes && counted(client, nodes).await {
             return Some(started.elapsed());
         }
         if started.elapsed() > DEADLINE {

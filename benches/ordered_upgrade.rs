@@ -10,6 +10,7 @@
 //! `cargo bench --bench ordered_upgrade`; `BENCH_SCALE=0.1` for 50 nodes.
 
 // The tests' Git helper; the benchmark uses part of it.
+mod common;
 #[allow(dead_code)]
 #[path = "../tests/common/git.rs"]
 mod git;
@@ -92,10 +93,7 @@ async fn step_records(client: &kube::Client, version: &str) -> Vec<HistoryRecord
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let factor: f64 = std::env::var("BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let factor = common::factor();
     let count = ((500.0 * factor).round() as usize).max(2);
     let in_flight = ((50.0 * factor).round() as u32).max(1);
     let template = ClusterConfig::default_cluster().nodes[1].clone();

@@ -8,6 +8,8 @@
 //!
 //! `cargo bench --bench sync`; `BENCH_SCALE=0.1` for a tenth of the manifests.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -27,15 +29,8 @@ use tokio::sync::{Notify, mpsc};
 const NODES: usize = 100;
 const LATENCY_COMMITS: usize = 20;
 
-fn scale() -> f64 {
-    std::env::var("BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0)
-}
-
 fn scaled(n: usize) -> usize {
-    ((n as f64 * scale()).round() as usize).max(10)
+    ((n as f64 * common::factor()).round() as usize).max(10)
 }
 
 /// The manifests of a fleet of `count` objects: a namespace, Node version labels, Modules,

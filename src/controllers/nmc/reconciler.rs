@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::expectations::Expectations;
 use super::worker_pod;
-use super::{DeleteReason, LabelChanges, NmcInput, WorkerPod, decide};
+use super::{DeleteReason, LabelChanges, NmcInput, PodDeletion, WorkerPod, decide};
 use crate::api::labels::{ModuleKey, ModuleLabel, WorkerAction};
 use crate::api::module::Module;
 use crate::api::nmc::NodeModulesConfig;
@@ -149,6 +149,13 @@ fn worker_pods(stores: &Stores, nmc: &NodeModulesConfig, node: &str) -> Vec<Arc<
         .collect()
 }
 
+/// The pod `deletion` is about.
+fn pod_of<'a>(pods: &'a [Arc<Pod>], deletion: &PodDeletion) -> Option<&'a Arc<Pod>> {
+    pods.iter().find(|p| {
+        p.name_any() == deletion.name && p.namespace().as_deref() == Some(&deletion.namespace)
+    })
+}
+
 /// The one-line reason a finished worker pod gives.
 fn failure_message(pod: &Pod) -> String {
     let status = pod.status.as_ref();
@@ -208,9 +215,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     let before = failures.clone();
     let mut finished = Vec::new();
     for deletion in &decision.delete {
-        let Some(pod) = pods.iter().find(|p| {
-            p.name_any() == deletion.name && p.namespace().as_deref() == Some(&deletion.namespace)
-        }) else {
+        let Some(pod) = pod_of(&pods, deletion) else {
             continue;
         };
         // A pod already being deleted was read by an earlier pass.
@@ -304,9 +309,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
 
     // 2. Deletions, but of pods not already going.
     for deletion in &decision.delete {
-        let Some(pod) = pods.iter().find(|p| {
-            p.name_any() == deletion.name && p.namespace().as_deref() == Some(&deletion.namespace)
-        }) else {
+        let Some(pod) = pod_of(&pods, deletion) else {
             continue;
         };
         if pod.metadata.deletion_timestamp.is_some() {
