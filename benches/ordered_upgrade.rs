@@ -156,8 +156,10 @@ async fn main() {
     let stop = CancellationToken::new();
     let ctx = Context::new(client.clone(), stop.clone());
     let running = tokio::spawn(async move { controllers::run(ctx, &Selection::all()).await });
+    let initial_started = Instant::now();
     syncer.sync().await.expect("initial sync");
-    let initial = converge(&client).await;
+    converge(&client).await;
+    let initial = initial_started.elapsed();
     repo.commit(
         &[("module.yaml", Some(&module("v2")))],
         "Merge pull request #2 from fleet/v2",

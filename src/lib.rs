@@ -12,6 +12,13 @@ pub mod controllers;
 pub mod sync;
 pub mod worker;
 
+/// mimalloc for every binary built on this crate (capstan, its tests and benches). The
+/// embedded cluster and the controllers allocate and free small JSON values on every
+/// request and watch event; glibc's allocator spent about a third of their CPU doing it
+/// (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Installs ring as the process's rustls crypto provider. kube and every other TLS
 /// user must share one provider, or the first TLS connection panics; call this once
 /// at start-up (later calls are harmless).

@@ -300,9 +300,9 @@ impl Api {
             return Ok(self.present_value(resource, object));
         }
         let mut attempts = 1;
-        let stored = loop {
+        let (stored, written) = loop {
             let key = Self::key(resource, namespace, &name);
-            let result = self.store.transact(&key, |current| match current {
+            let result = self.store.transact_value(&key, |current| match current {
                 Some(_) => Err(ApiError::already_exists(resource, &name)),
                 None => Ok(Write::Put(object.clone())),
             });
@@ -321,13 +321,14 @@ impl Api {
                     name = format!("{prefix}{}", random_suffix());
                     object["metadata"]["name"] = json!(name);
                 }
-                result => {
-                    break result?.ok_or_else(|| ApiError::internal("create stored nothing"))?;
-                }
+                result => match result? {
+                    (Some(stored), Some(written)) => break (stored, written),
+                    _ => return Err(ApiError::internal("create stored nothing")),
+                },
             }
         };
         self.after_write(resource, &stored);
-        Ok(self.present_value(resource, stored.value()))
+        Ok(self.present_value(resource, written))
     }
 
     /// PUT: replaces an object (or its status, with `subresource` "status").
@@ -504,31 +505,32 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let key = Self::key(resource, namespace, name);
         let mut outcome: Option<Value> = None;
-        let stored = self
-            .store
-            .transact(&key, |current| -> Result<Write, ApiError> {
-                let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
-                let current_value = current.value();
-                let next = change(&current_value)?;
-                // Unchanged, managed fields included: no write, no new resourceVersion.
-                if next == current_value {
-                    outcome = Some(current_value);
-                    return Ok(Write::Keep);
-                }
-                if dry_run {
-                    outcome = Some(next);
-                    return Ok(Write::Keep);
-                }
-                if deletion_complete(&next) {
-                    outcome = Some(next);
-                    return Ok(Write::Delete);
-                }
-                Ok(Write::Put(next))
-            })?;
+        let (stored, written) =
+            self.store
+                .transact_value(&key, |current| -> Result<Write, ApiError> {
+                    let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
+                    let current_value = current.value();
+                    let next = change(&current_value)?;
+                    // Unchanged, managed fields included: no write, no new resourceVersion.
+                    if next == current_value {
+                        outcome = Some(current_value);
+                        return Ok(Write::Keep);
+                    }
+                    if dry_run {
+                        outcome = Some(next);
+                        return Ok(Write::Keep);
+                    }
+                    if deletion_complete(&next) {
+                        outcome = Some(next);
+                        return Ok(Write::Delete);
+                    }
+                    Ok(Write::Put(next))
+                })?;
         match (stored, outcome) {
             (Some(stored), None) => {
                 self.after_write(resource, &stored);
-                Ok(self.present_value(resource, stored.value()))
+                let written = written.unwrap_or_else(|| stored.value());
+                Ok(self.present_value(resource, written))
             }
             (_, Some(value)) => {
                 if !dry_run && deletion_complete(&value) {
@@ -663,21 +665,21 @@ impl Api {
         let key = Self::key(resource, namespace, name);
         let now = self.now();
         let mut step: Option<DeleteStep> = None;
-        let stored = self
-            .store
-            .transact(&key, |current| -> Result<Write, ApiError> {
-                let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
-                let object = current.value();
-                check_delete_preconditions(resource, name, &object, options)?;
-                let decided = deletion(resource, object, options, now);
-                let write = match (&decided, options.dry_run) {
-                    (_, true) | (DeleteStep::Unchanged(_), _) => Write::Keep,
-                    (DeleteStep::Remove(_), false) => Write::Delete,
-                    (DeleteStep::Mark(object), false) => Write::Put(object.clone()),
-                };
-                step = Some(decided);
-                Ok(write)
-            })?;
+        let (_, written) =
+            self.store
+                .transact_value(&key, |current| -> Result<Write, ApiError> {
+                    let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
+                    let object = current.value();
+                    check_delete_preconditions(resource, name, &object, options)?;
+                    let decided = deletion(resource, object, options, now);
+                    let write = match (&decided, options.dry_run) {
+                        (_, true) | (DeleteStep::Unchanged(_), _) => Write::Keep,
+                        (DeleteStep::Remove(_), false) => Write::Delete,
+                        (DeleteStep::Mark(object), false) => Write::Put(object.clone()),
+                    };
+                    step = Some(decided);
+                    Ok(write)
+                })?;
         match step {
             Some(DeleteStep::Remove(object)) => {
                 if !options.dry_run {
@@ -686,10 +688,8 @@ impl Api {
                 Ok(Deleted::Now(self.present_value(resource, object)))
             }
             Some(DeleteStep::Mark(object)) => {
-                let object = match (&stored, options.dry_run) {
-                    (Some(stored), false) => stored.value(),
-                    _ => object,
-                };
+                // The stored object carries its new resourceVersion.
+                let object = written.unwrap_or(object);
                 Ok(Deleted::Pending(self.present_value(resource, object)))
             }
             Some(DeleteStep::Unchanged(object)) => {

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -169,6 +169,15 @@ pub struct Change {
     pub object: StoredObject,
     /// The projection before the change, so selector watches can tell entering from leaving.
     pub previous: Option<Arc<Value>>,
+    /// The object parsed, once for all the in-process controllers that read it.
+    parsed: OnceLock<Value>,
+}
+
+impl Change {
+    /// The object after the change (before it, for a deletion), parsed on first use.
+    pub fn value(&self) -> &Value {
+        self.parsed.get_or_init(|| self.object.value())
+    }
 }
 
 /// The changes a watch catches up on, and the receiver for the ones after them.
@@ -356,14 +365,25 @@ impl Store {
         key: &ObjectKey,
         decide: impl FnOnce(Option<&StoredObject>) -> Result<Write, E>,
     ) -> Result<Option<StoredObject>, E> {
+        self.transact_value(key, decide).map(|(stored, _)| stored)
+    }
+
+    /// [`transact`](Self::transact), also giving back the object a `Put` stored, parsed
+    /// (what `stored.value()` would parse again from its bytes).
+    pub fn transact_value<E: From<StoreError>>(
+        &self,
+        key: &ObjectKey,
+        decide: impl FnOnce(Option<&StoredObject>) -> Result<Write, E>,
+    ) -> Result<(Option<StoredObject>, Option<Value>), E> {
         let mut inner = self.lock();
         let current = inner
             .buckets
             .get(&key.storage)
             .and_then(|b| b.get(&(key.namespace.clone(), key.name.clone())))
             .cloned();
+        let mut put = None;
         let (event, stored) = match decide(current.as_ref())? {
-            Write::Keep => return Ok(current),
+            Write::Keep => return Ok((current, None)),
             Write::Put(mut object) => {
                 let rv = inner.resource_version + 1;
                 object["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -372,11 +392,13 @@ impl Store {
                 } else {
                     EventType::Added
                 };
-                (event, StoredObject::new(&object, rv))
+                let stored = StoredObject::new(&object, rv);
+                put = Some(object);
+                (event, stored)
             }
             Write::Delete => {
                 let Some(current) = &current else {
-                    return Ok(None);
+                    return Ok((None, None));
                 };
                 let rv = inner.resource_version + 1;
                 let mut object = current.value();
@@ -401,6 +423,7 @@ impl Store {
             key: key.clone(),
             object: stored.clone(),
             previous: current.map(|c| c.projection),
+            parsed: OnceLock::new(),
         });
         inner.remember(change.clone());
         if let Some(persist) = inner.persist.as_mut()
@@ -417,7 +440,7 @@ impl Store {
         }
         // No receiver is not an error: nobody is watching.
         let _ = self.changes.send(change);
-        Ok(Some(stored).filter(|_| event != EventType::Deleted))
+        Ok((Some(stored).filter(|_| event != EventType::Deleted), put))
     }
 
     /// Changes after `resource_version` still in history, plus a receiver for the ones to

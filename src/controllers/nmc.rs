@@ -42,11 +42,11 @@
 //! whose module is gone is still read and deleted when it finishes.
 
 pub mod expectations;
+pub mod own_writes;
 pub mod reconciler;
 pub mod worker_pod;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{LazyLock, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{LocalObjectReference, Pod, Toleration};
@@ -171,10 +171,11 @@ impl WorkerPod {
                 }
             })?;
         let config = match annotation(WORKER_CONFIG_ANNOTATION) {
-            Some(text) => parse_config(
+            Some(text) => worker_config::parse_cached(
                 text,
                 &format!("pod {id} annotation {WORKER_CONFIG_ANNOTATION}"),
-            ),
+            )
+            .map_err(|err| err.to_string()),
             None => Err(format!(
                 "pod {id} has no {WORKER_CONFIG_ANNOTATION} annotation"
             )),
@@ -207,32 +208,6 @@ impl WorkerPod {
             name,
         })
     }
-}
-
-/// Worker configs read so far, by their text: the pods of one module on one kernel all
-/// carry the same, and each reconcile of a node reads every worker pod on it.
-static PARSED_CONFIGS: LazyLock<Mutex<HashMap<String, ModuleConfig>>> =
-    LazyLock::new(Default::default);
-/// The most configs kept; past it the cache starts again.
-const PARSED_CONFIGS_MAX: usize = 4096;
-
-/// The worker config in `text` (`origin` names it in errors).
-fn parse_config(text: &str, origin: &str) -> Result<ModuleConfig, String> {
-    let cached = PARSED_CONFIGS
-        .lock()
-        .expect("config cache lock")
-        .get(text)
-        .cloned();
-    if let Some(config) = cached {
-        return Ok(config);
-    }
-    let config = worker_config::parse(text, origin).map_err(|err| err.to_string())?;
-    let mut cache = PARSED_CONFIGS.lock().expect("config cache lock");
-    if cache.len() >= PARSED_CONFIGS_MAX {
-        cache.clear();
-    }
-    cache.insert(text.to_string(), config.clone());
-    Ok(config)
 }
 
 /// Everything the NMC controller decides on for one node.

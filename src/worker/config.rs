@@ -9,10 +9,11 @@
 //! `rawArgs.load` and `rawArgs.unload` both; a `modulesLoadingOrder` starts with
 //! `moduleName`, has at least two modules and no module twice.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
@@ -130,6 +131,28 @@ pub fn read(path: &Path) -> Result<ModuleConfig, ConfigError> {
         source,
     })?;
     parse(&text, &path.display().to_string())
+}
+
+/// Configs parsed so far, by their text: the worker pods of one module on one kernel all
+/// carry the same, and the controllers (and the embedded cluster's kubelet) read them often.
+static PARSED: LazyLock<Mutex<HashMap<String, ModuleConfig>>> = LazyLock::new(Default::default);
+/// The most configs [`parse_cached`] keeps; past it the cache starts again.
+const PARSED_MAX: usize = 4096;
+
+/// [`parse`], remembering what it parsed by text (errors are not remembered, so each
+/// names its own `origin`).
+pub fn parse_cached(text: &str, origin: &str) -> Result<ModuleConfig, ConfigError> {
+    let cached = PARSED.lock().expect("config cache lock").get(text).cloned();
+    if let Some(config) = cached {
+        return Ok(config);
+    }
+    let config = parse(text, origin)?;
+    let mut cache = PARSED.lock().expect("config cache lock");
+    if cache.len() >= PARSED_MAX {
+        cache.clear();
+    }
+    cache.insert(text.to_string(), config.clone());
+    Ok(config)
 }
 
 /// Parses and checks a worker config; `origin` names where `text` came from in errors.
@@ -535,6 +558,23 @@ modprobe:
                 },
             }
         );
+    }
+
+    #[test]
+    fn a_remembered_config_is_the_parsed_one_and_errors_name_their_own_origin() {
+        assert_eq!(
+            parse_cached(VALID, ORIGIN).unwrap(),
+            parse(VALID, ORIGIN).unwrap()
+        );
+        assert_eq!(
+            parse_cached(VALID, "elsewhere").unwrap(),
+            parse(VALID, ORIGIN).unwrap()
+        );
+        let broken = "kernelVersion: [";
+        for origin in ["pod a", "pod b"] {
+            let err = parse_cached(broken, origin).unwrap_err().to_string();
+            assert!(err.starts_with(origin), "{err}");
+        }
     }
 
     #[test]

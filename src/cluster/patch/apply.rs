@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
+use std::sync::LazyLock;
 
 use serde_json::{Map, Value, json};
 
@@ -325,22 +326,25 @@ fn text_at(object: &Value, pointer: &str) -> String {
 
 /// `set` without the fields no manager owns.
 fn tracked(set: &FieldSet) -> FieldSet {
-    let mut untracked = FieldSet::default();
-    untracked.insert(&[PathElement::field("apiVersion")]);
-    untracked.insert(&[PathElement::field("kind")]);
-    for name in UNTRACKED_METADATA {
-        untracked.insert(&[PathElement::field("metadata"), PathElement::field(name)]);
-    }
-    set.recursive_difference(&untracked)
-        .difference(&metadata_itself())
+    static UNTRACKED: LazyLock<FieldSet> = LazyLock::new(|| {
+        let mut untracked = FieldSet::default();
+        untracked.insert(&[PathElement::field("apiVersion")]);
+        untracked.insert(&[PathElement::field("kind")]);
+        for name in UNTRACKED_METADATA {
+            untracked.insert(&[PathElement::field("metadata"), PathElement::field(name)]);
+        }
+        untracked
+    });
+    set.recursive_difference(&UNTRACKED)
+        .difference(&METADATA_ITSELF)
 }
 
 /// `.metadata` itself: every object has it and nobody owns or removes it.
-fn metadata_itself() -> FieldSet {
+static METADATA_ITSELF: LazyLock<FieldSet> = LazyLock::new(|| {
     let mut set = FieldSet::default();
     set.insert(&[PathElement::field("metadata")]);
     set
-}
+});
 
 /// One `metadata.managedFields` entry.
 #[derive(Clone, Debug)]
@@ -588,6 +592,9 @@ struct Walker<'s> {
     path: Vec<PathElement>,
 }
 
+/// How deep [`Walker::compare`] looks for equal subtrees to skip.
+const SKIP_EQUAL_DEPTH: usize = 2;
+
 impl<'s> Walker<'s> {
     fn new(schema: &'s dyn FieldSchema) -> Self {
         Walker {
@@ -781,7 +788,7 @@ impl<'s> Walker<'s> {
     /// Drops from `merged` what `last_applied` held and `still_owned` does not, as
     /// upstream's prune: a field kept by nobody goes with everything under it.
     fn prune(&mut self, merged: &Value, last_applied: &FieldSet, still_owned: &FieldSet) -> Value {
-        let kept = still_owned.with_field_ancestors().union(&metadata_itself());
+        let kept = still_owned.with_field_ancestors().union(&METADATA_ITSELF);
         let doomed = last_applied.with_field_ancestors().difference(&kept);
         self.remove(merged, &doomed)
     }
@@ -838,6 +845,15 @@ impl<'s> Walker<'s> {
     }
 
     fn compare(&mut self, old: Option<&Value>, new: Option<&Value>, changes: &mut Changes) {
+        // Equal on both sides changes nothing below. Checked near the root only, where it
+        // skips the untouched halves of a write (the spec of a status write, say); deeper
+        // down the walk itself is as cheap as the check.
+        if let (Some(old), Some(new)) = (old, new)
+            && self.path.len() <= SKIP_EQUAL_DEPTH
+            && old == new
+        {
+            return;
+        }
         if let (Some(old), Some(new)) = (old, new)
             && shape(old) != shape(new)
         {

@@ -672,7 +672,7 @@ impl DaemonSetController {
             .map(|c| c.item.clone());
         let applied = self
             .nodes
-            .observe(change, |object| placement_view(&object.value()));
+            .observe(change, |_| placement_view(change.value()));
         let Applied::Replaced(_) = applied else {
             return;
         };

@@ -257,7 +257,7 @@ impl Kubelet {
             self.ready_nodes.remove(&name);
             return;
         }
-        let ready = nodes::is_ready(&change.object.value());
+        let ready = nodes::is_ready(change.value());
         let was = self.ready_nodes.insert(name.clone(), ready);
         if was == Some(ready) || !self.sim.manages(&name) {
             return;

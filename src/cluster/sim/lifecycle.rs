@@ -64,7 +64,7 @@ fn all_namespaces(api: &Api) -> BTreeSet<String> {
 fn observe(api: &Api, change: &Change, dirty: &mut BTreeSet<String>) {
     match (change.key.storage.as_str(), change.event) {
         ("nodes", EventType::Deleted) => delete_pods_of(api, &change.key.name),
-        ("nodes", _) => taint_if_cordoned(api, &change.object.value()),
+        ("nodes", _) => taint_if_cordoned(api, change.value()),
         ("pods" | "poddisruptionbudgets", _) => {
             dirty.insert(change.key.namespace.clone());
         }

@@ -351,7 +351,7 @@ impl Simulation {
         };
         let config_text = annotation(labels::WORKER_CONFIG_ANNOTATION)
             .ok_or("the worker pod has no worker-config annotation")?;
-        let config = crate::worker::config::parse(config_text, labels::WORKER_CONFIG_PATH)
+        let config = crate::worker::config::parse_cached(config_text, labels::WORKER_CONFIG_PATH)
             .map_err(|e| e.to_string())?;
         if self.config.broken_images.contains(&config.container_image) {
             return Err(format!(

@@ -117,7 +117,7 @@ impl Scheduler {
                     }
                     _ => {
                         self.nodes
-                            .insert(change.key.name.clone(), change.object.value());
+                            .insert(change.key.name.clone(), change.value().clone());
                     }
                 }
                 !self.pending.is_empty()

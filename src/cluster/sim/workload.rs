@@ -1052,15 +1052,15 @@ pub(in crate::cluster::sim) mod testing {
                 if change.key.storage != "pods" || change.event == EventType::Deleted {
                     continue;
                 }
-                let pod = change.object.value();
+                let pod = change.value();
                 let bound = pod
                     .pointer("/spec/nodeName")
                     .and_then(Value::as_str)
                     .is_some_and(|n| !n.is_empty());
                 let (namespace, name) = (&change.key.namespace, &change.key.name);
-                if is_terminating(&pod) {
+                if is_terminating(pod) {
                     finish_termination(&api, namespace, name);
-                } else if bound && !is_ready(&pod) && pod["status"]["phase"] != "Failed" {
+                } else if bound && !is_ready(pod) && pod["status"]["phase"] != "Failed" {
                     mark_ready(&api, namespace, name);
                 }
             }

@@ -1,8 +1,7 @@
 //! What the NMC reconciler wrote that the worker-pod cache has not shown yet (client-go's
 //! "controller expectations").
 //!
-//! The reconciler reads the NMC fresh from the API server but the worker pods from the
-//! cache, which can be behind its own writes: it would create a pod it has just created
+//! The reconciler reads the worker pods from the cache, which can be behind its own writes: it would create a pod it has just created
 //! (409) or delete one it has just deleted (404), and act on a finished pod whose outcome
 //! it has already written to the status. So each pod it creates or deletes is recorded
 //! here, by node, and the node is not reconciled until the cache shows the write, in the

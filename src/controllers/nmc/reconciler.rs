@@ -1,6 +1,7 @@
-//! The NMC reconciler: per node, reads the NMC (fresh from the API server, since its status
-//! is the controller's own memory), the Node and the worker pods on it from the shared
-//! caches, calls [`decide`] and writes in the documented order: the NMC status (and the
+//! The NMC reconciler: per node, reads the NMC, the Node and the worker pods on it from the
+//! shared caches (the NMC fresh from the API server while the cache has not shown the
+//! reconciler's own last write to it, see [`own_writes`](super::own_writes)), calls
+//! [`decide`] and writes in the documented order: the NMC status (and the
 //! worker failures, see [`failures`](crate::controllers::failures)), then pod deletions,
 //! then pod creations (held back while a failed module's backoff runs), then the node's
 //! ready labels and the NMC's labels. It stops at the first failed write; the next pass
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -24,6 +26,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::expectations::Expectations;
+use super::own_writes::OwnWrites;
 use super::worker_pod;
 use super::{DeleteReason, LabelChanges, NmcInput, PodDeletion, WorkerPod, decide};
 use crate::api::labels::{ModuleKey, ModuleLabel, WorkerAction};
@@ -49,6 +52,7 @@ struct Data {
     ctx: Arc<Context>,
     stores: Arc<Stores>,
     expectations: Arc<Expectations>,
+    own_writes: Arc<OwnWrites>,
 }
 
 /// Runs the NMC reconciler until `ctx.shutdown`. Subscribes to `caches`; the caller starts
@@ -75,7 +79,18 @@ pub fn run(
                 expectations.observe(pod, in_store);
             })
     };
-    let controller = Controller::for_shared_stream(caches.nmcs.subscribe(), stores.nmcs.clone())
+    // Every NMC the cache passes on settles the reconciler's own write it shows.
+    let own_writes = Arc::new(OwnWrites::default());
+    let nmcs = {
+        let own_writes = own_writes.clone();
+        caches
+            .nmcs
+            .subscribe()
+            .inspect(move |nmc: &Arc<NodeModulesConfig>| {
+                own_writes.observe(&nmc.name_any(), nmc.resource_version().as_deref());
+            })
+    };
+    let controller = Controller::for_shared_stream(nmcs, stores.nmcs.clone())
         .with_config(Config::default().concurrency(CONCURRENCY))
         // Not `owns`: kube keys a namespaced pod's owner in the pod's namespace, which would
         // make a second, concurrent key for the same cluster-scoped NMC.
@@ -94,6 +109,7 @@ pub fn run(
         ctx,
         stores,
         expectations,
+        own_writes,
     });
     async move {
         controller
@@ -106,6 +122,46 @@ pub fn run(
 fn error_policy(nmc: Arc<NodeModulesConfig>, err: &Error, _data: Arc<Data>) -> Action {
     tracing::warn!(nmc = %nmc.name_any(), %err, "nmc: reconcile failed; retrying");
     Action::requeue(RETRY)
+}
+
+impl Data {
+    /// The resourceVersion the NMC cache holds for `node`.
+    fn cached_version(&self, node: &str) -> Option<String> {
+        self.stores
+            .nmcs
+            .get(&ObjectRef::new(node))
+            .and_then(|nmc| nmc.resource_version())
+    }
+
+    /// The reconciler wrote `node`'s NMC; the API server answered with `written`.
+    fn wrote(&self, node: &str, written: &NodeModulesConfig) {
+        self.own_writes.wrote(
+            node,
+            written.metadata.resource_version.as_deref(),
+            self.cached_version(node).as_deref(),
+        );
+    }
+}
+
+/// `node`'s NMC: the cached one, or a fresh read while the cache has not shown the
+/// reconciler's last write to it.
+async fn read_nmc(
+    nmcs: &Api<NodeModulesConfig>,
+    data: &Data,
+    node: &str,
+) -> Result<Option<Arc<NodeModulesConfig>>, kube::Error> {
+    if !data.own_writes.pending(node) {
+        return Ok(data.stores.nmcs.get(&ObjectRef::new(node)));
+    }
+    let fresh = nmcs.get_opt(node).await?;
+    data.own_writes.read_fresh(
+        node,
+        fresh
+            .as_ref()
+            .and_then(|nmc| nmc.metadata.resource_version.as_deref()),
+        data.cached_version(node).as_deref(),
+    );
+    Ok(fresh.map(Arc::new))
 }
 
 /// The worker pods on `node`: those of every Module the NMC or the caches name (pod names
@@ -185,7 +241,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         return Ok(Action::requeue(wait));
     }
     let nmcs: Api<NodeModulesConfig> = Api::all(ctx.client.clone());
-    let Some(nmc) = nmcs.get_opt(&name).await? else {
+    let Some(nmc) = read_nmc(&nmcs, &data, &name).await? else {
         return Ok(Action::await_change());
     };
     let Some(node) = stores.nodes.get(&ObjectRef::new(&name)) else {
@@ -281,12 +337,14 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     // 1. The status, and the failures, before any pod is deleted.
     if let Some(status) = &decision.status {
         let patch = json!({"status": {"modules": status}});
-        nmcs.patch_status(
-            &name,
-            &PatchParams::apply(managers::NMC),
-            &Patch::Merge(patch),
-        )
-        .await?;
+        let written = nmcs
+            .patch_status(
+                &name,
+                &PatchParams::apply(managers::NMC),
+                &Patch::Merge(patch),
+            )
+            .await?;
+        data.wrote(&name, &written);
     }
     let mut nmc_metadata = Map::new();
     if failures != before {
@@ -299,12 +357,14 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         nmc_metadata.insert("labels".into(), label_patch(&decision.nmc_labels));
     }
     if !nmc_metadata.is_empty() {
-        nmcs.patch(
-            &name,
-            &PatchParams::apply(managers::NMC),
-            &Patch::Merge(json!({"metadata": nmc_metadata})),
-        )
-        .await?;
+        let written = nmcs
+            .patch(
+                &name,
+                &PatchParams::apply(managers::NMC),
+                &Patch::Merge(json!({"metadata": nmc_metadata})),
+            )
+            .await?;
+        data.wrote(&name, &written);
     }
 
     // 2. Deletions, but of pods not already going.
@@ -315,7 +375,6 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &deletion.namespace);
         // The uid precondition: a pod of the same name created since is not this one.
         let params = DeleteParams {
             preconditions: pod
@@ -328,7 +387,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
                 }),
             ..DeleteParams::default()
         };
-        match api.delete(&deletion.name, &params).await {
+        match delete_pod(&ctx.client, &deletion.namespace, &deletion.name, &params).await {
             Ok(_) => data.expectations.deleted(&name, pod, Instant::now()),
             // Gone already, or replaced by a pod of the same name.
             Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
@@ -345,12 +404,11 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
             continue;
         }
         let pod = worker_pod::build(plan, &nmc, &ctx.worker_image);
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), plan.module.namespace());
         let params = PostParams {
             field_manager: Some(managers::NMC.into()),
             ..PostParams::default()
         };
-        match api.create(&params, &pod).await {
+        match create_pod(&ctx.client, plan.module.namespace(), &pod, &params).await {
             Ok(created) => data.expectations.created(&name, &created, Instant::now()),
             // The previous pod is still terminating, or the cache was behind: the pod's
             // events bring the NMC back.
@@ -377,6 +435,59 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         Some(wait) => Action::requeue(wait + Duration::from_millis(10)),
         None => Action::await_change(),
     })
+}
+
+/// What the reconciler reads of the API server's answer to a pod write: a worker pod's
+/// whole body is most of the cost of parsing the answer, and only its identity is used.
+#[derive(serde::Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct WrittenMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+}
+
+/// Creates `pod` in `namespace`; the pod answered has only its name, namespace and uid.
+async fn create_pod(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &Pod,
+    params: &PostParams,
+) -> Result<Pod, kube::Error> {
+    let body = serde_json::to_vec(pod).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(Pod::url_path(&(), Some(namespace)))
+        .create(params, body)
+        .map_err(kube::Error::BuildRequest)?;
+    let written: Written = client.request(request).await?;
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: written.metadata.name,
+            namespace: written.metadata.namespace,
+            uid: written.metadata.uid,
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    })
+}
+
+/// Deletes pod `name` in `namespace`; the answer is not read.
+async fn delete_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<(), kube::Error> {
+    let request = kube::core::Request::new(Pod::url_path(&(), Some(namespace)))
+        .delete(name, params)
+        .map_err(kube::Error::BuildRequest)?;
+    client
+        .request::<serde::de::IgnoredAny>(request)
+        .await
+        .map(|_| ())
 }
 
 /// A merge patch of labels: set values, `null` for removals.
