@@ -16,8 +16,7 @@
 //! replaces an unknown variable by nothing and so pulls an image nobody named; here it is an
 //! error, as is a kernel with fewer than three parts when X, Y, Z or XYZ is used.
 
-use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::convert::Infallible;
 
 use regex::Regex;
 use thiserror::Error;
@@ -25,6 +24,7 @@ use thiserror::Error;
 use crate::api::labels::ModuleKey;
 use crate::api::module::{KernelMapping, ModuleLoaderContainerSpec};
 use crate::api::nmc::{DEFAULT_IMAGE_PULL_POLICY, ModuleConfig};
+use crate::memo::Memo;
 
 /// Every variable an image template may use.
 pub const TEMPLATE_VARIABLES: [&str; 8] = [
@@ -101,25 +101,17 @@ pub enum TemplateError {
     Unclosed(usize),
 }
 
-/// Patterns compiled so far: every node of every Module is matched against the same few,
-/// and compiling one costs far more than matching it.
-static COMPILED: LazyLock<Mutex<HashMap<String, Result<Regex, String>>>> =
-    LazyLock::new(Default::default);
-/// The most patterns kept compiled; past it the cache starts again.
-const COMPILED_MAX: usize = 1024;
+/// Patterns compiled so far (invalid ones too): every node of every Module is matched
+/// against the same few, and compiling one costs far more than matching it.
+static COMPILED: Memo<Result<Regex, String>> = Memo::new(1024);
 
-/// `pattern` compiled (a cheap clone of the cached one), or why it does not compile.
+/// `pattern` compiled (a cheap clone of the remembered one), or why it does not compile.
 fn compiled(pattern: &str) -> Result<Regex, String> {
-    let mut cache = COMPILED.lock().expect("regex cache lock");
-    if let Some(compiled) = cache.get(pattern) {
-        return compiled.clone();
-    }
-    if cache.len() >= COMPILED_MAX {
-        cache.clear();
-    }
-    let compiled = Regex::new(pattern).map_err(|err| err.to_string());
-    cache.insert(pattern.to_string(), compiled.clone());
-    compiled
+    COMPILED
+        .get_or_try(pattern, || {
+            Ok::<_, Infallible>(Regex::new(pattern).map_err(|err| err.to_string()))
+        })
+        .unwrap_or_else(|never| match never {})
 }
 
 /// The mapping for `kernel`, with its index: the first equal `literal`, else the first

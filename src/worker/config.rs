@@ -9,11 +9,10 @@
 //! `rawArgs.load` and `rawArgs.unload` both; a `modulesLoadingOrder` starts with
 //! `moduleName`, has at least two modules and no module twice.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{LazyLock, Mutex};
+use std::sync::LazyLock;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
@@ -28,6 +27,7 @@ use thiserror::Error;
 use super::modprobe::canonical_name;
 use crate::api::crds;
 use crate::api::nmc::{ModuleConfig, NodeModulesConfig};
+use crate::memo::Memo;
 
 /// A place in the config file, 1-based.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,24 +135,12 @@ pub fn read(path: &Path) -> Result<ModuleConfig, ConfigError> {
 
 /// Configs parsed so far, by their text: the worker pods of one module on one kernel all
 /// carry the same, and the controllers (and the embedded cluster's kubelet) read them often.
-static PARSED: LazyLock<Mutex<HashMap<String, ModuleConfig>>> = LazyLock::new(Default::default);
-/// The most configs [`parse_cached`] keeps; past it the cache starts again.
-const PARSED_MAX: usize = 4096;
+static PARSED: Memo<ModuleConfig> = Memo::new(4096);
 
 /// [`parse`], remembering what it parsed by text (errors are not remembered, so each
 /// names its own `origin`).
 pub fn parse_cached(text: &str, origin: &str) -> Result<ModuleConfig, ConfigError> {
-    let cached = PARSED.lock().expect("config cache lock").get(text).cloned();
-    if let Some(config) = cached {
-        return Ok(config);
-    }
-    let config = parse(text, origin)?;
-    let mut cache = PARSED.lock().expect("config cache lock");
-    if cache.len() >= PARSED_MAX {
-        cache.clear();
-    }
-    cache.insert(text.to_string(), config.clone());
-    Ok(config)
+    PARSED.get_or_try(text, || parse(text, origin))
 }
 
 /// Parses and checks a worker config; `origin` names where `text` came from in errors.
