@@ -290,7 +290,7 @@ impl Api {
         let manager = manager_of(options);
         let mut object = apply::track_update(
             None,
-            &object,
+            object,
             &manager,
             resource.schema.as_ref(),
             &rfc3339(now),
@@ -558,7 +558,7 @@ impl Api {
         let now = rfc3339(self.now());
         Ok(apply::track_update(
             Some(current),
-            &next,
+            next,
             manager,
             resource.schema.as_ref(),
             &now,

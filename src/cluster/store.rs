@@ -34,6 +34,13 @@ impl ObjectKey {
     }
 }
 
+/// The serialising buffer a thread keeps between writes (larger objects shrink it back).
+const KEPT_BUFFER: usize = 1 << 20;
+
+thread_local! {
+    static SERIALIZED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// One stored object: its JSON bytes and the projection selectors look at.
 #[derive(Clone, Debug)]
 pub struct StoredObject {
@@ -44,8 +51,17 @@ pub struct StoredObject {
 
 impl StoredObject {
     fn new(object: &Value, resource_version: u64) -> Self {
-        // Serialising a Value cannot fail: its map keys are strings.
-        let bytes = Bytes::from(serde_json::to_vec(object).unwrap_or_default());
+        // Serialising a Value cannot fail: its map keys are strings. The bytes stay as
+        // long as the object and its history do, so they are kept at their exact size
+        // (a growing buffer ends up to twice as large) and the buffer is reused.
+        let bytes = SERIALIZED.with_borrow_mut(|buffer| {
+            buffer.clear();
+            let _ = serde_json::to_writer(&mut *buffer, object);
+            let bytes = Bytes::copy_from_slice(buffer);
+            buffer.truncate(0);
+            buffer.shrink_to(KEPT_BUFFER);
+            bytes
+        });
         StoredObject {
             resource_version,
             bytes,
@@ -174,6 +190,17 @@ pub struct Change {
 }
 
 impl Change {
+    /// This change without its parse.
+    fn unparsed(&self) -> Change {
+        Change {
+            event: self.event,
+            key: self.key.clone(),
+            object: self.object.clone(),
+            previous: self.previous.clone(),
+            parsed: OnceLock::new(),
+        }
+    }
+
     /// The object after the change (before it, for a deletion), parsed on first use.
     pub fn value(&self) -> &Value {
         self.parsed.get_or_init(|| self.object.value())
@@ -425,7 +452,10 @@ impl Store {
             previous: current.map(|c| c.projection),
             parsed: OnceLock::new(),
         });
-        inner.remember(change.clone());
+        // History keeps a change of its own, so the parse the in-process controllers
+        // share is freed once they have all read the broadcast; a watch resuming from
+        // history sends the stored bytes and never needs it.
+        inner.remember(Arc::new(change.unparsed()));
         if let Some(persist) = inner.persist.as_mut()
             && persist.wants_compaction()
         {

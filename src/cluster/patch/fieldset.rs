@@ -300,6 +300,28 @@ impl FieldSet {
         out
     }
 
+    /// Whether a path is in both sets ([`intersection`](Self::intersection) is not
+    /// empty), without building anything.
+    pub fn intersects(&self, other: &FieldSet) -> bool {
+        (self.member && other.member)
+            || self.children.iter().any(|(element, ours)| {
+                other
+                    .children
+                    .get(element)
+                    .is_some_and(|theirs| ours.intersects(theirs))
+            })
+    }
+
+    /// Whether every path of `other` is in this set (their union is this set).
+    pub fn contains(&self, other: &FieldSet) -> bool {
+        (self.member || !other.member)
+            && other.children.iter().all(|(element, theirs)| {
+                self.children
+                    .get(element)
+                    .is_some_and(|ours| ours.contains(theirs))
+            })
+    }
+
     /// Paths in both sets.
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
         let mut out = FieldSet {
@@ -489,6 +511,44 @@ mod tests {
         assert_eq!(a.difference(&spec), a, "difference leaves paths below");
         assert!(a.recursive_difference(&spec).is_empty());
         assert_eq!(a.with_field_ancestors().paths()[0], path(&["spec"]));
+    }
+
+    /// `intersects` and `contains` answer what `intersection` and `union` would build.
+    #[test]
+    fn intersects_and_contains_agree_with_the_sets_they_stand_for() {
+        let set = |paths: &[&[&str]]| {
+            let mut out = FieldSet::default();
+            for names in paths {
+                let path: Vec<PathElement> = names.iter().map(|n| PathElement::field(n)).collect();
+                out.insert(&path);
+            }
+            out
+        };
+        let status = set(&[&["status", "phase"], &["status", "podIP"]]);
+        let cases = [
+            ("disjoint", set(&[&["spec", "replicas"]])),
+            ("one shared path", set(&[&["status", "phase"]])),
+            ("a parent, not its children", set(&[&["status"]])),
+            ("a child below a path", set(&[&["status", "phase", "x"]])),
+            ("the same set", status.clone()),
+            (
+                "a superset",
+                set(&[&["status", "phase"], &["status", "podIP"], &["spec", "x"]]),
+            ),
+            ("nothing", FieldSet::default()),
+        ];
+        for (name, other) in cases {
+            assert_eq!(
+                status.intersects(&other),
+                !status.intersection(&other).is_empty(),
+                "{name}: intersects"
+            );
+            assert_eq!(
+                status.contains(&other),
+                status.union(&other) == status,
+                "{name}: contains"
+            );
+        }
     }
 
     #[test]

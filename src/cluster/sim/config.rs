@@ -106,6 +106,11 @@ pub struct Timing {
     /// How long a node stays NotReady while it reboots.
     #[serde(default = "default_reboot")]
     pub reboot_seconds: f64,
+    /// How often the kubelet relists containers (a real kubelet's PLEG: 1 s). A container
+    /// that starts and exits within one relist is only ever reported exited, as a real
+    /// kubelet reports it; 0 reports every start.
+    #[serde(default = "default_relist")]
+    pub relist_seconds: f64,
 }
 
 impl Default for Timing {
@@ -115,6 +120,7 @@ impl Default for Timing {
             pod_stop_seconds: default_pod_stop(),
             worker_seconds: default_worker(),
             reboot_seconds: default_reboot(),
+            relist_seconds: default_relist(),
         }
     }
 }
@@ -131,6 +137,9 @@ impl Timing {
     }
     pub fn reboot(&self) -> Duration {
         seconds(self.reboot_seconds)
+    }
+    pub fn relist(&self) -> Duration {
+        seconds(self.relist_seconds)
     }
 }
 
@@ -174,6 +183,9 @@ fn default_worker() -> f64 {
 }
 fn default_reboot() -> f64 {
     0.5
+}
+fn default_relist() -> f64 {
+    1.0
 }
 
 /// Why a cluster.yaml was refused.

@@ -53,6 +53,9 @@ struct Tracked {
     restarts: u32,
     ip: Option<String>,
     start_time: Option<String>,
+    /// The running status of containers due to exit before the next relist: the kubelet
+    /// never reports it, and their exit is reported on top of it.
+    unreported: Option<Value>,
 }
 
 /// Runs the kubelets of all simulated nodes until the store closes.
@@ -387,34 +390,41 @@ impl Kubelet {
         let host_ip = self.sim.node_ip(&node);
         // A worker is Running (not Ready) while it works; other pods are Ready at once.
         let status = running_status(&pod, &ip, &host_ip, &start_time, &now, restarts, !worker);
-        self.write_status(key, status)?;
+        let exit_after = if worker {
+            Some(self.sim.config.timing.worker())
+        } else {
+            annotation(&pod, EXIT_AFTER_ANNOTATION)
+                .and_then(|s| s.parse::<f64>().ok())
+                .map(|after| Duration::from_secs_f64(after.max(0.0)))
+        };
+        if exit_after.is_some_and(|after| exits_unseen(after, self.sim.config.timing.relist())) {
+            if let Some(tracked) = self.pods.get_mut(key) {
+                tracked.unreported = Some(status);
+            }
+        } else {
+            self.write_status(key, status)?;
+        }
         let uid = self
             .pods
             .get(key)
             .map(|t| t.uid.clone())
             .unwrap_or_default();
-        if worker {
-            self.schedule(self.sim.config.timing.worker(), key, &uid, Action::Exit);
-        } else if let Some(after) =
-            annotation(&pod, EXIT_AFTER_ANNOTATION).and_then(|s| s.parse::<f64>().ok())
-        {
-            self.schedule(
-                Duration::from_secs_f64(after.max(0.0)),
-                key,
-                &uid,
-                Action::Exit,
-            );
+        if let Some(after) = exit_after {
+            self.schedule(after, key, &uid, Action::Exit);
         }
         Ok(())
     }
 
     /// Containers exited: a worker's result, or a pod's configured exit.
     async fn exit(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
-        let Some(pod) = self.pod(key) else {
+        let Some(mut pod) = self.pod(key) else {
             return Ok(());
         };
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
             return Ok(());
+        }
+        if let Some(running) = self.pods.get_mut(key).and_then(|t| t.unreported.take()) {
+            pod["status"] = running;
         }
         let (code, message) = if is_worker(&pod) {
             let node = pod
@@ -522,6 +532,13 @@ impl Kubelet {
             )
             .map(|_| ())
     }
+}
+
+/// Whether a container that exits `after` it started is only ever seen exited: the
+/// kubelet learns of container changes when it relists them (its PLEG, every `relist`),
+/// and reports the pod's status as that relist finds it.
+fn exits_unseen(after: Duration, relist: Duration) -> bool {
+    after < relist
 }
 
 /// Whether a pod is one of capstan's kmod workers (recognised as KMM does, by labels).
@@ -727,6 +744,61 @@ mod tests {
         assert_eq!(status["conditions"][0]["lastTransitionTime"], "t1");
         set_condition(&mut status, "Ready", false, "t3");
         assert_eq!(status["conditions"][0]["lastTransitionTime"], "t3");
+    }
+
+    /// A container that exits before the kubelet relists is reported once, exited, with
+    /// everything its start set; with relists every 0 s its start is reported too.
+    #[tokio::test]
+    async fn a_container_exiting_between_relists_is_reported_only_exited() {
+        for (relist, writes) in [
+            ("1", vec!["Succeeded"]),
+            ("0", vec!["Running", "Succeeded"]),
+        ] {
+            let cluster = super::super::workload::testing::cluster().await;
+            let api = cluster.api().clone();
+            let yaml = format!("nodes:\n  - name: n1\ntiming: {{relistSeconds: {relist}}}\n");
+            let config = ClusterConfig::parse(&yaml, "test").expect("config");
+            let sim = Arc::new(Simulation {
+                api: api.clone(),
+                node_order: std::sync::Mutex::new(vec!["n1".into()]),
+                config,
+                history: std::sync::Mutex::new(Vec::new()),
+            });
+            sim.register_nodes().expect("node registered");
+            let mut changes = api.store.subscribe();
+            let pods = api.registry.get("", "v1", "pods").expect("pods");
+            let body = json!({
+                "metadata": {"name": "job", "namespace": "default",
+                             "annotations": {EXIT_AFTER_ANNOTATION: "0.01"}},
+                "spec": {"nodeName": "n1", "restartPolicy": "Never",
+                         "containers": [{"name": "app", "image": "app:v1"}]},
+            });
+            api.create(&pods, "default", body, &Default::default())
+                .expect("pod created");
+            let key = ObjectKey::new("pods", "default", "job");
+            let mut kubelet = Kubelet::new(sim);
+            let mut seen = Vec::new();
+            while let Ok(change) = changes.try_recv() {
+                kubelet.observe(&change);
+            }
+            kubelet.start(&key).await.expect("started");
+            kubelet.exit(&key).await.expect("exited");
+            let mut last = Value::Null;
+            while let Ok(change) = changes.try_recv() {
+                if change.key == key {
+                    last = change.value().clone();
+                    seen.push(last["status"]["phase"].as_str().unwrap_or("").to_string());
+                }
+            }
+            assert_eq!(seen, writes, "relist {relist}");
+            let status = &last["status"];
+            assert!(status["podIP"].is_string(), "relist {relist}: {status}");
+            assert!(status["startTime"].is_string(), "relist {relist}: {status}");
+            assert_eq!(
+                status["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed",
+                "relist {relist}"
+            );
+        }
     }
 
     /// A kubelet that reads the store's broadcast late sees its own "Running" write after
