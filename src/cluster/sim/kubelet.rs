@@ -746,6 +746,19 @@ mod tests {
         assert_eq!(status["conditions"][0]["lastTransitionTime"], "t3");
     }
 
+    /// The simulation of `config` (YAML) over `api`, its one node `n1` registered.
+    fn simulation(api: &Arc<crate::cluster::api::Api>, config: &str) -> Arc<Simulation> {
+        let config = ClusterConfig::parse(config, "test").expect("config");
+        let sim = Arc::new(Simulation {
+            api: api.clone(),
+            node_order: std::sync::Mutex::new(vec!["n1".into()]),
+            config,
+            history: std::sync::Mutex::new(Vec::new()),
+        });
+        sim.register_nodes().expect("node registered");
+        sim
+    }
+
     /// A container that exits before the kubelet relists is reported once, exited, with
     /// everything its start set; with relists every 0 s its start is reported too.
     #[tokio::test]
@@ -757,14 +770,7 @@ mod tests {
             let cluster = super::super::workload::testing::cluster().await;
             let api = cluster.api().clone();
             let yaml = format!("nodes:\n  - name: n1\ntiming: {{relistSeconds: {relist}}}\n");
-            let config = ClusterConfig::parse(&yaml, "test").expect("config");
-            let sim = Arc::new(Simulation {
-                api: api.clone(),
-                node_order: std::sync::Mutex::new(vec!["n1".into()]),
-                config,
-                history: std::sync::Mutex::new(Vec::new()),
-            });
-            sim.register_nodes().expect("node registered");
+            let sim = simulation(&api, &yaml);
             let mut changes = api.store.subscribe();
             let pods = api.registry.get("", "v1", "pods").expect("pods");
             let body = json!({
@@ -807,14 +813,7 @@ mod tests {
     async fn a_late_change_does_not_start_a_finished_pod_again() {
         let cluster = super::super::workload::testing::cluster().await;
         let api = cluster.api().clone();
-        let config = ClusterConfig::parse("nodes:\n  - name: n1\n", "test").expect("config");
-        let sim = Arc::new(Simulation {
-            api: api.clone(),
-            node_order: std::sync::Mutex::new(vec!["n1".into()]),
-            config,
-            history: std::sync::Mutex::new(Vec::new()),
-        });
-        sim.register_nodes().expect("node registered");
+        let sim = simulation(&api, "nodes:\n  - name: n1\n");
         let mut changes = api.store.subscribe();
         let pods = api.registry.get("", "v1", "pods").expect("pods");
         let body = json!({
