@@ -1338,7 +1338,7 @@ mod tests {
             .push(container("debug", "busybox"));
         let live = track_update(
             Some(&live),
-            edited.clone(),
+            edited,
             "kubectl-edit",
             &BuiltinSchema,
             EARLIER,
@@ -1430,7 +1430,7 @@ mod tests {
         updated["status"]["readyReplicas"] = json!(1);
         let updated = track_update(
             Some(&object),
-            updated.clone(),
+            updated,
             "ctl",
             &BuiltinSchema,
             NOW,
@@ -1689,14 +1689,7 @@ mod tests {
             let mut new = live.clone();
             new["spec"] = spec;
 
-            let object = track_update(
-                Some(&live),
-                new.clone(),
-                "editor",
-                &BuiltinSchema,
-                NOW,
-                None,
-            );
+            let object = track_update(Some(&live), new, "editor", &BuiltinSchema, NOW, None);
 
             assert_eq!(owned(&object, "alice"), alice, "{scenario}");
             assert_eq!(owned(&object, "editor"), editor, "{scenario}");
@@ -1716,14 +1709,7 @@ mod tests {
         let mut new = live.clone();
         new["spec"]["paused"] = json!(true);
 
-        let object = track_update(
-            Some(&live),
-            new.clone(),
-            "editor",
-            &BuiltinSchema,
-            NOW,
-            None,
-        );
+        let object = track_update(Some(&live), new, "editor", &BuiltinSchema, NOW, None);
 
         let managed = object["metadata"]["managedFields"].as_array().unwrap();
         assert_eq!(managed.len(), 1);
@@ -1740,14 +1726,7 @@ mod tests {
         let mut new = live.clone();
         new["metadata"]["managedFields"] = json!([{}]);
 
-        let object = track_update(
-            Some(&live),
-            new.clone(),
-            "editor",
-            &BuiltinSchema,
-            NOW,
-            None,
-        );
+        let object = track_update(Some(&live), new, "editor", &BuiltinSchema, NOW, None);
 
         assert!(object["metadata"].get("managedFields").is_none());
         assert_eq!(
