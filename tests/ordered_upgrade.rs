@@ -14,14 +14,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use capstan::api::{HistoryRecord, RecordType};
-use capstan::cluster::sim::nodes::NodeState;
+use capstan::cluster::sim::nodes::{self, KERNEL_GROUP, KERNEL_KIND, KERNEL_VERSION, KERNELS};
 use capstan::controllers::{self, Context, Selection};
 use common::git::FleetRepo;
 use common::{DEADLINE, wait_until};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
@@ -57,10 +57,10 @@ fn label(node: &str, version: &str) -> String {
 }
 
 /// What happened on one node, in the cluster's resourceVersion order: its module table
-/// (from the Node) and whether a device-plugin pod of the module runs there.
+/// (from its NodeKernel) and whether a device-plugin pod of the module runs there.
 #[derive(Default)]
 struct Timeline {
-    /// resourceVersion -> (the my_kmod version loaded, if any) from the Node.
+    /// resourceVersion -> (the my_kmod version loaded, if any) from the NodeKernel.
     modules: BTreeMap<u64, Option<String>>,
     /// resourceVersion -> (pod name, running) from the device-plugin pods.
     plugins: BTreeMap<u64, (String, bool)>,
@@ -76,26 +76,27 @@ fn rv(meta: &kube::api::ObjectMeta) -> u64 {
 /// Watches `node` and the device-plugin pods on it into a timeline.
 fn record_timeline(client: &kube::Client, node: &str) -> Arc<Mutex<Timeline>> {
     let timeline = Arc::new(Mutex::new(Timeline::default()));
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node_events = watcher(
-        nodes,
+    let kind = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(KERNEL_GROUP, KERNEL_VERSION, KERNEL_KIND),
+        KERNELS,
+    );
+    let kernels: Api<DynamicObject> = Api::all_with(client.clone(), &kind);
+    let kernel_events = watcher(
+        kernels,
         watcher::Config::default().fields(&format!("metadata.name={node}")),
     );
     let recorded = timeline.clone();
-    tokio::spawn(node_events.for_each(move |event| {
-        if let Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) = event {
-            let value = serde_json::to_value(&node).expect("node json");
-            if let Some(state) = NodeState::of(&value) {
-                let loaded = state
-                    .modules
-                    .get("my_kmod")
-                    .map(|m| m.version.clone().unwrap_or_default());
-                recorded
-                    .lock()
-                    .expect("timeline")
-                    .modules
-                    .insert(rv(&node.metadata), loaded);
-            }
+    tokio::spawn(kernel_events.for_each(move |event| {
+        if let Ok(watcher::Event::Apply(kernel) | watcher::Event::InitApply(kernel)) = event {
+            let value = serde_json::to_value(&kernel).expect("kernel json");
+            let loaded = nodes::loaded_modules(&value)
+                .get("my_kmod")
+                .map(|m| m.version.clone().unwrap_or_default());
+            recorded
+                .lock()
+                .expect("timeline")
+                .modules
+                .insert(rv(&kernel.metadata), loaded);
         }
         futures::future::ready(())
     }));
@@ -147,7 +148,7 @@ fn replay(timeline: &Timeline) -> (Vec<Option<String>>, Vec<String>) {
     let mut loaded: Option<String> = None;
     let mut running: BTreeMap<String, bool> = BTreeMap::new();
     let mut violations = Vec::new();
-    // Before the first Node state (the initial list gives each object its last
+    // Before the first NodeKernel state (the initial list gives each object its last
     // resourceVersion) nothing is known about the module.
     let mut known = false;
     for (rv, is_node, what) in events {

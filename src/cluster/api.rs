@@ -86,6 +86,11 @@ pub struct ListOptions {
 }
 
 impl ListOptions {
+    /// Whether a selector filters the list.
+    pub fn filters(&self) -> bool {
+        self.label_selector.is_some() || self.field_selector.is_some()
+    }
+
     /// Whether an object (by its projection) is selected.
     pub fn selects(&self, projection: &Value) -> bool {
         let labels = projection
@@ -107,7 +112,8 @@ pub struct ListPage {
     pub items: Vec<Bytes>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
-    pub remaining: usize,
+    /// How many objects follow the page; `None` when a selector filtered the list.
+    pub remaining: Option<usize>,
 }
 
 /// The API server's semantics over the store.
@@ -151,7 +157,7 @@ impl Api {
 
     /// Serves again the CRDs found in a restored store.
     fn restore_crds(&self) {
-        let page = self.store.list(CRD_STORAGE, None, None, None, &|_| true);
+        let page = self.store.list(CRD_STORAGE, None, None, None, None);
         for crd in page.items {
             self.registry.register_crd(&crd.value());
         }
@@ -229,12 +235,15 @@ impl Api {
             .map(decode_continue)
             .transpose()?;
         let namespace = namespace.filter(|_| resource.namespaced);
+        let selects = |o: &StoredObject| options.selects(&o.projection);
         let page = self.store.list(
             &resource.storage,
             namespace,
             after.as_ref(),
             options.limit.filter(|l| *l > 0),
-            &|o| options.selects(&o.projection),
+            options
+                .filters()
+                .then_some(&selects as &dyn Fn(&StoredObject) -> bool),
         );
         Ok(ListPage {
             items: page
@@ -746,7 +755,7 @@ impl Api {
 
     /// Removes every object of a bucket (the custom resources of a deleted CRD).
     fn purge(&self, storage: &str) {
-        let page = self.store.list(storage, None, None, None, &|_| true);
+        let page = self.store.list(storage, None, None, None, None);
         for object in page.items {
             let key = object.key(storage);
             if let Err(err) = self.store.transact::<ApiError>(&key, |_| Ok(Write::Delete)) {

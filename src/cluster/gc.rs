@@ -70,12 +70,7 @@ impl Collector {
         self.dependents.clear();
         let mut all = Vec::new();
         for storage in self.api.store.buckets() {
-            for object in self
-                .api
-                .store
-                .list(&storage, None, None, None, &|_| true)
-                .items
-            {
+            for object in self.api.store.list(&storage, None, None, None, None).items {
                 all.push((object.key(&storage), object));
             }
         }
@@ -214,7 +209,7 @@ impl Collector {
             let page = self
                 .api
                 .store
-                .list(&resource.storage, Some(namespace), None, None, &|_| true);
+                .list(&resource.storage, Some(namespace), None, None, None);
             for object in page.items {
                 empty = false;
                 if !deleting(&object.projection) {

@@ -557,7 +557,9 @@ impl Call<'_> {
         let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
         if let Some(token) = &page.continue_token {
             metadata["continue"] = json!(token);
-            metadata["remainingItemCount"] = json!(page.remaining);
+            if let Some(remaining) = page.remaining {
+                metadata["remainingItemCount"] = json!(remaining);
+            }
         }
         match self.rendering {
             Rendering::Object => {

@@ -191,6 +191,16 @@ const BUILTINS: &[Builtin] = &[
         &[],
         false,
     ),
+    // A simulated node's loaded kernel modules (see `sim::nodes`).
+    builtin(
+        "sim.capstan.dev",
+        "v1",
+        "NodeKernel",
+        "nodekernels",
+        false,
+        &[],
+        false,
+    ),
     builtin(
         "apiextensions.k8s.io",
         "v1",

@@ -258,7 +258,10 @@ pub struct Page {
     pub resource_version: u64,
     /// Where the next page starts, when `limit` cut this one short.
     pub next: Option<(String, String)>,
-    pub remaining: usize,
+    /// How many objects follow the page; unknown (`None`) for a filtered list, which stops
+    /// at the first match past the page, as kube-apiserver leaves out `remainingItemCount`
+    /// when a selector filters the list.
+    pub remaining: Option<usize>,
 }
 
 impl Store {
@@ -341,7 +344,7 @@ impl Store {
         namespace: Option<&str>,
         after: Option<&(String, String)>,
         limit: Option<usize>,
-        filter: &dyn Fn(&StoredObject) -> bool,
+        filter: Option<&dyn Fn(&StoredObject) -> bool>,
     ) -> Page {
         let inner = self.lock();
         let resource_version = inner.resource_version;
@@ -350,7 +353,7 @@ impl Store {
                 items: Vec::new(),
                 resource_version,
                 next: None,
-                remaining: 0,
+                remaining: filter.is_none().then_some(0),
             };
         };
         let start = match (after, namespace) {
@@ -364,11 +367,15 @@ impl Store {
             if namespace.is_some_and(|wanted| ns != wanted) {
                 break;
             }
-            if !filter(object) {
+            if filter.is_some_and(|selects| !selects(object)) {
                 continue;
             }
             if limit.is_some_and(|l| items.len() >= l) {
                 remaining += 1;
+                if filter.is_some() {
+                    // A next page exists; how long it is stays unknown.
+                    break;
+                }
             } else {
                 items.push(object.clone());
             }
@@ -381,7 +388,7 @@ impl Store {
             items,
             resource_version,
             next,
-            remaining,
+            remaining: filter.is_none().then_some(remaining),
         }
     }
 
@@ -584,7 +591,7 @@ mod tests {
         for name in ["c", "a", "b"] {
             put(&store, name);
         }
-        let first = store.list("pods", Some("default"), None, Some(2), &|_| true);
+        let first = store.list("pods", Some("default"), None, Some(2), None);
         let names: Vec<String> = first
             .items
             .iter()
@@ -596,14 +603,8 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["a", "b"]);
-        assert_eq!(first.remaining, 1);
-        let rest = store.list(
-            "pods",
-            Some("default"),
-            first.next.as_ref(),
-            Some(2),
-            &|_| true,
-        );
+        assert_eq!(first.remaining, Some(1));
+        let rest = store.list("pods", Some("default"), first.next.as_ref(), Some(2), None);
         assert_eq!(rest.items.len(), 1);
         assert!(rest.next.is_none());
     }

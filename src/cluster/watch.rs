@@ -15,7 +15,7 @@ use super::api::{Api, ListOptions};
 use super::errors::ApiError;
 use super::faults::Faults;
 use super::resources::Resource;
-use super::store::{Change, EventType, StoreError};
+use super::store::{Change, EventType, StoreError, StoredObject};
 
 /// How objects are shown in events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +49,7 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
     // Subscribe before listing: changes the list already reflects are skipped by resourceVersion.
     let (backlog, receiver, listed) = if initial {
         let receiver = api.store.subscribe();
+        let selects = |o: &StoredObject| request.options.selects(&o.projection);
         let page = api.store.list(
             &request.resource.storage,
             request
@@ -57,7 +58,10 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
                 .filter(|_| request.resource.namespaced),
             None,
             None,
-            &|o| request.options.selects(&o.projection),
+            request
+                .options
+                .filters()
+                .then_some(&selects as &dyn Fn(&StoredObject) -> bool),
         );
         (Vec::new(), receiver, Some(page))
     } else {

@@ -13,16 +13,16 @@
 //! each subscriber receives the object itself, deleted ones included (those a relist no
 //! longer finds too).
 //!
-//! A cache holds what the controllers read of an object, not all of it: worker pods and
-//! Nodes are trimmed as they arrive (see [`slim_worker_pod`], [`slim_node`]). A
-//! controller that needs another field adds it there.
+//! A cache holds what the controllers read of an object, not all of it: managedFields are
+//! never decoded (see [`Lean`]), and worker pods and Nodes are trimmed as they arrive (see
+//! [`slim_worker_pod`], [`slim_node`]). A controller that needs another field adds it there.
 
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
-use futures::{SinkExt, Stream, StreamExt};
+use futures::{SinkExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Node, Pod, PodSpec, PodStatus};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -33,6 +33,7 @@ use serde::de::DeserializeOwned;
 use crate::api::labels;
 use crate::api::module::Module;
 use crate::api::nmc::NodeModulesConfig;
+use crate::controllers::lean::Lean;
 
 /// Changes a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;
@@ -49,7 +50,8 @@ where
     ready_tx: Option<tokio::sync::watch::Sender<bool>>,
     writer: Option<reflector::store::Writer<K>>,
     subscribers: Mutex<Option<Vec<mpsc::Sender<Arc<K>>>>>,
-    api: Api<K>,
+    /// Watched as [`Lean`]: managedFields, which nothing reads, are never decoded.
+    api: Api<Lean<K>>,
     config: watcher::Config,
     /// Drops what no controller reads before the object is stored.
     slim: fn(&mut K),
@@ -60,7 +62,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    fn new(api: Api<K>, config: watcher::Config, slim: fn(&mut K)) -> Cache<K> {
+    fn new(api: Api<Lean<K>>, config: watcher::Config, slim: fn(&mut K)) -> Cache<K> {
         let (store, writer) = reflector::store();
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         Cache {
@@ -102,11 +104,8 @@ where
         let slim = self.slim;
         let mut events = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
-            .modify(move |object: &mut K| {
-                // Nothing reads managedFields, and they are up to half of a cached pod.
-                object.meta_mut().managed_fields = None;
-                slim(object);
-            })
+            .map_ok(whole)
+            .modify(slim)
             .reflect(writer)
             .boxed();
         tasks.spawn(async move {
@@ -150,6 +149,17 @@ where
                 }
             }
         });
+    }
+}
+
+/// A watch event of `Lean` objects as one of the objects themselves.
+fn whole<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Apply(Lean(object)) => watcher::Event::Apply(object),
+        watcher::Event::Delete(Lean(object)) => watcher::Event::Delete(object),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(Lean(object)) => watcher::Event::InitApply(object),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

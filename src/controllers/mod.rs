@@ -32,6 +32,7 @@ pub mod converge;
 pub mod device_plugin;
 pub mod failures;
 pub mod kernel_mapping;
+pub mod lean;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;

@@ -22,8 +22,10 @@
 
 pub mod reconciler;
 
+use std::collections::BTreeMap;
+
 use super::kernel_mapping::{self, KernelMappingError};
-use super::node::NodeFacts;
+use super::node::{NodeFacts, labels_match};
 use crate::api::labels::{LabelError, ModuleKey};
 use crate::api::module::{DaemonSetStatus, Module};
 use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig};
@@ -53,7 +55,12 @@ impl ModuleFacts {
 
     /// True when the Module's selector matches the node, whatever the node's state.
     pub fn targets(&self, node: &NodeFacts) -> bool {
-        node.matches(&self.object.spec.selector)
+        self.selects(&node.labels)
+    }
+
+    /// True when the Module's selector matches a node with these labels.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        labels_match(labels, &self.object.spec.selector)
     }
 }
 
@@ -165,14 +172,16 @@ pub fn decide(
 /// `status.moduleLoader` of the Module, as upstream counts it: `nodesMatchingSelectorNumber`
 /// is the nodes the selector targets (whatever their state), `desiredNumber` the NMCs with an
 /// entry for the Module, `availableNumber` those whose status config equals the entry's.
+/// `node_labels` holds the labels of every node; a Module's status is recomputed whenever
+/// any NMC changes, so this reads the cached Nodes in place rather than building their facts.
 pub fn loader_status<'a>(
     module: &ModuleFacts,
-    nodes: impl IntoIterator<Item = &'a NodeFacts>,
+    node_labels: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
     nmcs: impl IntoIterator<Item = &'a NodeModulesConfig>,
 ) -> DaemonSetStatus {
-    let targeted = nodes
+    let targeted = node_labels
         .into_iter()
-        .filter(|node| module.targets(node))
+        .filter(|labels| module.selects(labels))
         .count();
     let (mut desired, mut available) = (0, 0);
     for nmc in nmcs {
@@ -544,7 +553,7 @@ mod tests {
             nmc("other-module-only", None, None),
         ];
         assert_eq!(
-            loader_status(&module, &nodes, &nmcs),
+            loader_status(&module, nodes.iter().map(|n| &n.labels), &nmcs),
             DaemonSetStatus {
                 nodes_matching_selector_number: 2,
                 desired_number: 3,

@@ -62,9 +62,7 @@ impl NodeFacts {
     /// True when the node carries every label of `selector` with the same value. An empty
     /// selector targets every node.
     pub fn matches(&self, selector: &BTreeMap<String, String>) -> bool {
-        selector
-            .iter()
-            .all(|(key, value)| self.labels.get(key) == Some(value))
+        labels_match(&self.labels, selector)
     }
 
     /// True when pods with `tolerations` may be placed here: every `NoSchedule` or
@@ -110,6 +108,17 @@ fn toleration_matches(toleration: &Toleration, taint: &Taint) -> bool {
 /// A toleration field that is set and not empty.
 fn given(field: &Option<String>) -> Option<&str> {
     field.as_deref().filter(|value| !value.is_empty())
+}
+
+/// True when `labels` hold every label of `selector` with the same value. An empty
+/// selector matches everything.
+pub fn labels_match(
+    labels: &BTreeMap<String, String>,
+    selector: &BTreeMap<String, String>,
+) -> bool {
+    selector
+        .iter()
+        .all(|(key, value)| labels.get(key) == Some(value))
 }
 
 #[cfg(test)]

@@ -942,11 +942,11 @@ impl Controller for DaemonSetController {
         self.nodes.clear();
         self.eligibility.clear();
         let store = self.api.store.clone();
-        for object in store.list("daemonsets", None, None, None, &|_| true).items {
+        for object in store.list("daemonsets", None, None, None, None).items {
             let value = object.value();
             self.record_daemon_set(&value);
         }
-        for object in store.list("nodes", None, None, None, &|_| true).items {
+        for object in store.list("nodes", None, None, None, None).items {
             let value = object.value();
             let name = value["metadata"]["name"].as_str().unwrap_or("").to_string();
             self.nodes.put(

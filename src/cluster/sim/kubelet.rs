@@ -121,7 +121,7 @@ impl Kubelet {
             .sim
             .api
             .store
-            .list("nodes", None, None, None, &|_| true)
+            .list("nodes", None, None, None, None)
             .items
         {
             let name = node.projection["metadata"]["name"]
@@ -135,7 +135,7 @@ impl Kubelet {
             .sim
             .api
             .store
-            .list("pods", None, None, None, &|_| true)
+            .list("pods", None, None, None, None)
             .items;
         // Pods deleted while the kubelet was behind are forgotten.
         let present: HashSet<ObjectKey> = pods.iter().map(|pod| pod.key("pods")).collect();
@@ -751,7 +751,9 @@ mod tests {
         let config = ClusterConfig::parse(config, "test").expect("config");
         let sim = Arc::new(Simulation {
             api: api.clone(),
-            node_order: std::sync::Mutex::new(vec!["n1".into()]),
+            node_order: std::sync::Mutex::new(crate::cluster::sim::NodeOrder::new(vec![
+                "n1".into(),
+            ])),
             config,
             history: std::sync::Mutex::new(Vec::new()),
         });

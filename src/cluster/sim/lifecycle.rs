@@ -28,7 +28,7 @@ pub async fn run(sim: Arc<Simulation>) {
     let api = sim.api.clone();
     let mut changes = api.store.subscribe();
     let mut dirty: BTreeSet<String> = all_namespaces(&api);
-    for node in api.store.list("nodes", None, None, None, &|_| true).items {
+    for node in api.store.list("nodes", None, None, None, None).items {
         taint_if_cordoned(&api, &node.value());
     }
     let mut tick = tokio::time::interval(BUDGET_INTERVAL);
@@ -50,7 +50,7 @@ pub async fn run(sim: Arc<Simulation>) {
 
 fn all_namespaces(api: &Api) -> BTreeSet<String> {
     api.store
-        .list("namespaces", None, None, None, &|_| true)
+        .list("namespaces", None, None, None, None)
         .items
         .iter()
         .filter_map(|n| {

@@ -14,7 +14,7 @@ pub mod statefulset;
 mod workload;
 pub mod workloads;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
@@ -28,7 +28,7 @@ use crate::cluster::errors::ApiError;
 use crate::cluster::store::ObjectKey;
 use crate::worker::simulated::ModuleTable;
 use config::ClusterConfig;
-use nodes::{KUBELET, MODULES_ANNOTATION, NodeState};
+use nodes::{KERNELS, KUBELET, NodeState};
 
 /// A change to a node's module table, as the simulation saw it happen.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -54,8 +54,33 @@ pub enum SimError {
 pub struct Simulation {
     pub(crate) api: Arc<Api>,
     pub(crate) config: ClusterConfig,
-    node_order: Mutex<Vec<String>>,
+    node_order: Mutex<NodeOrder>,
     history: Mutex<Vec<ModuleEvent>>,
+}
+
+/// The simulated nodes in configuration order, with each one's position: the kubelet asks
+/// for a node's position or membership on every pod it acts on.
+#[derive(Default)]
+pub(crate) struct NodeOrder {
+    names: Vec<String>,
+    positions: HashMap<String, usize>,
+}
+
+impl NodeOrder {
+    pub(crate) fn new(names: Vec<String>) -> NodeOrder {
+        let positions = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), i))
+            .collect();
+        NodeOrder { names, positions }
+    }
+
+    fn remove(&mut self, name: &str) {
+        let mut names = std::mem::take(&mut self.names);
+        names.retain(|n| n != name);
+        *self = NodeOrder::new(names);
+    }
 }
 
 /// How many times a read-modify-write of a node is retried on conflicts.
@@ -70,7 +95,9 @@ impl Simulation {
     ) -> Result<(Arc<Self>, Vec<JoinHandle<()>>), ApiError> {
         let sim = Arc::new(Simulation {
             api,
-            node_order: Mutex::new(config.nodes.iter().map(|n| n.name.clone()).collect()),
+            node_order: Mutex::new(NodeOrder::new(
+                config.nodes.iter().map(|n| n.name.clone()).collect(),
+            )),
             config,
             history: Mutex::new(Vec::new()),
         });
@@ -94,8 +121,19 @@ impl Simulation {
             field_manager: Some(KUBELET.into()),
             ..WriteOptions::default()
         };
+        let kernels = self.resource(KERNELS)?;
         for (index, node) in self.config.nodes.iter().enumerate() {
-            if self.api.get(&nodes, "", &node.name).is_err() {
+            let existing = self.node_object(&node.name);
+            if self.kernel_object(&node.name).is_none() {
+                let modules = nodes::boot_modules(node, existing.as_ref());
+                self.api.create(
+                    &kernels,
+                    "",
+                    nodes::kernel_object(&node.name, &modules),
+                    &options,
+                )?;
+            }
+            if existing.is_none() {
                 self.api
                     .create(&nodes, "", nodes::registration(node, index, now), &options)?;
             }
@@ -116,6 +154,7 @@ impl Simulation {
             "leases" => ("coordination.k8s.io", "v1"),
             "poddisruptionbudgets" => ("policy", "v1"),
             "statefulsets" | "daemonsets" => ("apps", "v1"),
+            KERNELS => (nodes::KERNEL_GROUP, nodes::KERNEL_VERSION),
             _ => ("", "v1"),
         };
         self.api
@@ -129,8 +168,8 @@ impl Simulation {
         self.node_order
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .any(|n| n == node)
+            .positions
+            .contains_key(node)
     }
 
     /// The simulated nodes, in configuration order.
@@ -138,6 +177,7 @@ impl Simulation {
         self.node_order
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .names
             .clone()
     }
 
@@ -146,8 +186,9 @@ impl Simulation {
         self.node_order
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .position(|n| n == node)
+            .positions
+            .get(node)
+            .copied()
             .unwrap_or(0)
     }
 
@@ -169,10 +210,17 @@ impl Simulation {
             .to_string()
     }
 
+    fn kernel_object(&self, node: &str) -> Option<Value> {
+        self.api
+            .store
+            .get(&ObjectKey::new(KERNELS, "", node))
+            .map(|o| o.value())
+    }
+
     /// The current state of a simulated node.
     pub fn node(&self, name: &str) -> Result<NodeState, SimError> {
         self.node_object(name)
-            .and_then(|n| NodeState::of(&n))
+            .and_then(|n| NodeState::of(&n, self.kernel_object(name).as_ref()))
             .ok_or_else(|| SimError::NoSuchNode(name.to_string()))
     }
 
@@ -184,82 +232,74 @@ impl Simulation {
             .clone()
     }
 
-    /// Reads, changes and writes a node's status and module table, retrying on conflicts.
-    /// `change` gets the Node object and its module table and says what status to write;
-    /// returns its result and the module table as written.
-    fn update_node<R>(
+    /// Reads, changes and writes a node's status, retrying on conflicts. `change` gets the
+    /// Node object and says what status to write (None: nothing).
+    fn update_node_status(
         &self,
         name: &str,
-        mut change: impl FnMut(&Value, &mut ModuleTable) -> Result<(Option<Value>, R), SimError>,
-    ) -> Result<(R, ModuleTable), SimError> {
+        mut change: impl FnMut(&Value) -> Option<Value>,
+    ) -> Result<(), SimError> {
         let nodes = self.resource("nodes")?;
-        let options = WriteOptions {
-            field_manager: Some(KUBELET.into()),
-            ..WriteOptions::default()
-        };
         for _ in 0..NODE_WRITE_ATTEMPTS {
             let node = self
                 .node_object(name)
                 .ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
-            let state =
-                NodeState::of(&node).ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
-            let mut modules = state.modules.clone();
-            let (status, result) = change(&node, &mut modules)?;
+            let Some(status) = change(&node) else {
+                return Ok(());
+            };
             let rv = node
                 .pointer("/metadata/resourceVersion")
                 .cloned()
                 .unwrap_or(Value::Null);
-            let mut patch = json!({"metadata": {"resourceVersion": rv}});
-            if modules != state.modules {
-                let text = serde_json::to_string(&modules)
-                    .map_err(|e| ApiError::internal(e.to_string()))?;
-                patch["metadata"]["annotations"] = json!({MODULES_ANNOTATION: text});
-            }
-            let metadata_changed = patch["metadata"].get("annotations").is_some();
-            let write = match status {
-                Some(status) => {
-                    // Status goes through the status subresource; metadata through the main one.
-                    if metadata_changed {
-                        self.api.patch(
-                            &nodes,
-                            "",
-                            name,
-                            None,
-                            PatchType::Merge,
-                            patch.clone(),
-                            &options,
-                        )?;
-                        patch["metadata"]
-                            .as_object_mut()
-                            .map(|m| m.remove("resourceVersion"));
-                    }
-                    patch["status"] = status;
-                    self.api.patch(
-                        &nodes,
-                        "",
-                        name,
-                        Some("status"),
-                        PatchType::Merge,
-                        patch,
-                        &options,
-                    )
-                }
-                None if metadata_changed => {
-                    self.api
-                        .patch(&nodes, "", name, None, PatchType::Merge, patch, &options)
-                }
-                None => return Ok((result, modules)),
-            };
+            let patch = json!({"metadata": {"resourceVersion": rv}, "status": status});
+            let write = self.api.patch(
+                &nodes,
+                "",
+                name,
+                Some("status"),
+                PatchType::Merge,
+                patch,
+                &kubelet_writes(),
+            );
             match write {
+                Ok(_) => return Ok(()),
+                Err(err) if err.code == 409 => continue,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(gave_up(name))
+    }
+
+    /// Reads, changes and writes a node's module table (its NodeKernel), retrying on
+    /// conflicts; returns `change`'s result and the table as written.
+    fn update_modules<R>(
+        &self,
+        name: &str,
+        mut change: impl FnMut(&mut ModuleTable) -> R,
+    ) -> Result<(R, ModuleTable), SimError> {
+        let kernels = self.resource(KERNELS)?;
+        for _ in 0..NODE_WRITE_ATTEMPTS {
+            let kernel = self
+                .kernel_object(name)
+                .ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
+            let before = nodes::loaded_modules(&kernel);
+            let mut modules = before.clone();
+            let result = change(&mut modules);
+            if modules == before {
+                return Ok((result, modules));
+            }
+            let mut object = nodes::kernel_object(name, &modules);
+            object["metadata"]["resourceVersion"] = kernel["metadata"]["resourceVersion"].clone();
+            match self
+                .api
+                .update(&kernels, "", name, None, object, &kubelet_writes())
+            {
                 Ok(_) => return Ok((result, modules)),
                 Err(err) if err.code == 409 => continue,
                 Err(err) => return Err(err.into()),
             }
         }
-        Err(ApiError::internal(format!(
-            "node {name} kept changing; gave up after {NODE_WRITE_ATTEMPTS} attempts"
-        ))
-        .into())
+        Err(gave_up(name))
     }
 
     fn record(&self, node: &str, action: &str, modules: &ModuleTable) {
@@ -289,18 +329,21 @@ impl Simulation {
         self.set_ready(name, true)
     }
 
+    /// The node goes down: its kernel forgets every module, and it comes back NotReady with
+    /// a new boot ID (on `kernel`, when given).
     fn go_down(&self, name: &str, kernel: Option<&str>) -> Result<(), SimError> {
         let now = self.api.clock.now();
-        self.update_node(name, |node, modules| {
-            let state =
-                NodeState::of(node).ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
-            *modules = ModuleTable::default();
-            let kernel = kernel.unwrap_or(&state.kernel);
-            let status = json!({
+        self.update_modules(name, |modules| *modules = ModuleTable::default())?;
+        self.update_node_status(name, |node| {
+            let running = node
+                .pointer("/status/nodeInfo/kernelVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let kernel = kernel.unwrap_or(running);
+            Some(json!({
                 "conditions": nodes::conditions(false, "node is rebooting", now, now),
                 "nodeInfo": nodes::node_info(kernel, &nodes::new_boot_id(), name),
-            });
-            Ok((Some(status), ()))
+            }))
         })?;
         self.record(name, "reboot", &ModuleTable::default());
         Ok(())
@@ -309,21 +352,17 @@ impl Simulation {
     /// Makes a node Ready or NotReady (the kubelet stopped or resumed posting status).
     pub fn set_ready(&self, name: &str, ready: bool) -> Result<(), SimError> {
         let now = self.api.clock.now();
-        self.update_node(name, |node, _| {
+        self.update_node_status(name, |node| {
             if nodes::is_ready(node) == ready {
-                return Ok((None, ()));
+                return None;
             }
             let why = if ready {
                 ""
             } else {
                 "kubelet stopped posting node status"
             };
-            Ok((
-                Some(json!({"conditions": nodes::conditions(ready, why, now, now)})),
-                (),
-            ))
+            Some(json!({"conditions": nodes::conditions(ready, why, now, now)}))
         })
-        .map(|_| ())
     }
 
     /// Removes a node from the cluster; its pods are deleted with it.
@@ -331,10 +370,19 @@ impl Simulation {
         let nodes = self.resource("nodes")?;
         self.api
             .delete(&nodes, "", name, &DeleteOptions::default())?;
+        // The machine is gone, and its kernel with it.
+        let kernels = self.resource(KERNELS)?;
+        match self
+            .api
+            .delete(&kernels, "", name, &DeleteOptions::default())
+        {
+            Err(err) if err.code != 404 => return Err(err.into()),
+            _ => {}
+        }
         self.node_order
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|n| n != name);
+            .remove(name);
         Ok(())
     }
 
@@ -366,7 +414,7 @@ impl Simulation {
             "Unload" => false,
             other => return Err(format!("unknown worker action {other:?}")),
         };
-        let outcome = self.update_node(node, |_, modules| {
+        let outcome = self.update_modules(node, |modules| {
             let mut kernel =
                 crate::worker::simulated::SimulatedKernel::new(modules, version.clone());
             let result = if load {
@@ -382,7 +430,7 @@ impl Simulation {
                     &crate::worker::run::Paths::default(),
                 )
             };
-            Ok((None, result.map_err(|e| e.to_string())))
+            result.map_err(|e| e.to_string())
         });
         match outcome {
             Ok((result, modules)) => {
@@ -394,6 +442,21 @@ impl Simulation {
             Err(err) => Err(err.to_string()),
         }
     }
+}
+
+/// The options of the simulated kubelet's writes.
+fn kubelet_writes() -> WriteOptions {
+    WriteOptions {
+        field_manager: Some(KUBELET.into()),
+        ..WriteOptions::default()
+    }
+}
+
+fn gave_up(node: &str) -> SimError {
+    ApiError::internal(format!(
+        "node {node} kept changing; gave up after {NODE_WRITE_ATTEMPTS} attempts"
+    ))
+    .into()
 }
 
 impl Simulation {

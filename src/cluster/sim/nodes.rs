@@ -1,7 +1,11 @@
-//! Simulated nodes. A node's physical state lives in its Node object: kernel and boot ID
-//! in `status.nodeInfo`, readiness in the Ready condition, and the loaded kernel modules
-//! in the `sim.capstan.dev/kernel-modules` annotation. So it persists with the store,
-//! survives a restart of the cluster, and `kubectl get node -o yaml` shows it.
+//! Simulated nodes. A node's physical state lives in the API: kernel and boot ID in its
+//! Node's `status.nodeInfo`, readiness in the Ready condition, and the loaded kernel modules
+//! in a `NodeKernel` object of its own (`sim.capstan.dev/v1`, named after the node). So it
+//! persists with the store, survives a restart of the cluster, and `kubectl get
+//! nodekernels -o yaml` shows it.
+//!
+//! The module table is not kept on the Node: a real kubelet does not write its Node when a
+//! module loads, and a Node write wakes every controller that watches Nodes.
 
 use std::collections::BTreeMap;
 
@@ -12,8 +16,16 @@ use super::config::NodeConfig;
 use crate::clock::rfc3339;
 use crate::worker::simulated::ModuleTable;
 
-/// The annotation holding a node's loaded kernel modules (JSON).
-pub const MODULES_ANNOTATION: &str = "sim.capstan.dev/kernel-modules";
+/// The API group and version of [`KERNEL_KIND`] objects.
+pub const KERNEL_GROUP: &str = "sim.capstan.dev";
+pub const KERNEL_VERSION: &str = "v1";
+/// The kind holding a simulated node's loaded kernel modules, one object per node.
+pub const KERNEL_KIND: &str = "NodeKernel";
+/// Its resource (and storage bucket).
+pub const KERNELS: &str = "nodekernels";
+/// Where state from before `NodeKernel` objects kept a node's modules: a Node annotation,
+/// read once when such a state dir is brought back.
+pub const LEGACY_MODULES_ANNOTATION: &str = "sim.capstan.dev/kernel-modules";
 /// The label marking nodes the simulated kubelet runs pods on.
 pub const SIMULATED_LABEL: &str = "sim.capstan.dev/simulated";
 /// The field manager of the simulated kubelet's writes.
@@ -21,7 +33,7 @@ pub const KUBELET: &str = "kubelet";
 /// The version every simulated kubelet reports.
 pub const KUBELET_VERSION: &str = "v1.33.0";
 
-/// What the simulation knows about a node, read from its Node object.
+/// What the simulation knows about a node, read from its Node and NodeKernel objects.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeState {
     pub name: String,
@@ -32,29 +44,52 @@ pub struct NodeState {
 }
 
 impl NodeState {
-    /// Reads the simulated state of a Node object; None for nodes the simulation does
-    /// not run.
-    pub fn of(node: &Value) -> Option<NodeState> {
+    /// Reads the simulated state of a Node object and its NodeKernel (none: no modules);
+    /// None for nodes the simulation does not run.
+    pub fn of(node: &Value, kernel: Option<&Value>) -> Option<NodeState> {
         let meta = node.get("metadata")?;
         meta.pointer(&format!("/labels/{}", SIMULATED_LABEL.replace('/', "~1")))?;
         let info = node.pointer("/status/nodeInfo");
         let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
-        let modules = meta
-            .pointer(&format!(
-                "/annotations/{}",
-                MODULES_ANNOTATION.replace('/', "~1")
-            ))
-            .and_then(Value::as_str)
-            .and_then(|s| serde_json::from_str(s).ok())
-            .unwrap_or_default();
         Some(NodeState {
             name: text(meta.get("name")),
             kernel: text(info.and_then(|i| i.get("kernelVersion"))),
             boot_id: text(info.and_then(|i| i.get("bootID"))),
             ready: is_ready(node),
-            modules,
+            modules: kernel.map(loaded_modules).unwrap_or_default(),
         })
     }
+}
+
+/// The module table a NodeKernel object holds (its `modules`).
+pub fn loaded_modules(kernel: &Value) -> ModuleTable {
+    kernel
+        .get("modules")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The NodeKernel object of node `name` holding `modules`.
+pub fn kernel_object(name: &str, modules: &ModuleTable) -> Value {
+    json!({
+        "apiVersion": format!("{KERNEL_GROUP}/{KERNEL_VERSION}"), "kind": KERNEL_KIND,
+        "metadata": {"name": name},
+        "modules": modules,
+    })
+}
+
+/// The modules a node registers with: those a state dir from before NodeKernel objects
+/// recorded on its Node, else those its configuration boots with.
+pub fn boot_modules(config: &NodeConfig, node: Option<&Value>) -> ModuleTable {
+    node.and_then(|n| {
+        n.pointer(&format!(
+            "/metadata/annotations/{}",
+            LEGACY_MODULES_ANNOTATION.replace('/', "~1")
+        ))
+    })
+    .and_then(Value::as_str)
+    .and_then(|text| serde_json::from_str(text).ok())
+    .unwrap_or_else(|| config.modules.clone())
 }
 
 /// Whether a Node's Ready condition is True.
@@ -97,10 +132,9 @@ pub fn registration(config: &NodeConfig, index: usize, now: Timestamp) -> Value 
         );
     }
     labels.extend(config.labels.clone());
-    let modules = serde_json::to_string(&config.modules).unwrap_or_else(|_| "{}".into());
     let mut node = json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": config.name, "labels": labels, "annotations": {MODULES_ANNOTATION: modules}},
+        "metadata": {"name": config.name, "labels": labels},
         "spec": {"podCIDR": pod_cidr(index), "podCIDRs": [pod_cidr(index)]},
         "status": status(config, index, &new_boot_id(), !config.not_ready, now),
     });
@@ -197,15 +231,34 @@ mod tests {
         let config = &ClusterConfig::default_cluster().nodes[1];
         let now: Timestamp = "2026-11-20T00:00:00Z".parse().expect("time");
         let node = registration(config, 1, now);
-        let state = NodeState::of(&node).expect("simulated");
+        let kernel = kernel_object(&config.name, &boot_modules(config, Some(&node)));
+        let state = NodeState::of(&node, Some(&kernel)).expect("simulated");
         assert_eq!(state.name, "worker-1");
         assert_eq!(state.kernel, crate::cluster::sim::config::DEFAULT_KERNEL);
         assert!(state.ready && !state.boot_id.is_empty());
+        assert_eq!(state.modules, config.modules);
         assert_eq!(
             node["metadata"]["labels"]["node-role.kubernetes.io/worker"],
             ""
         );
         let unmanaged = json!({"metadata": {"name": "x"}});
-        assert!(NodeState::of(&unmanaged).is_none());
+        assert!(NodeState::of(&unmanaged, None).is_none());
+    }
+
+    #[test]
+    fn modules_a_node_annotation_recorded_are_brought_back() {
+        let config = &ClusterConfig::default_cluster().nodes[1];
+        let now: Timestamp = "2026-11-20T00:00:00Z".parse().expect("time");
+        let mut node = registration(config, 1, now);
+        assert_eq!(boot_modules(config, Some(&node)), config.modules);
+        let table: ModuleTable =
+            serde_json::from_value(json!({"my_kmod": {"name": "my_kmod", "version": "v2"}}))
+                .expect("table");
+        node["metadata"]["annotations"] = json!({
+            LEGACY_MODULES_ANNOTATION: serde_json::to_string(&table).expect("text"),
+        });
+        assert_eq!(boot_modules(config, Some(&node)), table);
+        let kernel = kernel_object("worker-1", &table);
+        assert_eq!(loaded_modules(&kernel), table);
     }
 }

@@ -80,22 +80,12 @@ impl Scheduler {
         self.load.clear();
         self.assumed.clear();
         self.pending.clear();
-        for node in self
-            .api
-            .store
-            .list("nodes", None, None, None, &|_| true)
-            .items
-        {
+        for node in self.api.store.list("nodes", None, None, None, None).items {
             let value = node.value();
             let name = value["metadata"]["name"].as_str().unwrap_or("").to_string();
             self.nodes.insert(name, value);
         }
-        for pod in self
-            .api
-            .store
-            .list("pods", None, None, None, &|_| true)
-            .items
-        {
+        for pod in self.api.store.list("pods", None, None, None, None).items {
             let key = pod.key("pods");
             self.observe_pod(&key, None, Some(&pod.projection));
         }

@@ -809,10 +809,7 @@ impl Controller for StatefulSetController {
     fn resync(&mut self) {
         self.sets.clear();
         let store = self.api.store.clone();
-        for object in store
-            .list("statefulsets", None, None, None, &|_| true)
-            .items
-        {
+        for object in store.list("statefulsets", None, None, None, None).items {
             let value = object.value();
             self.sets.record(&value, value.clone());
         }

@@ -192,7 +192,7 @@ impl<T> OwnedIndex<T> {
     pub fn resync(&mut self, api: &Api, storage: &str) {
         self.objects.clear();
         self.by_owner.clear();
-        for object in api.store.list(storage, None, None, None, &|_| true).items {
+        for object in api.store.list(storage, None, None, None, None).items {
             let Some(owner) = controller_of(&object.projection["metadata"], self.owner_kind) else {
                 continue;
             };

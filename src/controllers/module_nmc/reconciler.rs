@@ -458,13 +458,12 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
             Err(err) => return Err(err.into()),
         }
     }
-    let nodes: Vec<NodeFacts> = stores
-        .nodes
-        .state()
+    let nodes = stores.nodes.state();
+    let empty = BTreeMap::new();
+    let node_labels = nodes
         .iter()
-        .map(|node| NodeFacts::from_node(node))
-        .collect();
-    let counts = loader_status(&facts, nodes.iter(), nmcs.iter().map(|nmc| nmc.as_ref()));
+        .map(|node| node.metadata.labels.as_ref().unwrap_or(&empty));
+    let counts = loader_status(&facts, node_labels, nmcs.iter().map(|nmc| nmc.as_ref()));
     let failures: Vec<(String, crate::controllers::failures::WorkerFailure)> = nmcs
         .iter()
         .filter_map(|nmc| {
