@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;
 
 use super::Simulation;
@@ -73,7 +74,12 @@ pub async fn run(sim: Arc<Simulation>) {
         };
         tokio::select! {
             received = changes.recv() => match received {
-                Ok(change) => kubelet.observe(&change),
+                Ok(change) => {
+                    kubelet.observe(&change);
+                    if !kubelet.catch_up(&mut changes) {
+                        return;
+                    }
+                }
                 Err(RecvError::Lagged(_)) => kubelet.resync(),
                 Err(RecvError::Closed) => return,
             },
@@ -81,6 +87,11 @@ pub async fn run(sim: Arc<Simulation>) {
         }
     }
 }
+
+/// Most due actions the kubelet takes before it reads the store's changes again. Each
+/// action writes, and a kubelet that fell a whole broadcast behind would list every pod
+/// and Node again to catch up.
+const ACTIONS_PER_TURN: usize = 64;
 
 struct Kubelet {
     sim: Arc<Simulation>,
@@ -151,6 +162,18 @@ impl Kubelet {
         for pod in pods {
             let key = pod.key("pods");
             self.observe_pod(&key, &pod.projection);
+        }
+    }
+
+    /// Observes every change already broadcast; false when the store has closed.
+    fn catch_up(&mut self, changes: &mut broadcast::Receiver<Arc<Change>>) -> bool {
+        loop {
+            match changes.try_recv() {
+                Ok(change) => self.observe(&change),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Lagged(_)) => self.resync(),
+                Err(TryRecvError::Closed) => return false,
+            }
         }
     }
 
@@ -290,9 +313,13 @@ impl Kubelet {
         }
     }
 
+    /// Takes the actions that are due, at most [`ACTIONS_PER_TURN`] of them.
     async fn run_due(&mut self) {
         let now = Instant::now();
-        while let Some(Reverse(due)) = self.queue.peek().cloned() {
+        for _ in 0..ACTIONS_PER_TURN {
+            let Some(Reverse(due)) = self.queue.peek().cloned() else {
+                break;
+            };
             if due.at > now {
                 break;
             }
