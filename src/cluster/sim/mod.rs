@@ -117,10 +117,7 @@ impl Simulation {
         let nodes = self.resource("nodes")?;
         let leases = self.api.registry.get("coordination.k8s.io", "v1", "leases");
         let now = self.api.clock.now();
-        let options = WriteOptions {
-            field_manager: Some(KUBELET.into()),
-            ..WriteOptions::default()
-        };
+        let options = kubelet_writes();
         let kernels = self.resource(KERNELS)?;
         for (index, node) in self.config.nodes.iter().enumerate() {
             let existing = self.node_object(&node.name);
@@ -243,6 +240,7 @@ impl Simulation {
         for _ in 0..NODE_WRITE_ATTEMPTS {
             let node = self
                 .node_object(name)
+                .filter(|node| NodeState::of(node, None).is_some())
                 .ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
             let Some(status) = change(&node) else {
                 return Ok(());
