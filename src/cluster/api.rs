@@ -71,9 +71,52 @@ pub struct DeleteOptions {
 /// What a delete did.
 pub enum Deleted {
     /// The object is gone; this was its last state.
-    Now(Value),
+    Now(Answer),
     /// The object is marked for deletion (finalizers or grace period) and still exists.
-    Pending(Value),
+    Pending(Answer),
+}
+
+/// An object as a write answers it, in the resource's version.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    value: Option<Value>,
+    /// The object serialized, when the store holds exactly these bytes: an HTTP answer
+    /// sends them as they are instead of serializing the object again.
+    bytes: Option<Bytes>,
+}
+
+impl Answer {
+    fn parsed(value: Value, bytes: Option<Bytes>) -> Answer {
+        Answer {
+            value: Some(value),
+            bytes,
+        }
+    }
+
+    fn stored(bytes: Bytes) -> Answer {
+        Answer {
+            value: None,
+            bytes: Some(bytes),
+        }
+    }
+
+    /// The object, parsed (from its bytes, if it was not parsed yet).
+    pub fn into_value(self) -> Value {
+        match (self.value, self.bytes) {
+            (Some(value), _) => value,
+            (None, Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            (None, None) => Value::Null,
+        }
+    }
+
+    /// The object as JSON.
+    pub fn into_bytes(self) -> Bytes {
+        match (self.bytes, self.value) {
+            (Some(bytes), _) => bytes,
+            (None, Some(value)) => Bytes::from(serde_json::to_vec(&value).unwrap_or_default()),
+            (None, None) => Bytes::from_static(b"null"),
+        }
+    }
 }
 
 /// Selection and paging of a list or watch.
@@ -194,6 +237,19 @@ impl Api {
         }
     }
 
+    /// `object` as `resource`'s version shows it, with the bytes `stored` holds when they
+    /// are exactly that (no conversion, the same apiVersion).
+    fn answer(&self, resource: &Resource, object: Value, stored: Option<&StoredObject>) -> Answer {
+        let bytes = stored
+            .filter(|stored| {
+                resource.conversion == Conversion::None
+                    && stored.projection.get("apiVersion").and_then(Value::as_str)
+                        == Some(resource.api_version().as_str())
+            })
+            .map(|stored| stored.bytes.clone());
+        Answer::parsed(self.present_value(resource, object), bytes)
+    }
+
     /// Converts an object in `resource`'s served version to its stored form.
     fn intake(&self, resource: &Resource, object: Value) -> Value {
         match resource.conversion {
@@ -281,6 +337,18 @@ impl Api {
         body: Value,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
+        self.create_answer(resource, namespace, body, options)
+            .map(Answer::into_value)
+    }
+
+    /// [`create`](Self::create), answering with the stored bytes where it can.
+    pub fn create_answer(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<Answer, ApiError> {
         let mut object = self.intake(resource, self.checked_body(resource, body)?);
         self.place(resource, namespace, &mut object)?;
         let generated = object
@@ -297,7 +365,7 @@ impl Api {
         defaults::apply(resource, &mut object);
         validate::object(resource, &object)?;
         let manager = manager_of(options);
-        let mut object = apply::track_update(
+        let object = apply::track_update(
             None,
             object,
             &manager,
@@ -306,14 +374,15 @@ impl Api {
             None,
         );
         if options.dry_run {
-            return Ok(self.present_value(resource, object));
+            return Ok(self.answer(resource, object, None));
         }
         let mut attempts = 1;
+        let mut object = Some(object);
         let (stored, written) = loop {
             let key = Self::key(resource, namespace, &name);
             let result = self.store.transact_value(&key, |current| match current {
                 Some(_) => Err(ApiError::already_exists(resource, &name)),
-                None => Ok(Write::Put(object.clone())),
+                None => Ok(Write::Put(object.take().unwrap_or(Value::Null))),
             });
             match result {
                 // A generated name that is taken gets another suffix, as upstream retries.
@@ -323,6 +392,9 @@ impl Api {
                         && attempts < GENERATE_NAME_ATTEMPTS =>
                 {
                     attempts += 1;
+                    let object = object
+                        .as_mut()
+                        .ok_or_else(|| ApiError::internal("create lost its object"))?;
                     let prefix = object
                         .pointer("/metadata/generateName")
                         .and_then(Value::as_str)
@@ -337,7 +409,7 @@ impl Api {
             }
         };
         self.after_write(resource, &stored);
-        Ok(self.present_value(resource, written))
+        Ok(self.answer(resource, written, Some(&stored)))
     }
 
     /// PUT: replaces an object (or its status, with `subresource` "status").
@@ -350,6 +422,20 @@ impl Api {
         body: Value,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
+        self.update_answer(resource, namespace, name, subresource, body, options)
+            .map(Answer::into_value)
+    }
+
+    /// [`update`](Self::update), answering with the stored bytes where it can.
+    pub fn update_answer(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        subresource: Option<&str>,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<Answer, ApiError> {
         let mut object = self.intake(resource, self.checked_body(resource, body)?);
         self.place(resource, namespace, &mut object)?;
         let body_name = object
@@ -364,7 +450,14 @@ impl Api {
         let manager = manager_of(options);
         self.prune_unknown(resource, name, &mut object, options.strict_fields)?;
         self.write_existing(resource, namespace, name, options.dry_run, |current| {
-            self.updated(resource, name, current, object, subresource, &manager)
+            self.updated(
+                resource,
+                name,
+                current,
+                object.clone(),
+                subresource,
+                &manager,
+            )
         })
     }
 
@@ -380,6 +473,30 @@ impl Api {
         patch: Value,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
+        self.patch_answer(
+            resource,
+            namespace,
+            name,
+            subresource,
+            patch_type,
+            patch,
+            options,
+        )
+        .map(Answer::into_value)
+    }
+
+    /// [`patch`](Self::patch), answering with the stored bytes where it can.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_answer(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        patch: Value,
+        options: &WriteOptions,
+    ) -> Result<Answer, ApiError> {
         if patch_type == PatchType::Strategic && resource.custom.is_some() {
             return Err(ApiError::unsupported_media_type(format!(
                 "the body of the request was in an unknown format - accepted media types include: \
@@ -462,7 +579,7 @@ impl Api {
         applied: Value,
         options: &WriteOptions,
         manager: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Answer, ApiError> {
         let mut object = applied;
         self.place(resource, namespace, &mut object)?;
         if resource.namespaced {
@@ -483,71 +600,81 @@ impl Api {
         defaults::apply(resource, &mut object);
         validate::object(resource, &object)?;
         if options.dry_run {
-            return Ok(self.present_value(resource, object));
+            return Ok(self.answer(resource, object, None));
         }
         let key = Self::key(resource, namespace, name);
-        let stored = self
-            .store
-            .transact(&key, |current| match current {
-                // Lost a race with another creator: let the client retry as an update.
-                Some(_) => Err(ApiError::conflict(
-                    resource,
-                    name,
-                    "the object was created concurrently; retry",
-                )),
-                None => Ok(Write::Put(object)),
-            })?
-            .ok_or_else(|| ApiError::internal("apply stored nothing"))?;
+        let (stored, written) = self.store.transact_value(&key, |current| match current {
+            // Lost a race with another creator: let the client retry as an update.
+            Some(_) => Err(ApiError::conflict(
+                resource,
+                name,
+                "the object was created concurrently; retry",
+            )),
+            None => Ok(Write::Put(object)),
+        })?;
+        let stored = stored.ok_or_else(|| ApiError::internal("apply stored nothing"))?;
         self.after_write(resource, &stored);
-        Ok(self.present_value(resource, stored.value()))
+        let written = written.unwrap_or_else(|| stored.value());
+        Ok(self.answer(resource, written, Some(&stored)))
     }
 
-    /// Runs `change` on the current object atomically; stores the result unless it is
-    /// unchanged, and finishes a deletion whose last finalizer the change removed.
+    /// Runs `change` on the current object and stores the result unless it is unchanged,
+    /// finishing a deletion whose last finalizer the change removed. `change` runs outside
+    /// the store's lock, on the object as read: the write commits only if the object is
+    /// still at that resourceVersion, and otherwise `change` runs again on the newer
+    /// object, as kube-apiserver's GuaranteedUpdate does. Writers to different objects
+    /// thus never wait for each other's patching.
     fn write_existing(
         &self,
         resource: &Resource,
         namespace: &str,
         name: &str,
         dry_run: bool,
-        change: impl FnOnce(&Value) -> Result<Value, ApiError>,
-    ) -> Result<Value, ApiError> {
+        mut change: impl FnMut(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Answer, ApiError> {
         let key = Self::key(resource, namespace, name);
-        let mut outcome: Option<Value> = None;
-        let (stored, written) =
-            self.store
-                .transact_value(&key, |current| -> Result<Write, ApiError> {
-                    let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
-                    let current_value = current.value();
-                    let next = change(&current_value)?;
-                    // Unchanged, managed fields included: no write, no new resourceVersion.
-                    if next == current_value {
-                        outcome = Some(current_value);
-                        return Ok(Write::Keep);
-                    }
-                    if dry_run {
-                        outcome = Some(next);
-                        return Ok(Write::Keep);
-                    }
-                    if deletion_complete(&next) {
-                        outcome = Some(next);
-                        return Ok(Write::Delete);
-                    }
-                    Ok(Write::Put(next))
-                })?;
-        match (stored, outcome) {
-            (Some(stored), None) => {
-                self.after_write(resource, &stored);
-                let written = written.unwrap_or_else(|| stored.value());
-                Ok(self.present_value(resource, written))
+        loop {
+            let current = self
+                .store
+                .get(&key)
+                .ok_or_else(|| ApiError::not_found(resource, name))?;
+            let current_value = current.value();
+            let next = change(&current_value)?;
+            // Unchanged, managed fields included: no write, no new resourceVersion.
+            if next == current_value {
+                return Ok(self.answer(resource, current_value, Some(&current)));
             }
-            (_, Some(value)) => {
-                if !dry_run && deletion_complete(&value) {
-                    self.after_delete(resource, &value);
-                }
-                Ok(self.present_value(resource, value))
+            if dry_run {
+                return Ok(self.answer(resource, next, None));
             }
-            (None, None) => Err(ApiError::not_found(resource, name)),
+            let completes = deletion_complete(&next);
+            let mut next = Some(next);
+            let mut moved = false;
+            let (stored, written) =
+                self.store
+                    .transact_value(&key, |now| -> Result<Write, ApiError> {
+                        let now = now.ok_or_else(|| ApiError::not_found(resource, name))?;
+                        if now.resource_version != current.resource_version {
+                            moved = true;
+                            return Ok(Write::Keep);
+                        }
+                        if completes {
+                            return Ok(Write::Delete);
+                        }
+                        Ok(Write::Put(next.take().unwrap_or(Value::Null)))
+                    })?;
+            if moved {
+                continue;
+            }
+            if completes {
+                let value = next.unwrap_or(Value::Null);
+                self.after_delete(resource, &value);
+                return Ok(self.answer(resource, value, None));
+            }
+            let stored = stored.ok_or_else(|| ApiError::not_found(resource, name))?;
+            self.after_write(resource, &stored);
+            let written = written.unwrap_or_else(|| stored.value());
+            return Ok(self.answer(resource, written, Some(&stored)));
         }
     }
 
@@ -673,36 +800,65 @@ impl Api {
     ) -> Result<Deleted, ApiError> {
         let key = Self::key(resource, namespace, name);
         let now = self.now();
+        // The step decided; a step's object handed to the store comes back as written.
         let mut step: Option<DeleteStep> = None;
+        let mut last_version = None;
+        // The stored object a deletion decided from its projection removed, unparsed.
+        let mut removed: Option<StoredObject> = None;
         let (_, written) =
             self.store
                 .transact_value(&key, |current| -> Result<Write, ApiError> {
                     let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
+                    if removes_at_once(resource, &current.projection, options) {
+                        check_delete_preconditions(resource, name, &current.projection, options)?;
+                        removed = Some(current.clone());
+                        return Ok(Write::Delete);
+                    }
                     let object = current.value();
+                    last_version = object.pointer("/metadata/resourceVersion").cloned();
                     check_delete_preconditions(resource, name, &object, options)?;
                     let decided = deletion(resource, object, options, now);
-                    let write = match (&decided, options.dry_run) {
-                        (_, true) | (DeleteStep::Unchanged(_), _) => Write::Keep,
-                        (DeleteStep::Remove(_), false) => Write::Delete,
-                        (DeleteStep::Mark(object), false) => Write::Put(object.clone()),
+                    let write = match decided {
+                        DeleteStep::Remove(object) if !options.dry_run => {
+                            step = Some(DeleteStep::Remove(Value::Null));
+                            Write::Remove(object)
+                        }
+                        DeleteStep::Mark(object) if !options.dry_run => {
+                            step = Some(DeleteStep::Mark(Value::Null));
+                            Write::Put(object)
+                        }
+                        decided => {
+                            step = Some(decided);
+                            Write::Keep
+                        }
                     };
-                    step = Some(decided);
                     Ok(write)
                 })?;
+        if let Some(removed) = removed {
+            // As kube-apiserver, the answer is the object as it was last stored.
+            return Ok(Deleted::Now(Answer::stored(
+                self.present(resource, &removed),
+            )));
+        }
         match step {
             Some(DeleteStep::Remove(object)) => {
+                let mut object = written.unwrap_or(object);
                 if !options.dry_run {
+                    // As kube-apiserver, the answer is the object as it was last stored.
+                    if let Some(version) = last_version {
+                        object["metadata"]["resourceVersion"] = version;
+                    }
                     self.after_delete(resource, &object);
                 }
-                Ok(Deleted::Now(self.present_value(resource, object)))
+                Ok(Deleted::Now(self.answer(resource, object, None)))
             }
             Some(DeleteStep::Mark(object)) => {
                 // The stored object carries its new resourceVersion.
                 let object = written.unwrap_or(object);
-                Ok(Deleted::Pending(self.present_value(resource, object)))
+                Ok(Deleted::Pending(self.answer(resource, object, None)))
             }
             Some(DeleteStep::Unchanged(object)) => {
-                Ok(Deleted::Pending(self.present_value(resource, object)))
+                Ok(Deleted::Pending(self.answer(resource, object, None)))
             }
             None => Err(ApiError::not_found(resource, name)),
         }
@@ -722,7 +878,7 @@ impl Api {
             let ns = meta["namespace"].as_str().unwrap_or("");
             let name = meta["name"].as_str().unwrap_or("");
             match self.delete(resource, ns, name, options) {
-                Ok(Deleted::Now(o) | Deleted::Pending(o)) => deleted.push(o),
+                Ok(Deleted::Now(o) | Deleted::Pending(o)) => deleted.push(o.into_value()),
                 Err(e) if e.code == 404 => {}
                 Err(e) => return Err(e),
             }
@@ -1107,6 +1263,39 @@ fn shorten_grace(mut object: Value, grace: i64, now: Timestamp) -> DeleteStep {
     DeleteStep::Mark(object)
 }
 
+/// Whether deleting the object whose projection this is removes it at once, as
+/// [`deletion`] would decide, told from the projection alone (its metadata, a pod's node
+/// and phase): no finalizer to wait for or to add, no grace period, nothing to do after.
+fn removes_at_once(resource: &Resource, projection: &Value, options: &DeleteOptions) -> bool {
+    let Some(meta) = projection.get("metadata").and_then(Value::as_object) else {
+        return false;
+    };
+    let quiet = !options.dry_run
+        && options.propagation.unwrap_or_default() == Propagation::Background
+        && resource.storage != CRD_STORAGE
+        && resource.plural != "namespaces"
+        && !meta.contains_key("deletionTimestamp")
+        && meta
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+    if !quiet {
+        return false;
+    }
+    if resource.plural != "pods" || !resource.group.is_empty() {
+        return true;
+    }
+    let scheduled = projection
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        projection.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    !scheduled || finished || options.grace_period_seconds.is_some_and(|g| g <= 0)
+}
+
 /// A pod bound to a node and not finished terminates gracefully; everything else goes at once.
 fn pod_grace_period(resource: &Resource, object: &Value, options: &DeleteOptions) -> Option<i64> {
     if resource.plural != "pods" || !resource.group.is_empty() {
@@ -1195,6 +1384,64 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The projection-only decision agrees with [`deletion`]: it says "at once" exactly
+    /// where `deletion` removes, and leaves the rest (grace periods, finalizers, dry runs,
+    /// propagation finalizers, namespaces) to the full path.
+    #[test]
+    fn deletion_at_once_is_told_from_the_projection() {
+        let registry = Registry::with_builtins();
+        let pods = registry.get("", "v1", "pods").expect("pods");
+        let config_maps = registry.get("", "v1", "configmaps").expect("configmaps");
+        let namespaces = registry.get("", "v1", "namespaces").expect("namespaces");
+        let pod = |node: &str, phase: &str, extra: &Value| {
+            let mut object = json!({"metadata": {"name": "p", "uid": "u", "resourceVersion": "3"},
+                                    "spec": {"nodeName": node}, "status": {"phase": phase}});
+            merge::merge_patch(&mut object, extra);
+            object
+        };
+        let options = DeleteOptions::default;
+        let grace_zero = DeleteOptions {
+            grace_period_seconds: Some(0),
+            ..DeleteOptions::default()
+        };
+        let dry_run = DeleteOptions {
+            dry_run: true,
+            ..DeleteOptions::default()
+        };
+        let foreground = DeleteOptions {
+            propagation: Some(Propagation::Foreground),
+            ..DeleteOptions::default()
+        };
+        let finalizer = json!({"metadata": {"finalizers": ["f"]}});
+        let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}});
+        let plain = json!({});
+        #[rustfmt::skip]
+        let cases: Vec<(&str, &Resource, Value, DeleteOptions, bool)> = vec![
+            ("a finished worker pod", &pods, pod("n1", "Succeeded", &plain), options(), true),
+            ("a failed pod", &pods, pod("n1", "Failed", &plain), options(), true),
+            ("a pod never bound", &pods, pod("", "Pending", &plain), options(), true),
+            ("a running pod: grace period", &pods, pod("n1", "Running", &plain), options(), false),
+            ("a running pod, grace 0", &pods, pod("n1", "Running", &plain), grace_zero, true),
+            ("a pod held by a finalizer", &pods, pod("n1", "Succeeded", &finalizer), options(), false),
+            ("a pod already deleting", &pods, pod("n1", "Running", &deleting), options(), false),
+            ("a dry run", &pods, pod("n1", "Succeeded", &plain), dry_run, false),
+            ("foreground adds a finalizer", &pods, pod("n1", "Succeeded", &plain), foreground, false),
+            ("a config map", &config_maps, json!({"metadata": {"name": "c"}}), options(), true),
+            ("a namespace", &namespaces, json!({"metadata": {"name": "ns"}}), options(), false),
+        ];
+        for (what, resource, object, options, at_once) in cases {
+            assert_eq!(
+                removes_at_once(resource, &object, &options),
+                at_once,
+                "{what}"
+            );
+            if at_once {
+                let decided = deletion(resource, object, &options, Timestamp::now());
+                assert!(matches!(decided, DeleteStep::Remove(_)), "{what}");
+            }
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip_and_reject_garbage() {

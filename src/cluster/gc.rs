@@ -7,79 +7,107 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::api::{Api, DeleteOptions, PatchType, Propagation, WriteOptions};
 use super::errors::ApiError;
 use super::resources::Resource;
-use super::store::{Change, EventType, ObjectKey};
+use super::store::{Change, EventType, Followed, ObjectKey};
 
 const MANAGER: &str = "garbage-collector";
 
 /// Runs until the store's change stream closes.
 pub async fn run(api: Arc<Api>) {
-    let mut changes = api.store.subscribe();
+    let mut changes = api.store.follow();
     let mut collector = Collector::new(api);
     collector.resync();
-    loop {
-        match changes.recv().await {
-            Ok(change) => collector.observe(&change),
-            // Missed changes: rebuild from the full state rather than guess.
-            Err(RecvError::Lagged(_)) => collector.resync(),
-            Err(RecvError::Closed) => return,
+    while let Some(followed) = changes.next().await {
+        match followed {
+            Followed::Change(change) => collector.observe(&change),
+            // Missed changes beyond the history: rebuild from the full state.
+            Followed::Restart => collector.resync(),
         }
     }
 }
 
+/// The collector's view of the cluster, built from the change stream as
+/// kube-controller-manager's is built from informers: it asks the store only when an
+/// object may have to go, so following the stream costs no lock per change.
 struct Collector {
     api: Arc<Api>,
+    /// The uids of every object seen to exist.
+    present: HashSet<String>,
     /// owner uid -> dependents referencing it.
     dependents: HashMap<String, HashSet<ObjectKey>>,
+    /// Objects being deleted (by uid), which may wait for their dependents.
+    deleting: HashMap<String, ObjectKey>,
+    /// Namespaces being deleted.
+    terminating: HashSet<String>,
 }
 
-fn owner_uids(projection: &Value) -> Vec<String> {
-    projection
-        .pointer("/metadata/ownerReferences")
+fn metadata(projection: &Value) -> Option<&serde_json::Map<String, Value>> {
+    projection.get("metadata").and_then(Value::as_object)
+}
+
+fn owner_uids(projection: &Value) -> impl Iterator<Item = &str> {
+    metadata(projection)
+        .and_then(|m| m.get("ownerReferences"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_string))
-        .collect()
+        .filter_map(|r| r.get("uid").and_then(Value::as_str))
+}
+
+fn uid_of(projection: &Value) -> &str {
+    metadata(projection)
+        .and_then(|m| m.get("uid"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 fn has_finalizer(projection: &Value, finalizer: &str) -> bool {
-    projection
-        .pointer("/metadata/finalizers")
+    metadata(projection)
+        .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
         .is_some_and(|f| f.iter().any(|x| x == finalizer))
 }
 
 fn deleting(projection: &Value) -> bool {
-    projection.pointer("/metadata/deletionTimestamp").is_some()
+    metadata(projection).is_some_and(|m| m.contains_key("deletionTimestamp"))
 }
 
 impl Collector {
     fn new(api: Arc<Api>) -> Self {
         Collector {
             api,
+            present: HashSet::new(),
             dependents: HashMap::new(),
+            deleting: HashMap::new(),
+            terminating: HashSet::new(),
         }
     }
 
+    /// Rebuilds the view from one consistent read of every object, then checks every
+    /// dependent and every object being deleted.
     fn resync(&mut self) {
+        self.present.clear();
         self.dependents.clear();
-        let mut all = Vec::new();
-        for storage in self.api.store.buckets() {
-            for object in self.api.store.list(&storage, None, None, None, None).items {
-                all.push((object.key(&storage), object));
+        self.deleting.clear();
+        self.terminating.clear();
+        // Only objects with owners, or being deleted, need more than their uid.
+        let mut interesting = Vec::new();
+        self.api.store.scan(|storage, object| {
+            let projection = &object.projection;
+            self.present.insert(uid_of(projection).to_string());
+            if deleting(projection) || owner_uids(projection).next().is_some() {
+                interesting.push((object.key(storage), projection.clone()));
             }
+        });
+        for (key, projection) in &interesting {
+            self.index(key, None, Some(projection));
         }
-        for (key, object) in &all {
-            self.index(key, None, Some(&object.projection));
-        }
-        for (key, object) in &all {
-            self.check_dependent(key, &object.projection);
-            self.check_owner(key, &object.projection);
+        for (key, projection) in &interesting {
+            self.check_dependent(key, projection);
+            self.check_owner(key, projection);
         }
     }
 
@@ -87,22 +115,25 @@ impl Collector {
         let projection = &change.object.projection;
         match change.event {
             EventType::Deleted => {
-                self.index(&change.key, change.previous.as_deref(), None);
-                let uid = change.object.uid().to_string();
-                for dependent in self.dependents.get(&uid).cloned().unwrap_or_default() {
+                let before = change.previous.as_deref().unwrap_or(projection);
+                self.index(&change.key, Some(before), None);
+                let uid = uid_of(projection);
+                for dependent in self.dependents.get(uid).cloned().unwrap_or_default() {
                     if let Some(object) = self.api.store.get(&dependent) {
                         self.check_dependent(&dependent, &object.projection);
                     }
                 }
                 // A dependent gone may be what a foreground-deleting owner waits for.
                 for owner in owner_uids(projection) {
-                    if let Some(owner_key) = self.api.store.key_of_uid(&owner)
-                        && let Some(object) = self.api.store.get(&owner_key)
+                    if let Some(owner_key) = self.deleting.get(owner)
+                        && let Some(object) = self.api.store.get(owner_key)
                     {
-                        self.check_owner(&owner_key, &object.projection);
+                        self.check_owner(owner_key, &object.projection);
                     }
                 }
-                if change.key.storage != "namespaces" && !change.key.namespace.is_empty() {
+                if change.key.storage != "namespaces"
+                    && self.terminating.contains(&change.key.namespace)
+                {
                     self.check_namespace(&change.key.namespace);
                 }
             }
@@ -114,38 +145,81 @@ impl Collector {
         }
     }
 
+    /// Takes in an object's change from `before` to `after` (`None`: absent).
     fn index(&mut self, key: &ObjectKey, before: Option<&Value>, after: Option<&Value>) {
-        for uid in before.map(owner_uids).unwrap_or_default() {
-            if let Some(set) = self.dependents.get_mut(&uid) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.dependents.remove(&uid);
+        if let Some(before) = before {
+            for uid in owner_uids(before) {
+                if let Some(set) = self.dependents.get_mut(uid) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.dependents.remove(uid);
+                    }
                 }
             }
         }
-        for uid in after.map(owner_uids).unwrap_or_default() {
-            self.dependents.entry(uid).or_default().insert(key.clone());
+        let uid = after.or(before).map(uid_of).unwrap_or("");
+        match after {
+            Some(after) => {
+                for owner in owner_uids(after) {
+                    self.dependents
+                        .entry(owner.to_string())
+                        .or_default()
+                        .insert(key.clone());
+                }
+                if !self.present.contains(uid) {
+                    self.present.insert(uid.to_string());
+                }
+                if deleting(after) {
+                    if !self.deleting.contains_key(uid) {
+                        self.deleting.insert(uid.to_string(), key.clone());
+                    }
+                } else {
+                    self.deleting.remove(uid);
+                }
+                if key.storage == "namespaces" {
+                    if deleting(after) {
+                        self.terminating.insert(key.name.clone());
+                    } else {
+                        self.terminating.remove(&key.name);
+                    }
+                }
+            }
+            None => {
+                self.present.remove(uid);
+                self.deleting.remove(uid);
+                if key.storage == "namespaces" {
+                    self.terminating.remove(&key.name);
+                }
+            }
         }
+    }
+
+    /// Whether the owner with this uid exists: seen in the stream, or (for an owner the
+    /// stream has not shown yet) in the store.
+    fn owner_exists(&self, uid: &str) -> bool {
+        self.present.contains(uid) || self.api.store.key_of_uid(uid).is_some()
     }
 
     /// A dependent with owners, none of which exists any more, is deleted; one whose
     /// owners partly exist loses the references to the missing ones.
     fn check_dependent(&self, key: &ObjectKey, projection: &Value) {
-        let owners = owner_uids(projection);
-        if owners.is_empty() || deleting(projection) {
+        if deleting(projection) {
             return;
         }
-        let missing: Vec<&String> = owners
-            .iter()
-            .filter(|uid| self.api.store.key_of_uid(uid).is_none())
-            .collect();
+        let mut owners = 0;
+        let mut missing = Vec::new();
+        for uid in owner_uids(projection) {
+            owners += 1;
+            if !self.owner_exists(uid) {
+                missing.push(uid.to_string());
+            }
+        }
         if missing.is_empty() {
             return;
         }
-        if missing.len() == owners.len() {
+        if missing.len() == owners {
             self.delete(key, Propagation::Background);
         } else {
-            let missing: Vec<String> = missing.into_iter().cloned().collect();
             self.drop_owner_references(key, &missing);
         }
     }
@@ -153,16 +227,13 @@ impl Collector {
     /// An owner being deleted in the foreground or with orphaning does its part of the
     /// deletion, then loses the finalizer that held it.
     fn check_owner(&self, key: &ObjectKey, projection: &Value) {
-        if key.storage == "namespaces" && deleting(projection) {
-            self.check_namespace(&key.name);
-        }
         if !deleting(projection) {
             return;
         }
-        let uid = projection
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        if key.storage == "namespaces" {
+            self.check_namespace(&key.name);
+        }
+        let uid = uid_of(projection);
         let dependents: Vec<ObjectKey> = self
             .dependents
             .get(uid)

@@ -634,17 +634,17 @@ impl Call<'_> {
     }
 
     fn create(&self) -> Result<Response, ApiError> {
-        let created = self.api().create(
+        let created = self.api().create_answer(
             &self.resource,
             self.namespace(),
             self.body_value()?,
             &self.write_options()?,
         )?;
-        Ok(json_response(StatusCode::CREATED, &created))
+        Ok(bytes_response(StatusCode::CREATED, created.into_bytes()))
     }
 
     fn update(&self, name: &str, sub: Option<&str>) -> Result<Response, ApiError> {
-        let updated = self.api().update(
+        let updated = self.api().update_answer(
             &self.resource,
             self.namespace(),
             name,
@@ -652,7 +652,7 @@ impl Call<'_> {
             self.body_value()?,
             &self.write_options()?,
         )?;
-        Ok(json_response(StatusCode::OK, &updated))
+        Ok(bytes_response(StatusCode::OK, updated.into_bytes()))
     }
 
     fn patch(&self, name: &str, sub: Option<&str>) -> Result<Response, ApiError> {
@@ -685,7 +685,7 @@ impl Call<'_> {
                 .api()
                 .get(&self.resource, self.namespace(), name)
                 .is_ok();
-        let patched = self.api().patch(
+        let patched = self.api().patch_answer(
             &self.resource,
             self.namespace(),
             name,
@@ -699,7 +699,7 @@ impl Call<'_> {
         } else {
             StatusCode::CREATED
         };
-        Ok(json_response(code, &patched))
+        Ok(bytes_response(code, patched.into_bytes()))
     }
 
     fn delete_options(&self) -> Result<DeleteOptions, ApiError> {
@@ -759,13 +759,14 @@ impl Call<'_> {
             .api()
             .delete(&self.resource, self.namespace(), name, &options)?
         {
-            Deleted::Pending(object) => Ok(json_response(StatusCode::OK, &object)),
+            Deleted::Pending(object) => Ok(bytes_response(StatusCode::OK, object.into_bytes())),
             Deleted::Now(object)
                 if self.resource.plural == "pods" || self.resource.custom.is_some() =>
             {
-                Ok(json_response(StatusCode::OK, &object))
+                Ok(bytes_response(StatusCode::OK, object.into_bytes()))
             }
             Deleted::Now(object) => {
+                let object = object.into_value();
                 let status = json!({
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": {"name": name, "group": self.resource.group, "kind": self.resource.plural,

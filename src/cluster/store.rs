@@ -11,6 +11,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use bytes::Bytes;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
@@ -74,6 +76,25 @@ impl StoredObject {
         serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
     }
 
+    /// This object at another resourceVersion (what its deletion's event carries). Only
+    /// the metadata is rewritten; the rest of the bytes is copied, not parsed.
+    fn at_resource_version(&self, resource_version: u64) -> StoredObject {
+        let mut projection = (*self.projection).clone();
+        projection["metadata"]["resourceVersion"] = json!(resource_version.to_string());
+        match with_resource_version(&self.bytes, resource_version) {
+            Some(bytes) => StoredObject {
+                resource_version,
+                bytes: Bytes::from(bytes),
+                projection: Arc::new(projection),
+            },
+            None => {
+                let mut object = self.value();
+                object["metadata"]["resourceVersion"] = json!(resource_version.to_string());
+                StoredObject::new(&object, resource_version)
+            }
+        }
+    }
+
     /// Where this object of bucket `storage` lives.
     pub fn key(&self, storage: &str) -> ObjectKey {
         let (namespace, name) = object_position(self);
@@ -91,6 +112,85 @@ impl StoredObject {
             .and_then(Value::as_str)
             .unwrap_or("")
     }
+}
+
+/// A JSON object's entries, keys decoded and values left as they are written.
+struct RawEntries<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for RawEntries<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = RawEntries<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                    entries.push(entry);
+                }
+                Ok(RawEntries(entries))
+            }
+        }
+        deserializer.deserialize_map(Entries)
+    }
+}
+
+/// The serialized object `bytes` with `metadata.resourceVersion` set (in its place, or
+/// last in the metadata), byte for byte what serializing the parsed and changed object
+/// would give; `None` when `bytes` is not an object with metadata.
+fn with_resource_version(bytes: &[u8], resource_version: u64) -> Option<Vec<u8>> {
+    fn write_entry(out: &mut Vec<u8>, first: &mut bool, key: &str, value: &[u8]) {
+        if !*first {
+            out.push(b',');
+        }
+        *first = false;
+        // Writing a string to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, key);
+        out.push(b':');
+        out.extend_from_slice(value);
+    }
+    let version = format!("\"{resource_version}\"");
+    let top: RawEntries = serde_json::from_slice(bytes).ok()?;
+    let mut out = Vec::with_capacity(bytes.len() + 8);
+    out.push(b'{');
+    let mut first = true;
+    let mut found = false;
+    for (key, value) in &top.0 {
+        if key != "metadata" {
+            write_entry(&mut out, &mut first, key, value.get().as_bytes());
+            continue;
+        }
+        let metadata: RawEntries = serde_json::from_str(value.get()).ok()?;
+        let mut inner = Vec::with_capacity(value.get().len() + 8);
+        inner.push(b'{');
+        let mut inner_first = true;
+        let mut set = false;
+        for (field, value) in &metadata.0 {
+            if field == "resourceVersion" {
+                set = true;
+                write_entry(&mut inner, &mut inner_first, field, version.as_bytes());
+            } else {
+                write_entry(&mut inner, &mut inner_first, field, value.get().as_bytes());
+            }
+        }
+        if !set {
+            write_entry(
+                &mut inner,
+                &mut inner_first,
+                "resourceVersion",
+                version.as_bytes(),
+            );
+        }
+        inner.push(b'}');
+        write_entry(&mut out, &mut first, key, &inner);
+        found = true;
+    }
+    out.push(b'}');
+    found.then_some(out)
 }
 
 fn object_position(object: &StoredObject) -> (String, String) {
@@ -216,6 +316,9 @@ pub enum Write {
     Put(Value),
     /// Remove the object.
     Delete,
+    /// Remove the object, whose stored state is given parsed (so the deletion's event is
+    /// made without parsing it again).
+    Remove(Value),
     /// Leave it as it is.
     Keep,
 }
@@ -403,7 +506,8 @@ impl Store {
     }
 
     /// [`transact`](Self::transact), also giving back the object a `Put` stored, parsed
-    /// (what `stored.value()` would parse again from its bytes).
+    /// (what `stored.value()` would parse again from its bytes), or the one a `Remove`
+    /// removed, with the deletion's resourceVersion.
     pub fn transact_value<E: From<StoreError>>(
         &self,
         key: &ObjectKey,
@@ -435,9 +539,17 @@ impl Store {
                     return Ok((None, None));
                 };
                 let rv = inner.resource_version + 1;
-                let mut object = current.value();
+                (EventType::Deleted, current.at_resource_version(rv))
+            }
+            Write::Remove(mut object) => {
+                if current.is_none() {
+                    return Ok((None, None));
+                }
+                let rv = inner.resource_version + 1;
                 object["metadata"]["resourceVersion"] = json!(rv.to_string());
-                (EventType::Deleted, StoredObject::new(&object, rv))
+                let stored = StoredObject::new(&object, rv);
+                put = Some(object);
+                (EventType::Deleted, stored)
             }
         };
         if let Some(persist) = inner.persist.as_mut() {
@@ -502,11 +614,166 @@ impl Store {
         self.changes.subscribe()
     }
 
-    /// Every object of every bucket (for controllers that start from the full state).
-    pub fn buckets(&self) -> Vec<String> {
-        self.lock().buckets.keys().cloned().collect()
+    /// A follower of every change from now on, which resumes from history when it falls
+    /// behind (for in-process controllers).
+    pub fn follow(self: &Arc<Self>) -> Follower {
+        let (receiver, seen) = self.subscribe_at();
+        Follower {
+            store: self.clone(),
+            receiver,
+            backlog: VecDeque::new(),
+            seen,
+        }
+    }
+
+    /// A follower that goes on from `receiver`, which has everything after `seen`.
+    pub fn follow_from(
+        self: &Arc<Self>,
+        receiver: broadcast::Receiver<Arc<Change>>,
+        seen: u64,
+    ) -> Follower {
+        Follower {
+            store: self.clone(),
+            receiver,
+            backlog: VecDeque::new(),
+            seen,
+        }
+    }
+
+    /// A receiver of the changes after the returned resourceVersion, exactly: changes are
+    /// sent under the lock, so none falls between the two.
+    fn subscribe_at(&self) -> (broadcast::Receiver<Arc<Change>>, u64) {
+        let inner = self.lock();
+        (self.changes.subscribe(), inner.resource_version)
+    }
+
+    /// Visits every object of every bucket (with its bucket's name) in one consistent
+    /// read; `visit` runs under the store's lock, so it must be quick.
+    pub fn scan(&self, mut visit: impl FnMut(&str, &StoredObject)) {
+        let inner = self.lock();
+        for (storage, bucket) in &inner.buckets {
+            for object in bucket.values() {
+                visit(storage, object);
+            }
+        }
     }
 }
+
+/// What a [`Follower`] hands out next.
+pub enum Followed {
+    /// The next change, in resourceVersion order.
+    Change(Arc<Change>),
+    /// Changes were missed beyond the history: rebuild from the store's objects (the
+    /// changes after this point follow as usual).
+    Restart,
+}
+
+/// An in-process controller's place in the change stream. A controller that falls a
+/// whole broadcast behind resumes from the history, as a watch does, and only past the
+/// history must it start over from the full state (kube's reflector: re-watch from the
+/// last resourceVersion, relist on 410 Gone). A slow turn costs a catch-up, not a relist.
+pub struct Follower {
+    store: Arc<Store>,
+    receiver: broadcast::Receiver<Arc<Change>>,
+    /// Changes read back from the history, handed out before the receiver's.
+    backlog: VecDeque<Arc<Change>>,
+    /// The resourceVersion of the last change handed out (or of the start).
+    seen: u64,
+}
+
+impl Follower {
+    /// The next change; `None` once the store has closed. Cancel-safe.
+    pub async fn next(&mut self) -> Option<Followed> {
+        loop {
+            if let Some(followed) = self.next_missed() {
+                return Some(followed);
+            }
+            match self.receiver.recv().await {
+                Ok(change) => {
+                    if let Some(followed) = self.hand_out(change) {
+                        return Some(followed);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Some(restart) = self.resume() {
+                        return Some(restart);
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The next change already sent, without waiting: `Ok(None)` when there is none yet,
+    /// `Err(Closed)` once the store has closed.
+    pub fn try_next(&mut self) -> Result<Option<Followed>, Closed> {
+        loop {
+            if let Some(followed) = self.next_missed() {
+                return Ok(Some(followed));
+            }
+            match self.receiver.try_recv() {
+                Ok(change) => {
+                    if let Some(followed) = self.hand_out(change) {
+                        return Ok(Some(followed));
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Empty) => return Ok(None),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    if let Some(restart) = self.resume() {
+                        return Ok(Some(restart));
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Closed) => return Err(Closed),
+            }
+        }
+    }
+
+    fn next_missed(&mut self) -> Option<Followed> {
+        while let Some(change) = self.backlog.pop_front() {
+            if let Some(followed) = self.hand_out(change) {
+                return Some(followed);
+            }
+        }
+        None
+    }
+
+    /// The change, unless it was handed out already.
+    fn hand_out(&mut self, change: Arc<Change>) -> Option<Followed> {
+        if change.object.resource_version <= self.seen {
+            return None;
+        }
+        self.seen = change.object.resource_version;
+        Some(Followed::Change(change))
+    }
+
+    /// After falling behind the broadcast: the missed changes from the history, or
+    /// `Restart` when the history no longer reaches back to them.
+    fn resume(&mut self) -> Option<Followed> {
+        match self.store.watch_from(self.seen) {
+            Ok((backlog, receiver)) => {
+                tracing::debug!(
+                    missed = backlog.len(),
+                    "a follower of the change stream resumes from the history"
+                );
+                self.backlog = backlog.into();
+                self.receiver = receiver;
+                None
+            }
+            Err(_) => {
+                tracing::debug!("a follower of the change stream fell behind the history");
+                let (receiver, seen) = self.store.subscribe_at();
+                self.receiver = receiver;
+                self.backlog.clear();
+                self.seen = seen;
+                Some(Followed::Restart)
+            }
+        }
+    }
+}
+
+/// The store's change stream has closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
 
 impl Inner {
     fn insert(&mut self, key: ObjectKey, object: StoredObject) {
@@ -621,6 +888,70 @@ mod tests {
         ));
         let (backlog, _) = store.watch_from(a.resource_version).expect("in history");
         assert_eq!(backlog.len(), 2);
+    }
+
+    /// Writes `count` pods named after their number.
+    fn put_many(store: &Store, count: usize) {
+        for i in 0..count {
+            put(store, &format!("p{i}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_follower_a_broadcast_behind_resumes_from_the_history() {
+        let store = Arc::new(Store::in_memory(CHANNEL_CAPACITY * 2));
+        let mut follower = store.follow();
+        let start = store.resource_version();
+        put_many(&store, CHANNEL_CAPACITY + 10);
+        let mut expected = start;
+        while let Ok(Some(followed)) = follower.try_next() {
+            let Followed::Change(change) = followed else {
+                panic!("the history reaches back: no restart");
+            };
+            expected += 1;
+            assert_eq!(
+                change.object.resource_version, expected,
+                "in order, none missed"
+            );
+        }
+        assert_eq!(expected, store.resource_version());
+    }
+
+    #[tokio::test]
+    async fn a_follower_behind_the_history_restarts() {
+        let store = Arc::new(Store::in_memory(10));
+        let mut follower = store.follow();
+        put_many(&store, CHANNEL_CAPACITY + 10);
+        assert!(matches!(follower.try_next(), Ok(Some(Followed::Restart))));
+        assert!(
+            matches!(follower.try_next(), Ok(None)),
+            "caught up after the restart"
+        );
+        put(&store, "after");
+        let Ok(Some(Followed::Change(change))) = follower.try_next() else {
+            panic!("the change after the restart");
+        };
+        assert_eq!(change.object.resource_version, store.resource_version());
+    }
+
+    #[test]
+    fn a_resource_version_set_in_the_bytes_reads_as_set_in_the_object() {
+        let cases = [
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "a", "resourceVersion": "7", "labels": {"resourceVersion": "7"}},
+                   "spec": {"nodeName": "n1", "note": "a \"quoted\" {brace}"},
+                   "involvedObject": {"resourceVersion": "7"}}),
+            json!({"kind": "ConfigMap", "metadata": {"name": "no-version"}, "data": {"k": "v"}}),
+        ];
+        for object in cases {
+            let bytes = serde_json::to_vec(&object).expect("serialize");
+            let mut expected = object.clone();
+            expected["metadata"]["resourceVersion"] = json!("12");
+            let spliced = with_resource_version(&bytes, 12).expect("an object with metadata");
+            assert_eq!(spliced, serde_json::to_vec(&expected).expect("serialize"));
+        }
+        assert_eq!(with_resource_version(br#"{"kind":"x"}"#, 1), None);
+        assert_eq!(with_resource_version(b"[1]", 1), None);
     }
 
     #[test]

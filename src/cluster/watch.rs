@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 use super::api::{Api, ListOptions};
 use super::errors::ApiError;
 use super::faults::Faults;
 use super::resources::Resource;
-use super::store::{Change, EventType, StoreError, StoredObject};
+use super::store::{Change, EventType, Followed, Follower, StoreError, StoredObject};
 
 /// How objects are shown in events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +95,8 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
                 return;
             }
         }
-        watcher.follow(receiver).await;
+        let changes = watcher.api.store.follow_from(receiver, watcher.seen);
+        watcher.follow(changes).await;
     });
     Ok(events)
 }
@@ -127,7 +128,11 @@ impl Watcher {
         }
     }
 
-    async fn follow(&mut self, mut receiver: broadcast::Receiver<Arc<Change>>) {
+    /// Sends every change after the backlog. A watcher that falls a whole broadcast behind
+    /// (the broadcast counts every change, not only the ones it selects) reads the missed
+    /// changes from the history; only past the history is it closed, and its client, whose
+    /// resourceVersion is older than the history, lists again.
+    async fn follow(&mut self, mut changes: Follower) {
         let deadline = self
             .request
             .timeout
@@ -142,17 +147,17 @@ impl Watcher {
                 }
             };
             tokio::select! {
-                received = receiver.recv() => match received {
-                    Ok(change) => {
+                followed = changes.next() => match followed {
+                    Some(Followed::Change(change)) => {
                         if !self.forward(&change).await || self.request.faults.drop_watch() {
                             return;
                         }
                     }
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::debug!(missed, resource = %self.request.resource.plural, "closing a watch that fell behind");
+                    Some(Followed::Restart) => {
+                        tracing::debug!(resource = %self.request.resource.plural, "closing a watch that fell behind the history");
                         return;
                     }
-                    Err(broadcast::error::RecvError::Closed) => return,
+                    None => return,
                 },
                 _ = bookmarks.tick(), if self.request.bookmarks => {
                     if !self.send_bookmark(false).await {

@@ -55,7 +55,7 @@ const FAILED_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
 
 /// Runs the DaemonSet controller until the store's change stream closes.
 pub async fn run(api: Arc<Api>) {
-    let changes = api.store.subscribe();
+    let changes = api.store.follow();
     let Some(mut controller) = DaemonSetController::new(api) else {
         tracing::warn!(
             "the DaemonSet controller needs pods, nodes, daemonsets and controllerrevisions"

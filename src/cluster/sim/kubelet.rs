@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;
 
 use super::Simulation;
@@ -20,7 +18,7 @@ use crate::api::labels;
 use crate::clock::rfc3339;
 use crate::cluster::api::{DeleteOptions, PatchType, WriteOptions};
 use crate::cluster::errors::ApiError;
-use crate::cluster::store::{Change, EventType, ObjectKey};
+use crate::cluster::store::{Change, Closed, EventType, Followed, Follower, ObjectKey};
 
 /// Pods with this label ignore termination until deleted with grace period 0.
 pub const STUCK_LABEL: &str = "sim.capstan.dev/stuck";
@@ -57,11 +55,14 @@ struct Tracked {
     /// The running status of containers due to exit before the next relist: the kubelet
     /// never reports it, and their exit is reported on top of it.
     unreported: Option<Value>,
+    /// The pod as the last action read it, at its resourceVersion: the next action reads
+    /// it again only if it changed since.
+    read: Option<(u64, Value)>,
 }
 
 /// Runs the kubelets of all simulated nodes until the store closes.
 pub async fn run(sim: Arc<Simulation>) {
-    let mut changes = sim.api.store.subscribe();
+    let mut changes = sim.api.store.follow();
     let mut kubelet = Kubelet::new(sim);
     kubelet.resync();
     loop {
@@ -73,15 +74,14 @@ pub async fn run(sim: Arc<Simulation>) {
             }
         };
         tokio::select! {
-            received = changes.recv() => match received {
-                Ok(change) => {
-                    kubelet.observe(&change);
+            followed = changes.next() => match followed {
+                Some(followed) => {
+                    kubelet.take_in(followed);
                     if !kubelet.catch_up(&mut changes) {
                         return;
                     }
                 }
-                Err(RecvError::Lagged(_)) => kubelet.resync(),
-                Err(RecvError::Closed) => return,
+                None => return,
             },
             () = sleep => kubelet.run_due().await,
         }
@@ -89,8 +89,8 @@ pub async fn run(sim: Arc<Simulation>) {
 }
 
 /// Most due actions the kubelet takes before it reads the store's changes again. Each
-/// action writes, and a kubelet that fell a whole broadcast behind would list every pod
-/// and Node again to catch up.
+/// action writes, and what the kubelet reads late it acts on late (and once a whole
+/// broadcast behind, it catches up from the history).
 const ACTIONS_PER_TURN: usize = 64;
 
 struct Kubelet {
@@ -98,6 +98,9 @@ struct Kubelet {
     pods: HashMap<ObjectKey, Tracked>,
     by_node: HashMap<String, HashSet<ObjectKey>>,
     ready_nodes: HashMap<String, bool>,
+    /// Nodes as last read, at their resourceVersion: a node is parsed again only when it
+    /// has changed, not for every pod it starts.
+    node_reads: HashMap<String, (u64, Arc<Value>)>,
     queue: BinaryHeap<Reverse<Due>>,
     seq: u64,
     next_ip: HashMap<String, u32>,
@@ -110,6 +113,7 @@ impl Kubelet {
             pods: HashMap::new(),
             by_node: HashMap::new(),
             ready_nodes: HashMap::new(),
+            node_reads: HashMap::new(),
             queue: BinaryHeap::new(),
             seq: 0,
             next_ip: HashMap::new(),
@@ -166,14 +170,21 @@ impl Kubelet {
     }
 
     /// Observes every change already broadcast; false when the store has closed.
-    fn catch_up(&mut self, changes: &mut broadcast::Receiver<Arc<Change>>) -> bool {
+    fn catch_up(&mut self, changes: &mut Follower) -> bool {
         loop {
-            match changes.try_recv() {
-                Ok(change) => self.observe(&change),
-                Err(TryRecvError::Empty) => return true,
-                Err(TryRecvError::Lagged(_)) => self.resync(),
-                Err(TryRecvError::Closed) => return false,
+            match changes.try_next() {
+                Ok(Some(followed)) => self.take_in(followed),
+                Ok(None) => return true,
+                Err(Closed) => return false,
             }
+        }
+    }
+
+    fn take_in(&mut self, followed: Followed) {
+        match followed {
+            Followed::Change(change) => self.observe(&change),
+            // Missed changes beyond the history: rebuild from the full state.
+            Followed::Restart => self.resync(),
         }
     }
 
@@ -344,8 +355,33 @@ impl Kubelet {
         self.sim.api.store.get(key).map(|o| o.value())
     }
 
+    /// The pod as stored now, with its resourceVersion; the parse an earlier action kept
+    /// when the pod has not changed since.
+    fn read_pod(&mut self, key: &ObjectKey) -> Option<(u64, Value)> {
+        let stored = self.sim.api.store.get(key)?;
+        let kept = self.pods.get_mut(key).and_then(|t| t.read.take());
+        match kept {
+            Some((version, pod)) if version == stored.resource_version => Some((version, pod)),
+            _ => Some((stored.resource_version, stored.value())),
+        }
+    }
+
+    /// The node as stored now, parsed only when it changed since the last read.
+    fn read_node(&mut self, name: &str) -> Option<Arc<Value>> {
+        let stored = self.sim.api.store.get(&ObjectKey::new("nodes", "", name))?;
+        if let Some((version, node)) = self.node_reads.get(name)
+            && *version == stored.resource_version
+        {
+            return Some(node.clone());
+        }
+        let node = Arc::new(stored.value());
+        self.node_reads
+            .insert(name.to_string(), (stored.resource_version, node.clone()));
+        Some(node)
+    }
+
     async fn start(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
-        let Some(pod) = self.pod(key) else {
+        let Some((version, pod)) = self.read_pod(key) else {
             return Ok(());
         };
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
@@ -356,7 +392,7 @@ impl Kubelet {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let Some(node) = self.sim.node_object(&node_name) else {
+        let Some(node) = self.read_node(&node_name) else {
             return Ok(());
         };
         if !nodes::is_ready(&node) {
@@ -425,8 +461,10 @@ impl Kubelet {
                 .map(|after| Duration::from_secs_f64(after.max(0.0)))
         };
         if exit_after.is_some_and(|after| exits_unseen(after, self.sim.config.timing.relist())) {
+            // Nothing written: the exit reads the pod as this start did.
             if let Some(tracked) = self.pods.get_mut(key) {
                 tracked.unreported = Some(status);
+                tracked.read = Some((version, pod));
             }
         } else {
             self.write_status(key, status)?;
@@ -444,7 +482,7 @@ impl Kubelet {
 
     /// Containers exited: a worker's result, or a pod's configured exit.
     async fn exit(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
-        let Some(mut pod) = self.pod(key) else {
+        let Some((_, mut pod)) = self.read_pod(key) else {
             return Ok(());
         };
         if pod.pointer("/metadata/deletionTimestamp").is_some() {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::Simulation;
 use crate::api::labels::UNSCHEDULABLE_TAINT;
@@ -18,7 +17,7 @@ use crate::cluster::api::{Api, DeleteOptions, ListOptions, PatchType, WriteOptio
 use crate::cluster::errors::ApiError;
 use crate::cluster::eviction;
 use crate::cluster::selector::LabelSelector;
-use crate::cluster::store::{Change, EventType};
+use crate::cluster::store::{Change, EventType, Followed};
 
 /// How often changed namespaces' budgets are recomputed, at most.
 const BUDGET_INTERVAL: Duration = Duration::from_millis(50);
@@ -26,7 +25,7 @@ const BUDGET_INTERVAL: Duration = Duration::from_millis(50);
 /// Runs until the store closes.
 pub async fn run(sim: Arc<Simulation>) {
     let api = sim.api.clone();
-    let mut changes = api.store.subscribe();
+    let mut changes = api.store.follow();
     let mut dirty: BTreeSet<String> = all_namespaces(&api);
     for node in api.store.list("nodes", None, None, None, None).items {
         taint_if_cordoned(&api, &node.value());
@@ -34,10 +33,10 @@ pub async fn run(sim: Arc<Simulation>) {
     let mut tick = tokio::time::interval(BUDGET_INTERVAL);
     loop {
         tokio::select! {
-            received = changes.recv() => match received {
-                Ok(change) => observe(&api, &change, &mut dirty),
-                Err(RecvError::Lagged(_)) => dirty = all_namespaces(&api),
-                Err(RecvError::Closed) => return,
+            followed = changes.next() => match followed {
+                Some(Followed::Change(change)) => observe(&api, &change, &mut dirty),
+                Some(Followed::Restart) => dirty = all_namespaces(&api),
+                None => return,
             },
             _ = tick.tick(), if !dirty.is_empty() => {
                 for namespace in std::mem::take(&mut dirty) {

@@ -7,19 +7,18 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::nodes;
 use super::placement;
 use crate::clock::rfc3339;
 use crate::cluster::api::{Api, PatchType, WriteOptions};
-use crate::cluster::store::{Change, EventType, ObjectKey};
+use crate::cluster::store::{Change, EventType, Followed, ObjectKey};
 
 const MANAGER: &str = "default-scheduler";
 
 /// Runs until the store closes.
 pub async fn run(api: Arc<Api>) {
-    let mut changes = api.store.subscribe();
+    let mut changes = api.store.follow();
     let mut scheduler = Scheduler {
         api,
         nodes: BTreeMap::new(),
@@ -29,18 +28,17 @@ pub async fn run(api: Arc<Api>) {
     };
     scheduler.resync();
     scheduler.schedule_pending();
-    loop {
-        match changes.recv().await {
-            Ok(change) => {
+    while let Some(followed) = changes.next().await {
+        match followed {
+            Followed::Change(change) => {
                 if scheduler.observe(&change) {
                     scheduler.schedule_pending();
                 }
             }
-            Err(RecvError::Lagged(_)) => {
+            Followed::Restart => {
                 scheduler.resync();
                 scheduler.schedule_pending();
             }
-            Err(RecvError::Closed) => return,
         }
     }
 }

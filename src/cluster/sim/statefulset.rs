@@ -42,7 +42,7 @@ const COLLISION_ATTEMPTS: i64 = 10;
 
 /// Runs the StatefulSet controller until the store's change stream closes.
 pub async fn run(api: Arc<Api>) {
-    let changes = api.store.subscribe();
+    let changes = api.store.follow();
     let Some(mut controller) = StatefulSetController::new(api) else {
         tracing::warn!(
             "the StatefulSet controller needs pods, statefulsets and controllerrevisions"

@@ -9,15 +9,13 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
-use tokio::sync::broadcast::Receiver;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;
 
 use crate::clock::parse_time;
 use crate::cluster::api::{Api, DeleteOptions, Deleted, PatchType, WriteOptions};
 use crate::cluster::errors::ApiError;
 use crate::cluster::resources::Resource;
-use crate::cluster::store::{Change, EventType, StoredObject};
+use crate::cluster::store::{Change, Closed, EventType, Followed, Follower, StoredObject};
 
 /// An object's namespace and name.
 pub(in crate::cluster::sim) type Key = (String, String);
@@ -435,7 +433,7 @@ pub(in crate::cluster::sim) fn delete_pod(
 ) -> Result<(), ApiError> {
     match api.delete(resource, &key.0, &key.1, options) {
         Ok(Deleted::Now(_)) => pods.record_removed(key),
-        Ok(Deleted::Pending(object)) => pods.record(&object),
+        Ok(Deleted::Pending(object)) => pods.record(&object.into_value()),
         Err(err) if err.code == 404 => pods.record_removed(key),
         Err(err) => return Err(err),
     }
@@ -782,7 +780,7 @@ pub(in crate::cluster::sim) trait Controller {
 /// Runs `controller` until the change stream closes: resync, then take in changes (all
 /// that are waiting, in one go) and reconcile the owners that are due.
 pub(in crate::cluster::sim) async fn drive(
-    mut changes: Receiver<Arc<Change>>,
+    mut changes: Follower,
     controller: &mut impl Controller,
 ) {
     controller.resync();
@@ -798,28 +796,33 @@ pub(in crate::cluster::sim) async fn drive(
         let first = match controller.queue().next_due() {
             Some(at) => tokio::select! {
                 biased;
-                change = changes.recv() => Some(change),
+                followed = changes.next() => Some(followed),
                 () = tokio::time::sleep_until(at) => None,
             },
-            None => Some(changes.recv().await),
+            None => Some(changes.next().await),
         };
         let Some(first) = first else {
             continue;
         };
         match first {
-            Ok(change) => controller.observe(&change),
-            // Missed changes: rebuild from the full state rather than guess.
-            Err(RecvError::Lagged(_)) => controller.resync(),
-            Err(RecvError::Closed) => return,
+            Some(followed) => take_in(controller, followed),
+            None => return,
         }
         for _ in 0..DRAIN_LIMIT {
-            match changes.try_recv() {
-                Ok(change) => controller.observe(&change),
-                Err(TryRecvError::Lagged(_)) => controller.resync(),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Closed) => return,
+            match changes.try_next() {
+                Ok(Some(followed)) => take_in(controller, followed),
+                Ok(None) => break,
+                Err(Closed) => return,
             }
         }
+    }
+}
+
+fn take_in(controller: &mut impl Controller, followed: Followed) {
+    match followed {
+        Followed::Change(change) => controller.observe(&change),
+        // Missed changes beyond the history: rebuild from the full state.
+        Followed::Restart => controller.resync(),
     }
 }
 

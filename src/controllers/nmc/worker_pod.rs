@@ -13,7 +13,8 @@
 //! kernel modules and writes the firmware search path) and has no API privileges at all:
 //! `automountServiceAccountToken: false`, so no token is mounted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::{
     Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
@@ -28,7 +29,7 @@ use crate::api::labels::{
     WORKER_CONFIG_ANNOTATION, WORKER_CONFIG_PATH, WORKER_HASH_ANNOTATION,
     WORKER_MODULE_VERSION_ANNOTATION,
 };
-use crate::api::nmc::NodeModulesConfig;
+use crate::api::nmc::{ModuleConfig, NodeModulesConfig};
 use crate::sync::inventory::sha256_hex;
 use crate::worker;
 use crate::worker::run::DEFAULT_FIRMWARE_DIR;
@@ -41,10 +42,31 @@ pub const DEFAULT_WORKER_IMAGE: &str =
 /// The worker's container name, as upstream names it.
 pub const CONTAINER_NAME: &str = "worker";
 
+/// How many distinct worker configs [`config_yaml`] remembers: a fleet's nodes share a
+/// handful (one per module and kernel).
+const REMEMBERED_CONFIGS: usize = 64;
+
+/// The worker config as the pod's annotation carries it. Every node on a kernel gets the
+/// same config for a module, so its YAML is written once, not once per pod.
+fn config_yaml(config: &ModuleConfig) -> String {
+    static WRITTEN: Mutex<VecDeque<(ModuleConfig, String)>> = Mutex::new(VecDeque::new());
+    let lock = || WRITTEN.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, yaml)) = lock().iter().find(|(known, _)| known == config) {
+        return yaml.clone();
+    }
+    let yaml = serde_saphyr::to_string(config).unwrap_or_default();
+    let mut written = lock();
+    if written.len() >= REMEMBERED_CONFIGS {
+        written.pop_front();
+    }
+    written.push_back((config.clone(), yaml.clone()));
+    yaml
+}
+
 /// The worker pod for `plan` on the NMC's node.
 pub fn build(plan: &WorkerPodPlan, nmc: &NodeModulesConfig, image: &str) -> Pod {
     let node = nmc.metadata.name.clone().unwrap_or_default();
-    let config = serde_saphyr::to_string(&plan.config).unwrap_or_default();
+    let config = config_yaml(&plan.config);
     let action = plan.action.as_str();
     let subcommand = action.to_ascii_lowercase();
     let (config_dir, config_file) = WORKER_CONFIG_PATH
