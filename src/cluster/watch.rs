@@ -47,6 +47,8 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
 pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Bytes>, ApiError> {
     let initial = request.resource_version.is_none_or(|rv| rv == 0) || request.send_initial_events;
     // Subscribe before listing: changes the list already reflects are skipped by resourceVersion.
+    // The resourceVersion the watch goes on from: the receiver brings what follows it.
+    let mut from = 0;
     let (backlog, receiver, listed) = if initial {
         let receiver = api.store.subscribe();
         let selects = |o: &StoredObject| request.options.selects(&o.projection);
@@ -65,7 +67,7 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
         );
         (Vec::new(), receiver, Some(page))
     } else {
-        let from = request.resource_version.unwrap_or(0);
+        from = request.resource_version.unwrap_or(0);
         match api.store.watch_from(from) {
             Ok((backlog, receiver)) => (backlog, receiver, None),
             // As kube-apiserver does, the watch opens and its one event says 410 Gone:
@@ -78,6 +80,7 @@ pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Byte
     let (sender, events) = mpsc::channel(256);
     tokio::spawn(async move {
         let mut watcher = Watcher::new(api, request, sender);
+        watcher.seen = from;
         if let Some(page) = listed {
             watcher.seen = page.resource_version;
             for object in &page.items {
