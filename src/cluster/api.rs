@@ -800,9 +800,8 @@ impl Api {
     ) -> Result<Deleted, ApiError> {
         let key = Self::key(resource, namespace, name);
         let now = self.now();
-        // The step decided; a step's object handed to the store comes back as written.
+        // The step decided; a marked object handed to the store comes back as written.
         let mut step: Option<DeleteStep> = None;
-        let mut last_version = None;
         // The stored object a deletion decided from its projection removed, unparsed.
         let mut removed: Option<StoredObject> = None;
         let (_, written) =
@@ -815,13 +814,12 @@ impl Api {
                         return Ok(Write::Delete);
                     }
                     let object = current.value();
-                    last_version = object.pointer("/metadata/resourceVersion").cloned();
                     check_delete_preconditions(resource, name, &object, options)?;
                     let decided = deletion(resource, object, options, now);
                     let write = match decided {
-                        DeleteStep::Remove(object) if !options.dry_run => {
-                            step = Some(DeleteStep::Remove(Value::Null));
-                            Write::Remove(object)
+                        DeleteStep::Remove(_) if !options.dry_run => {
+                            step = Some(decided);
+                            Write::Delete
                         }
                         DeleteStep::Mark(object) if !options.dry_run => {
                             step = Some(DeleteStep::Mark(Value::Null));
@@ -834,20 +832,15 @@ impl Api {
                     };
                     Ok(write)
                 })?;
+        // As kube-apiserver, a removal answers with the object as it was last stored.
         if let Some(removed) = removed {
-            // As kube-apiserver, the answer is the object as it was last stored.
             return Ok(Deleted::Now(Answer::stored(
                 self.present(resource, &removed),
             )));
         }
         match step {
             Some(DeleteStep::Remove(object)) => {
-                let mut object = written.unwrap_or(object);
                 if !options.dry_run {
-                    // As kube-apiserver, the answer is the object as it was last stored.
-                    if let Some(version) = last_version {
-                        object["metadata"]["resourceVersion"] = version;
-                    }
                     self.after_delete(resource, &object);
                 }
                 Ok(Deleted::Now(self.answer(resource, object, None)))
@@ -1385,9 +1378,9 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
 mod tests {
     use super::*;
 
-    /// The projection-only decision agrees with [`deletion`]: it says "at once" exactly
-    /// where `deletion` removes, and leaves the rest (grace periods, finalizers, dry runs,
-    /// propagation finalizers, namespaces) to the full path.
+    /// The projection-only decision agrees with [`deletion`]: where it says "at once",
+    /// `deletion` removes; the rest (grace periods, finalizers, dry runs, propagation
+    /// finalizers, namespaces) it leaves to the full path.
     #[test]
     fn deletion_at_once_is_told_from_the_projection() {
         let registry = Registry::with_builtins();

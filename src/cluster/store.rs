@@ -316,9 +316,6 @@ pub enum Write {
     Put(Value),
     /// Remove the object.
     Delete,
-    /// Remove the object, whose stored state is given parsed (so the deletion's event is
-    /// made without parsing it again).
-    Remove(Value),
     /// Leave it as it is.
     Keep,
 }
@@ -506,8 +503,7 @@ impl Store {
     }
 
     /// [`transact`](Self::transact), also giving back the object a `Put` stored, parsed
-    /// (what `stored.value()` would parse again from its bytes), or the one a `Remove`
-    /// removed, with the deletion's resourceVersion.
+    /// (what `stored.value()` would parse again from its bytes).
     pub fn transact_value<E: From<StoreError>>(
         &self,
         key: &ObjectKey,
@@ -540,16 +536,6 @@ impl Store {
                 };
                 let rv = inner.resource_version + 1;
                 (EventType::Deleted, current.at_resource_version(rv))
-            }
-            Write::Remove(mut object) => {
-                if current.is_none() {
-                    return Ok((None, None));
-                }
-                let rv = inner.resource_version + 1;
-                object["metadata"]["resourceVersion"] = json!(rv.to_string());
-                let stored = StoredObject::new(&object, rv);
-                put = Some(object);
-                (EventType::Deleted, stored)
             }
         };
         if let Some(persist) = inner.persist.as_mut() {
@@ -618,12 +604,7 @@ impl Store {
     /// behind (for in-process controllers).
     pub fn follow(self: &Arc<Self>) -> Follower {
         let (receiver, seen) = self.subscribe_at();
-        Follower {
-            store: self.clone(),
-            receiver,
-            backlog: VecDeque::new(),
-            seen,
-        }
+        self.follow_from(receiver, seen)
     }
 
     /// A follower that goes on from `receiver`, which has everything after `seen`.
