@@ -716,22 +716,13 @@ impl Api {
             .and_then(Value::as_str)
             .unwrap_or("");
         if subresource == Some("status") {
-            let status = next.get("status").cloned();
-            let managed = next.pointer("/metadata/managedFields").cloned();
-            next = current.clone();
-            match status {
-                Some(status) => next["status"] = status,
-                None => {
-                    if let Some(map) = next.as_object_mut() {
-                        map.remove("status");
-                    }
-                }
-            }
-            if let Some(managed) = managed {
-                next["metadata"]["managedFields"] = managed;
+            if !same_besides_status(current, &next) {
+                next = with_status_of(current, &next);
             }
         } else if resource.has_status {
             match current.get("status") {
+                // Most writes carry the status as read; an equal one stays uncopied.
+                Some(status) if next.get("status") == Some(status) => {}
                 Some(status) => next["status"] = status.clone(),
                 None => {
                     if let Some(map) = next.as_object_mut() {
@@ -784,7 +775,7 @@ impl Api {
             .pointer("/metadata/generation")
             .and_then(Value::as_i64);
         if let Some(generation) = generation {
-            let bump = resource.tracks_generation() && spec_of(current) != spec_of(&next);
+            let bump = resource.tracks_generation() && !same_spec(current, &next);
             next["metadata"]["generation"] = json!(generation + i64::from(bump));
         }
         Ok(next)
@@ -1334,14 +1325,63 @@ fn deletion_complete(object: &Value) -> bool {
             .is_none_or(Vec::is_empty)
 }
 
-/// Everything but metadata and status: what `generation` counts changes of.
-fn spec_of(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(map) = object.as_object_mut() {
-        map.remove("metadata");
-        map.remove("status");
+/// What a write of `next` through the status subresource keeps: `current` with `next`'s
+/// status (and managed fields, when it has them).
+fn with_status_of(current: &Value, next: &Value) -> Value {
+    let mut kept = current.clone();
+    match next.get("status") {
+        Some(status) => kept["status"] = status.clone(),
+        None => {
+            if let Some(map) = kept.as_object_mut() {
+                map.remove("status");
+            }
+        }
     }
-    object
+    if let Some(managed) = next.pointer("/metadata/managedFields") {
+        kept["metadata"]["managedFields"] = managed.clone();
+    }
+    kept
+}
+
+/// Whether `next` is already what a write through the status subresource keeps of it:
+/// `current` with `next`'s status. Then it needs no copy of `current`. Every field but
+/// the status equal and in the same order, and the status where `current` has it (or
+/// last when it has none).
+fn same_besides_status(current: &Value, next: &Value) -> bool {
+    let (Some(current), Some(next)) = (current.as_object(), next.as_object()) else {
+        return false;
+    };
+    let besides =
+        |map| Map::iter(map).filter(|(name, _): &(&String, &Value)| name.as_str() != "status");
+    if !besides(current).eq(besides(next)) {
+        return false;
+    }
+    let at = |map: &Map<String, Value>| map.keys().position(|name| name == "status");
+    match (at(current), at(next)) {
+        (Some(here), Some(there)) => here == there,
+        (None, Some(there)) => there + 1 == next.len(),
+        // A status removed goes through the copy, which removes it as the copy does.
+        (Some(_), None) => false,
+        (None, None) => true,
+    }
+}
+
+/// Whether two objects are equal in everything but metadata and status: what
+/// `generation` counts changes of. Compared in place, as objects compare (whatever the
+/// order of their fields).
+fn same_spec(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let spec = |map: &'_ Map<String, Value>| -> usize {
+        map.keys()
+            .filter(|name| !matches!(name.as_str(), "metadata" | "status"))
+            .count()
+    };
+    spec(a) == spec(b)
+        && a.iter()
+            .filter(|(name, _)| !matches!(name.as_str(), "metadata" | "status"))
+            .all(|(name, value)| b.get(name) == Some(value))
 }
 
 fn random_suffix() -> String {
@@ -1377,6 +1417,133 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generation_counts_changes_outside_metadata_and_status() {
+        let object = json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"},
+                            "spec": {"x": 1}, "status": {"y": 1}});
+        let cases = [
+            ("equal", object.clone(), true),
+            (
+                "metadata and status changed",
+                json!({"apiVersion": "v1", "kind": "K",
+                "metadata": {"name": "a", "labels": {}}, "spec": {"x": 1}, "status": {"y": 2}}),
+                true,
+            ),
+            (
+                "fields in another order",
+                json!({"spec": {"x": 1}, "kind": "K", "apiVersion": "v1",
+                "metadata": {"name": "a"}}),
+                true,
+            ),
+            (
+                "spec changed",
+                json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"},
+                "spec": {"x": 2}, "status": {"y": 1}}),
+                false,
+            ),
+            (
+                "a field added",
+                json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"},
+                "spec": {"x": 1}, "data": {}, "status": {"y": 1}}),
+                false,
+            ),
+            (
+                "a field removed",
+                json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"},
+                "status": {"y": 1}}),
+                false,
+            ),
+        ];
+        for (name, other, same) in cases {
+            assert_eq!(same_spec(&object, &other), same, "{name}");
+            assert_eq!(same_spec(&other, &object), same, "{name}, the other way");
+        }
+    }
+
+    /// When `same_besides_status` holds, `next` is exactly what the copy would give,
+    /// field order included; otherwise the copy is what is kept.
+    #[test]
+    fn a_status_write_needs_no_copy_only_when_nothing_else_differs() {
+        let current = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "managedFields": [{"manager": "a"}]},
+            "spec": {"x": 1}, "status": {"phase": "Pending"}});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut next = current.clone();
+            f(&mut next);
+            next
+        };
+        let cases: Vec<(&str, Value, bool)> = vec![
+            (
+                "the status changed",
+                with(&|n| n["status"]["phase"] = json!("Running")),
+                true,
+            ),
+            ("nothing changed", current.clone(), true),
+            (
+                "the spec changed too",
+                with(&|n| n["spec"]["x"] = json!(2)),
+                false,
+            ),
+            (
+                "a label added",
+                with(&|n| n["metadata"]["labels"] = json!({"a": "b"})),
+                false,
+            ),
+            (
+                "managed fields changed",
+                with(&|n| n["metadata"]["managedFields"] = json!([])),
+                false,
+            ),
+            (
+                "the status removed",
+                with(&|n| {
+                    n.as_object_mut().unwrap().shift_remove("status");
+                }),
+                false,
+            ),
+            (
+                "the status moved first",
+                {
+                    let mut n = json!({"status": {"phase": "Running"}});
+                    for (k, v) in current.as_object().unwrap() {
+                        if k != "status" {
+                            n[k] = v.clone();
+                        }
+                    }
+                    n
+                },
+                false,
+            ),
+            (
+                "a field removed",
+                with(&|n| {
+                    n.as_object_mut().unwrap().shift_remove("spec");
+                }),
+                false,
+            ),
+        ];
+        for (name, next, same) in cases {
+            assert_eq!(same_besides_status(&current, &next), same, "{name}");
+            if same {
+                let copied = with_status_of(&current, &next);
+                assert_eq!(
+                    copied.to_string(),
+                    next.to_string(),
+                    "{name}: the copy is next"
+                );
+            }
+        }
+        // Without a status, one added goes last, as the copy puts it.
+        let mut bare = current.clone();
+        bare.as_object_mut().unwrap().shift_remove("status");
+        let added = with(&|n| {
+            let status = n.as_object_mut().unwrap().shift_remove("status").unwrap();
+            n["status"] = status;
+        });
+        assert!(same_besides_status(&bare, &added));
+        assert_eq!(with_status_of(&bare, &added).to_string(), added.to_string());
+    }
 
     /// The projection-only decision agrees with [`deletion`]: where it says "at once",
     /// `deletion` removes; the rest (grace periods, finalizers, dry runs, propagation

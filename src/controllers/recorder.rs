@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
+use kube::Resource as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -216,8 +217,13 @@ impl Recorder {
                     reporting_instance: Some(self.controller.clone()),
                     ..Event::default()
                 };
-                Api::<Event>::namespaced(self.client.clone(), &namespace)
-                    .create(&PostParams::default(), &event)
+                // The answer is not read: only whether the server took the Event.
+                let body = serde_json::to_vec(&event).map_err(kube::Error::SerdeError)?;
+                let request = kube::core::Request::new(Event::url_path(&(), Some(&namespace)))
+                    .create(&PostParams::default(), body)
+                    .map_err(kube::Error::BuildRequest)?;
+                self.client
+                    .request::<serde::de::IgnoredAny>(request)
                     .await?;
                 self.recent
                     .lock()

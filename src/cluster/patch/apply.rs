@@ -179,8 +179,7 @@ pub fn apply(
         None => merged,
     };
 
-    let changes = walker.changes(base, &object);
-    let written = changes.written();
+    let (written, removed) = walker.changes(base, &object).written_and_removed();
     let conflicts: Vec<Conflict> = entries
         .iter()
         .enumerate()
@@ -192,7 +191,7 @@ pub fn apply(
     }
     for (index, entry) in entries.iter_mut().enumerate() {
         if Some(index) != own {
-            entry.give_up(&written, &changes.removed);
+            entry.give_up(&written, &removed);
         }
     }
 
@@ -243,23 +242,43 @@ pub fn track_update(
 ) -> Value {
     let nothing = Value::Object(Map::new());
     let old = old.unwrap_or(&nothing);
-    let mut entries = starting_entries(old, &new, subresource.is_some());
-    let changes = Walker::new(schema).changes(old, &new);
-    let written = changes.written();
+    let (written, removed) = Walker::new(schema).changes(old, &new).written_and_removed();
+    // Entries that own none of the fields the write sets or drops lose nothing: they
+    // stay as stored, neither decoded nor encoded again (the pod's creator, on the
+    // kubelet's status write).
+    let is_writer = |entry: &Value| {
+        let text = |name: &str| entry.get(name).and_then(Value::as_str);
+        text("manager") == Some(manager)
+            && text("operation") == Some(Operation::Update.as_str())
+            && text("subresource").filter(|s| !s.is_empty()) == subresource
+    };
+    let mut new = new;
+    let mut slots = starting_slots(old, &mut new, subresource.is_some(), |entry| {
+        !is_writer(entry)
+            && entry
+                .get("fieldsV1")
+                .and_then(Value::as_object)
+                .is_some_and(|fields| {
+                    fields.keys().any(|name| name != ".")
+                        && owns_none(fields, &written)
+                        && owns_none(fields, &removed)
+                })
+    });
     let nothing_taken = FieldSet::default();
-    for entry in &mut entries {
+    for entry in slots.iter_mut().filter_map(Slot::entry) {
         // The writer's own entry keeps what it writes again.
         let taken = if entry.is(manager, Operation::Update, subresource) {
             &nothing_taken
         } else {
             &written
         };
-        entry.give_up(taken, &changes.removed);
+        entry.give_up(taken, &removed);
     }
     if !written.is_empty() {
         let api_version = text_at(&new, "/apiVersion");
-        match entries
+        match slots
             .iter_mut()
+            .filter_map(Slot::entry)
             .find(|entry| entry.is(manager, Operation::Update, subresource))
         {
             Some(entry) => {
@@ -267,7 +286,7 @@ pub fn track_update(
                 entry.api_version = api_version;
                 entry.time = Some(now.to_string());
             }
-            None => entries.push(ManagedEntry {
+            None => slots.push(Slot::Entry(ManagedEntry {
                 manager: manager.to_string(),
                 operation: Operation::Update,
                 api_version,
@@ -275,11 +294,95 @@ pub fn track_update(
                 subresource: subresource.map(str::to_string),
                 fields: written,
                 stored_fields: None,
-            }),
+            })),
         }
     }
-    entries.retain(|entry| !entry.fields.is_empty());
-    with_managed_fields(new, entries)
+    let encoded = slots
+        .into_iter()
+        .filter_map(|slot| match slot {
+            Slot::Entry(entry) => (!entry.fields.is_empty()).then(|| entry.encode()),
+            Slot::Untouched(entry) => Some(entry),
+        })
+        .collect();
+    with_encoded_managed_fields(new, encoded)
+}
+
+/// A managed-fields entry an update works with: decoded, or left as stored.
+enum Slot {
+    Entry(ManagedEntry),
+    Untouched(Value),
+}
+
+impl Slot {
+    fn entry(&mut self) -> Option<&mut ManagedEntry> {
+        match self {
+            Slot::Entry(entry) => Some(entry),
+            Slot::Untouched(_) => None,
+        }
+    }
+}
+
+/// Whether the stored `fieldsV1` (`raw`) holds no path of `set`, read without decoding
+/// it. `false` when that cannot be told for sure: a keyed or set item of `set` that the
+/// stored level may spell differently (a client's own spelling of a key is stored as
+/// sent).
+fn owns_none(raw: &Map<String, Value>, set: &FieldSet) -> bool {
+    set.elements().all(|element| {
+        let name = element.encode();
+        let Some(stored) = raw.get(&name) else {
+            return matches!(element, PathElement::Field(_))
+                || !raw.keys().any(|key| key.get(..2) == name.get(..2));
+        };
+        let Some(stored) = stored.as_object() else {
+            return false;
+        };
+        let below = set.child(element).expect("an element of the set");
+        let stored_member = stored.is_empty() || stored.contains_key(".");
+        !(below.is_member() && stored_member) && owns_none(stored, below)
+    })
+}
+
+/// [`starting_entries`], with the stored entries `untouched` picks left undecoded (and
+/// taken out of `new` when it carries them as stored, so they are not copied). Only
+/// entries as stored are left so (the server wrote and read them before); entries a
+/// client wrote are all decoded, and fall back as `starting_entries` says.
+fn starting_slots(
+    old: &Value,
+    new: &mut Value,
+    through_subresource: bool,
+    untouched: impl Fn(&Value) -> bool,
+) -> Vec<Slot> {
+    let stored = old.pointer("/metadata/managedFields");
+    let carried = new.pointer("/metadata/managedFields");
+    let as_stored = through_subresource || carried == stored;
+    let Some(Value::Array(stored)) = stored.filter(|_| as_stored) else {
+        return starting_entries(old, new, through_subresource)
+            .into_iter()
+            .map(Slot::Entry)
+            .collect();
+    };
+    // The copy `new` carries, when it is the stored one, is taken rather than cloned.
+    let mut carried = match new.pointer_mut("/metadata/managedFields") {
+        Some(carried) if carried.as_array() == Some(stored) => match carried.take() {
+            Value::Array(entries) => entries.into_iter().map(Some).collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let slots: Result<Vec<Slot>, String> = stored
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            if untouched(entry) {
+                let owned = carried.get_mut(index).and_then(Option::take);
+                Ok(Slot::Untouched(owned.unwrap_or_else(|| entry.clone())))
+            } else {
+                ManagedEntry::decode(entry).map(Slot::Entry)
+            }
+        })
+        .collect();
+    // Unreadable stored entries are dropped, as `starting_entries` drops them.
+    slots.unwrap_or_default()
 }
 
 /// The fields every entry but the one at `index` owns.
@@ -333,6 +436,23 @@ fn text_at(object: &Value, pointer: &str) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string()
+}
+
+/// Removes from `set` the fields no manager owns, in place: what [`tracked`] returns.
+fn untrack(set: &mut FieldSet) {
+    for name in ["apiVersion", "kind"] {
+        set.remove_child(&PathElement::field(name));
+    }
+    let metadata = PathElement::field("metadata");
+    if let Some(fields) = set.child_mut(&metadata) {
+        for name in UNTRACKED_METADATA {
+            fields.remove_child(&PathElement::field(name));
+        }
+        fields.set_member(false);
+        if fields.is_empty() {
+            set.remove_child(&metadata);
+        }
+    }
 }
 
 /// `set` without the fields no manager owns.
@@ -500,7 +620,16 @@ fn starting_entries(old: &Value, new: &Value, through_subresource: bool) -> Vec<
 }
 
 /// `object` with `metadata.managedFields` set to `entries`, or without it when none.
-fn with_managed_fields(mut object: Value, entries: Vec<ManagedEntry>) -> Value {
+fn with_managed_fields(object: Value, entries: Vec<ManagedEntry>) -> Value {
+    with_encoded_managed_fields(
+        object,
+        entries.into_iter().map(ManagedEntry::encode).collect(),
+    )
+}
+
+/// `object` with `metadata.managedFields` set to `entries` (encoded), or without it
+/// when none.
+fn with_encoded_managed_fields(mut object: Value, entries: Vec<Value>) -> Value {
     let Some(fields) = object.as_object_mut() else {
         return object;
     };
@@ -514,8 +643,7 @@ fn with_managed_fields(mut object: Value, entries: Vec<ManagedEntry>) -> Value {
         .entry("metadata")
         .or_insert_with(|| Value::Object(Map::new()));
     if let Some(metadata) = metadata.as_object_mut() {
-        let encoded = entries.into_iter().map(ManagedEntry::encode).collect();
-        metadata.insert("managedFields".into(), Value::Array(encoded));
+        metadata.insert("managedFields".into(), Value::Array(entries));
     }
     object
 }
@@ -550,17 +678,21 @@ impl Changes {
         }
     }
 
-    fn tracked(self) -> Changes {
-        Changes {
-            added: tracked(&self.added),
-            modified: tracked(&self.modified),
-            removed: tracked(&self.removed),
+    fn tracked(mut self) -> Changes {
+        for set in [&mut self.added, &mut self.modified, &mut self.removed] {
+            untrack(set);
         }
+        self
     }
 
-    /// The fields the write set.
-    fn written(&self) -> FieldSet {
-        self.added.union(&self.modified)
+    /// The fields the write set, and those it dropped.
+    fn written_and_removed(self) -> (FieldSet, FieldSet) {
+        let written = if self.modified.is_empty() {
+            self.added
+        } else {
+            self.added.union(&self.modified)
+        };
+        (written, self.removed)
     }
 }
 
@@ -877,6 +1009,20 @@ impl<'s> Walker<'s> {
     }
 
     fn compare(&mut self, old: Option<&Value>, new: Option<&Value>, changes: &mut Changes) {
+        // A value on one side only: all of it was added, or all of it dropped. Built as
+        // one subtree and grafted at the path, instead of a walk from the root per field.
+        match (old, new) {
+            (None, Some(new)) => {
+                let whole = self.whole(new);
+                return changes.added.graft(&self.path, whole);
+            }
+            (Some(old), None) => {
+                let whole = self.whole(old);
+                return changes.removed.graft(&self.path, whole);
+            }
+            (None, None) => return,
+            (Some(_), Some(_)) => {}
+        }
         // Equal on both sides changes nothing below. Checked near the root only, where it
         // skips the untouched halves of a write (the spec of a status write, say); deeper
         // down the walk itself is as cheap as the check.
@@ -956,6 +1102,44 @@ impl<'s> Walker<'s> {
             }
         }
         changes.node(&self.path, old, new);
+    }
+
+    /// Every field of `value` at the current path, as [`compare`](Self::compare) finds
+    /// them when `value` is on one side only: the path itself, each object field, each
+    /// item of a granular list (the first of repeated ones), and below keyed items.
+    fn whole(&mut self, value: &Value) -> FieldSet {
+        let mut set = FieldSet::member();
+        match value {
+            Value::Object(fields) => {
+                for (name, field) in fields {
+                    self.names.push(name.clone());
+                    let child = self.whole(field);
+                    self.names.pop();
+                    set.put_child(PathElement::Field(name.clone()), child);
+                }
+            }
+            Value::Array(items) if !items.is_empty() => {
+                let list_type = self.list_type();
+                if list_type == ListType::Atomic {
+                    return set;
+                }
+                let Ok(keys) = item_elements(&list_type, items) else {
+                    return set;
+                };
+                for (key, item) in keys.into_iter().zip(items) {
+                    if set.child(&key).is_some() {
+                        continue; // upstream ignores repeated items after the first
+                    }
+                    let child = match list_type {
+                        ListType::Map(_) => self.whole(item),
+                        _ => FieldSet::member(),
+                    };
+                    set.put_child(key, child);
+                }
+            }
+            _ => {}
+        }
+        set
     }
 
     fn compare_item(
@@ -1447,6 +1631,168 @@ mod tests {
     }
 
     #[test]
+    fn stored_fields_are_read_undecoded_only_when_that_is_sure() {
+        let set = |paths: &[Vec<PathElement>]| {
+            let mut set = FieldSet::default();
+            for path in paths {
+                set.insert(path);
+            }
+            set
+        };
+        let f = PathElement::field;
+        let phase = set(&[vec![f("status"), f("phase")]]);
+        let image = set(&[vec![
+            f("spec"),
+            f("containers"),
+            PathElement::key(vec![("name".into(), json!("a"))]),
+            f("image"),
+        ]]);
+        let cases = [
+            (
+                "the status object, not its phase",
+                json!({"f:status": {}}),
+                &phase,
+                true,
+            ),
+            (
+                "the phase itself",
+                json!({"f:status": {".": {}, "f:phase": {}}}),
+                &phase,
+                false,
+            ),
+            (
+                "another label",
+                json!({"f:metadata": {"f:labels": {"f:b": {}}}}),
+                &phase,
+                true,
+            ),
+            (
+                "the container's image",
+                json!({"f:spec": {"f:containers": {
+                "k:{\"name\":\"a\"}": {".": {}, "f:image": {}}}}}),
+                &image,
+                false,
+            ),
+            (
+                "another container",
+                json!({"f:spec": {"f:containers": {
+                "k:{\"name\":\"b\"}": {".": {}, "f:image": {}}}}}),
+                &image,
+                false,
+            ),
+            (
+                "no container at all",
+                json!({"f:spec": {"f:containers": {}}}),
+                &image,
+                true,
+            ),
+            (
+                "a key spelled otherwise",
+                json!({"f:spec": {"f:containers": {
+                "k:{\"name\": \"a\"}": {"f:image": {}}}}}),
+                &image,
+                false,
+            ),
+        ];
+        for (name, raw, set, none) in cases {
+            let raw = raw.as_object().unwrap();
+            assert_eq!(owns_none(raw, set), none, "{name}");
+            if none {
+                let decoded = FieldSet::from_fields_v1(&Value::Object(raw.clone())).unwrap();
+                assert!(!decoded.intersects(set), "{name}: decoded, it agrees");
+            }
+        }
+    }
+
+    /// A write whose fields lie elsewhere leaves an entry exactly as stored; one that
+    /// touches its fields takes them, through the status subresource as elsewhere.
+    #[test]
+    fn entries_a_write_does_not_touch_stay_as_stored() {
+        let created = track_update(
+            None,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}},
+                   "spec": {"nodeName": "n"}, "status": {"phase": "Pending"}}),
+            "creator",
+            &BuiltinSchema,
+            EARLIER,
+            None,
+        );
+        let creator_entry = created["metadata"]["managedFields"][0].clone();
+        assert_eq!(
+            creator_entry["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}}, "f:spec": {".": {}, "f:nodeName": {}},
+                   "f:status": {".": {}, "f:phase": {}}})
+        );
+
+        // The kubelet changes the phase the creator set: the creator gives it up.
+        let mut running = created.clone();
+        running["status"] = json!({"phase": "Running", "podIP": "10.0.0.1"});
+        let running = track_update(
+            Some(&created),
+            running,
+            "kubelet",
+            &BuiltinSchema,
+            NOW,
+            Some("status"),
+        );
+        let managed = running["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            managed[0]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}}, "f:spec": {".": {}, "f:nodeName": {}},
+                   "f:status": {}}),
+            "the creator keeps the status object, not the phase"
+        );
+        assert_eq!(managed[0]["time"], EARLIER);
+        assert_eq!(
+            managed[1]["fieldsV1"],
+            json!({"f:status": {"f:phase": {}, "f:podIP": {}}})
+        );
+
+        // A label write does not touch the kubelet's entry: kept as stored, byte for byte.
+        let mut labelled = running.clone();
+        labelled["metadata"]["labels"]["c"] = json!("d");
+        let labelled = track_update(
+            Some(&running),
+            labelled,
+            "labeller",
+            &BuiltinSchema,
+            NOW,
+            None,
+        );
+        let after = labelled["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(after.len(), 3);
+        assert_eq!(after[0], managed[0], "the creator owns no label it changed");
+        assert_eq!(after[1], managed[1], "the kubelet's entry as stored");
+        assert_eq!(
+            after[2]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {"f:c": {}}}})
+        );
+
+        // A status write that drops the pod IP: the kubelet's own entry loses it.
+        let mut dropped = labelled.clone();
+        dropped["status"]
+            .as_object_mut()
+            .unwrap()
+            .shift_remove("podIP");
+        let dropped = track_update(
+            Some(&labelled),
+            dropped,
+            "other",
+            &BuiltinSchema,
+            NOW,
+            Some("status"),
+        );
+        let last = dropped["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(last[0], after[0], "the creator's entry as stored");
+        assert_eq!(last[1]["fieldsV1"], json!({"f:status": {"f:phase": {}}}));
+        assert_eq!(last[2], after[2], "the labeller's entry as stored");
+        assert_eq!(last.len(), 3, "a removal alone gives nobody a new entry");
+    }
+
+    #[test]
     fn finalizers_merge_as_a_set() {
         let with_finalizers = |finalizers: Value| {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -1652,6 +1998,112 @@ mod tests {
                 }}
             }])
         );
+    }
+
+    /// Every path of `value` at `path`, inserted one by one: what the walker's subtree
+    /// of a value on one side only must hold.
+    fn insert_every_path(
+        walker: &mut Walker,
+        path: &mut Vec<PathElement>,
+        value: &Value,
+        set: &mut FieldSet,
+    ) {
+        set.insert(path);
+        match value {
+            Value::Object(fields) => {
+                for (name, field) in fields {
+                    walker.names.push(name.clone());
+                    path.push(PathElement::field(name));
+                    insert_every_path(walker, path, field, set);
+                    path.pop();
+                    walker.names.pop();
+                }
+            }
+            Value::Array(items) => {
+                let list_type = walker.list_type();
+                if list_type == ListType::Atomic {
+                    return;
+                }
+                let Ok(keys) = item_elements(&list_type, items) else {
+                    return;
+                };
+                let mut seen = Vec::new();
+                for (key, item) in keys.into_iter().zip(items) {
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key.clone());
+                    path.push(key);
+                    match list_type {
+                        ListType::Map(_) => insert_every_path(walker, path, item, set),
+                        _ => set.insert(path),
+                    }
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn a_value_on_one_side_only_is_recorded_path_by_path() {
+        let spec = json!({
+            "nodeName": "n1",
+            "securityContext": {},
+            "containers": [
+                {"name": "a", "image": "x", "args": ["1", "1"], "ports": [{"containerPort": 80}],
+                 "env": [{"name": "E", "value": "1"}, {"name": "E", "value": "2"}]},
+                {"name": "b", "image": "y", "volumeMounts": [], "resources": {}},
+                {"name": "a", "image": "repeated"}
+            ],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "tolerations": [{"key": "k", "operator": "Exists"}]
+        });
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "labels": {"app": "web"},
+                         "finalizers": ["a", "b", "a"], "annotations": {}},
+            "spec": spec,
+            "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+        });
+        let mut walker = Walker::new(&BuiltinSchema);
+        let mut expected = FieldSet::default();
+        for (name, field) in object.as_object().unwrap() {
+            walker.names.push(name.clone());
+            insert_every_path(
+                &mut walker,
+                &mut vec![PathElement::field(name)],
+                field,
+                &mut expected,
+            );
+            walker.names.pop();
+        }
+        let expected = tracked(&expected);
+        assert!(expected.child(&PathElement::field("spec")).is_some());
+
+        let nothing = json!({});
+        let created = walker.changes(&nothing, &object);
+        assert_eq!(created.added, expected, "created: every path added");
+        assert!(created.modified.is_empty() && created.removed.is_empty());
+        let dropped = walker.changes(&object, &nothing);
+        assert_eq!(dropped.removed, expected, "dropped: every path removed");
+        assert!(dropped.added.is_empty() && dropped.modified.is_empty());
+
+        // Below the root too: a spec that appears, and one that goes.
+        let mut bare = object.clone();
+        bare.as_object_mut().unwrap().shift_remove("spec");
+        let mut spec_only = FieldSet::default();
+        walker.names.push("spec".into());
+        insert_every_path(
+            &mut walker,
+            &mut vec![PathElement::field("spec")],
+            &object["spec"],
+            &mut spec_only,
+        );
+        walker.names.pop();
+        assert_eq!(walker.changes(&bare, &object).added, spec_only);
+        assert_eq!(walker.changes(&object, &bare).removed, spec_only);
     }
 
     #[test]

@@ -32,8 +32,8 @@ impl PathElement {
         PathElement::Key(fields)
     }
 
-    /// The element's name inside `FieldsV1`.
-    fn encode(&self) -> String {
+    /// The element's name inside `FieldsV1`: `f:spec`, `k:{"name":"app"}`, `v:"foo"`.
+    pub fn encode(&self) -> String {
         match self {
             PathElement::Field(name) => format!("f:{name}"),
             PathElement::Key(fields) => {
@@ -242,6 +242,77 @@ impl FieldSet {
         } else {
             child.insert(rest);
         }
+    }
+
+    /// The set holding only the path it stands for.
+    pub fn member() -> FieldSet {
+        FieldSet {
+            member: true,
+            children: BTreeMap::new(),
+        }
+    }
+
+    /// Adds `set`, the paths below `path`, as [`insert`](Self::insert) would one by one:
+    /// `path` itself is in the set when `set` is a member.
+    pub fn graft(&mut self, path: &[PathElement], set: FieldSet) {
+        if set.is_empty() {
+            return;
+        }
+        let Some((first, rest)) = path.split_first() else {
+            // The root is never a member.
+            for (element, child) in set.children {
+                self.put_child(element, child);
+            }
+            return;
+        };
+        let child = self.children.entry(first.clone()).or_default();
+        if rest.is_empty() {
+            child.member |= set.member;
+            for (element, grandchild) in set.children {
+                child.put_child(element, grandchild);
+            }
+        } else {
+            child.graft(rest, set);
+        }
+    }
+
+    /// Adds `child` under `element`, merged with what is there.
+    pub fn put_child(&mut self, element: PathElement, child: FieldSet) {
+        if child.is_empty() {
+            return;
+        }
+        match self.children.entry(element) {
+            std::collections::btree_map::Entry::Vacant(vacant) => {
+                vacant.insert(child);
+            }
+            std::collections::btree_map::Entry::Occupied(mut occupied) => {
+                let ours = occupied.get_mut();
+                ours.member |= child.member;
+                for (element, grandchild) in child.children {
+                    ours.put_child(element, grandchild);
+                }
+            }
+        }
+    }
+
+    /// The first elements of the set's paths.
+    pub fn elements(&self) -> impl Iterator<Item = &PathElement> {
+        self.children.keys()
+    }
+
+    /// The paths under `element`, for changing them.
+    pub fn child_mut(&mut self, element: &PathElement) -> Option<&mut FieldSet> {
+        self.children.get_mut(element)
+    }
+
+    /// Drops `element` and every path under it.
+    pub fn remove_child(&mut self, element: &PathElement) {
+        self.children.remove(element);
+    }
+
+    /// Puts the path this node stands for in the set, or takes it out.
+    pub fn set_member(&mut self, member: bool) {
+        self.member = member;
     }
 
     /// The paths under `element`, or `None` when the set holds none.
