@@ -790,6 +790,34 @@ impl ControllersProcess {
     }
 }
 
+/// Seconds a fixed walk through memory takes: 10 million dependent reads at random
+/// places of a 64 MiB table, far larger than the caches. The same work every time, so it
+/// measures only how fast the machine's memory answers at the moment, which is what
+/// varies on a shared host (a loop in registers alone runs at the same speed throughout).
+fn machine_speed_check() -> f64 {
+    const SLOTS: usize = 16 << 20;
+    let mut random: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next_random = move || {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random
+    };
+    // Sattolo's shuffle: one cycle through every slot, so the walk never settles.
+    let mut table: Vec<u32> = (0..SLOTS as u32).collect();
+    for i in (1..SLOTS).rev() {
+        let j = (next_random() % i as u64) as usize;
+        table.swap(i, j);
+    }
+    let started = Instant::now();
+    let mut at = 0usize;
+    for _ in 0..10_000_000 {
+        at = table[at] as usize;
+    }
+    std::hint::black_box(at);
+    started.elapsed().as_secs_f64()
+}
+
 fn row(what: &str, value: String, target: &str) {
     println!("| {what:<66} | {value:>36} | {target:<10} |");
 }
@@ -833,6 +861,10 @@ async fn main() {
         .expect("namespace");
     let mut controllers = ControllersProcess::spawn(&server.kubeconfig);
 
+    // The machine's own speed varies from minute to minute on shared hosts: a fixed
+    // loop timed before and after the rollout tells a slow run from a slow machine.
+    let speed_before = machine_speed_check();
+
     // From empty to every module loaded everywhere.
     let modules = Api::<Module>::namespaced(plain.clone(), NAMESPACE);
     let cpu_before = (controllers.cpu_seconds(), server.cpu_seconds());
@@ -847,6 +879,7 @@ async fn main() {
     let rollout = since(&controllers.requests().await, &BTreeMap::new());
     let (_, loaded_pairs) = loaded(&plain).await;
     let controllers_peak_rollout = controllers.peak_rss_mib();
+    let speed_after = machine_speed_check();
     let cpu_rollout = (
         controllers.cpu_seconds() - cpu_before.0,
         server.cpu_seconds() - cpu_before.1,
@@ -880,6 +913,11 @@ async fn main() {
     row(
         "nodes Ready, server start to all Ready (s)",
         format!("{:.2}", nodes_ready.as_secs_f64()),
+        "",
+    );
+    row(
+        "machine speed check: a fixed walk through memory before / after (s)",
+        format!("{speed_before:.2} / {speed_after:.2}"),
         "",
     );
     row(
