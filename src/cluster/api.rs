@@ -1351,9 +1351,7 @@ fn same_besides_status(current: &Value, next: &Value) -> bool {
     let (Some(current), Some(next)) = (current.as_object(), next.as_object()) else {
         return false;
     };
-    let besides =
-        |map| Map::iter(map).filter(|(name, _): &(&String, &Value)| name.as_str() != "status");
-    if !besides(current).eq(besides(next)) {
+    if !fields_except(current, &["status"]).eq(fields_except(next, &["status"])) {
         return false;
     }
     let at = |map: &Map<String, Value>| map.keys().position(|name| name == "status");
@@ -1370,18 +1368,22 @@ fn same_besides_status(current: &Value, next: &Value) -> bool {
 /// `generation` counts changes of. Compared in place, as objects compare (whatever the
 /// order of their fields).
 fn same_spec(a: &Value, b: &Value) -> bool {
+    const NOT_SPEC: &[&str] = &["metadata", "status"];
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return a == b;
     };
-    let spec = |map: &'_ Map<String, Value>| -> usize {
-        map.keys()
-            .filter(|name| !matches!(name.as_str(), "metadata" | "status"))
-            .count()
-    };
-    spec(a) == spec(b)
-        && a.iter()
-            .filter(|(name, _)| !matches!(name.as_str(), "metadata" | "status"))
-            .all(|(name, value)| b.get(name) == Some(value))
+    fields_except(a, NOT_SPEC).count() == fields_except(b, NOT_SPEC).count()
+        && fields_except(a, NOT_SPEC).all(|(name, value)| b.get(name) == Some(value))
+}
+
+/// The fields of `object` but those named in `except`, in order.
+fn fields_except<'a>(
+    object: &'a Map<String, Value>,
+    except: &'a [&str],
+) -> impl Iterator<Item = (&'a String, &'a Value)> {
+    object
+        .iter()
+        .filter(move |(name, _)| !except.contains(&name.as_str()))
 }
 
 fn random_suffix() -> String {

@@ -161,7 +161,8 @@ pub fn apply(
 ) -> Result<Value, ApplyError> {
     let config = apply_configuration(applied)?;
     let mut walker = Walker::new(schema);
-    let applied_fields = tracked(&walker.applied_fields(&config)?);
+    let mut applied_fields = walker.applied_fields(&config)?;
+    untrack(&mut applied_fields);
     let nothing = Value::Object(Map::new());
     let base = live.unwrap_or(&nothing);
     let mut entries = stored_entries(base)
@@ -438,7 +439,8 @@ fn text_at(object: &Value, pointer: &str) -> String {
         .to_string()
 }
 
-/// Removes from `set` the fields no manager owns, in place: what [`tracked`] returns.
+/// Removes from `set` the fields no manager owns: apiVersion, kind, the untracked
+/// metadata fields, and `.metadata` itself (the fields below it stay).
 fn untrack(set: &mut FieldSet) {
     for name in ["apiVersion", "kind"] {
         set.remove_child(&PathElement::field(name));
@@ -453,21 +455,6 @@ fn untrack(set: &mut FieldSet) {
             set.remove_child(&metadata);
         }
     }
-}
-
-/// `set` without the fields no manager owns.
-fn tracked(set: &FieldSet) -> FieldSet {
-    static UNTRACKED: LazyLock<FieldSet> = LazyLock::new(|| {
-        let mut untracked = FieldSet::default();
-        untracked.insert(&[PathElement::field("apiVersion")]);
-        untracked.insert(&[PathElement::field("kind")]);
-        for name in UNTRACKED_METADATA {
-            untracked.insert(&[PathElement::field("metadata"), PathElement::field(name)]);
-        }
-        untracked
-    });
-    set.recursive_difference(&UNTRACKED)
-        .difference(&METADATA_ITSELF)
 }
 
 /// `.metadata` itself: every object has it and nobody owns or removes it.
@@ -2079,7 +2066,7 @@ mod tests {
             );
             walker.names.pop();
         }
-        let expected = tracked(&expected);
+        untrack(&mut expected);
         assert!(expected.child(&PathElement::field("spec")).is_some());
 
         let nothing = json!({});

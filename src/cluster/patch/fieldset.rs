@@ -5,6 +5,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -258,21 +259,19 @@ impl FieldSet {
         if set.is_empty() {
             return;
         }
-        let Some((first, rest)) = path.split_first() else {
+        match path.split_first() {
             // The root is never a member.
-            for (element, child) in set.children {
-                self.put_child(element, child);
+            None => {
+                for (element, child) in set.children {
+                    self.put_child(element, child);
+                }
             }
-            return;
-        };
-        let child = self.children.entry(first.clone()).or_default();
-        if rest.is_empty() {
-            child.member |= set.member;
-            for (element, grandchild) in set.children {
-                child.put_child(element, grandchild);
-            }
-        } else {
-            child.graft(rest, set);
+            Some((first, [])) => self.put_child(first.clone(), set),
+            Some((first, rest)) => self
+                .children
+                .entry(first.clone())
+                .or_default()
+                .graft(rest, set),
         }
     }
 
@@ -282,10 +281,10 @@ impl FieldSet {
             return;
         }
         match self.children.entry(element) {
-            std::collections::btree_map::Entry::Vacant(vacant) => {
+            Entry::Vacant(vacant) => {
                 vacant.insert(child);
             }
-            std::collections::btree_map::Entry::Occupied(mut occupied) => {
+            Entry::Occupied(mut occupied) => {
                 let ours = occupied.get_mut();
                 ours.member |= child.member;
                 for (element, grandchild) in child.children {
@@ -351,22 +350,6 @@ impl FieldSet {
                 None => ours.clone(),
             };
             out.put(element, rest);
-        }
-        out
-    }
-
-    /// Paths of `self` that are neither in `other` nor below a path of `other`.
-    pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
-            member: self.member && !other.member,
-            children: BTreeMap::new(),
-        };
-        for (element, ours) in &self.children {
-            match other.children.get(element) {
-                Some(theirs) if theirs.member => {}
-                Some(theirs) => out.put(element, ours.recursive_difference(theirs)),
-                None => out.put(element, ours.clone()),
-            }
         }
         out
     }
@@ -580,7 +563,6 @@ mod tests {
         let mut spec = FieldSet::default();
         spec.insert(&path(&["spec"]));
         assert_eq!(a.difference(&spec), a, "difference leaves paths below");
-        assert!(a.recursive_difference(&spec).is_empty());
         assert_eq!(a.with_field_ancestors().paths()[0], path(&["spec"]));
     }
 
