@@ -76,6 +76,13 @@ pub enum Deleted {
     Pending(Answer),
 }
 
+/// An object as a caller read it from the store: its resourceVersion and its parse.
+#[derive(Debug)]
+pub struct Read {
+    pub resource_version: u64,
+    pub object: Value,
+}
+
 /// An object as a write answers it, in the resource's version.
 #[derive(Clone, Debug)]
 pub struct Answer {
@@ -449,16 +456,23 @@ impl Api {
         }
         let manager = manager_of(options);
         self.prune_unknown(resource, name, &mut object, options.strict_fields)?;
-        self.write_existing(resource, namespace, name, options.dry_run, |current| {
-            self.updated(
-                resource,
-                name,
-                current,
-                object.clone(),
-                subresource,
-                &manager,
-            )
-        })
+        self.write_existing(
+            resource,
+            namespace,
+            name,
+            options.dry_run,
+            None,
+            |current| {
+                self.updated(
+                    resource,
+                    name,
+                    current,
+                    object.clone(),
+                    subresource,
+                    &manager,
+                )
+            },
+        )
     }
 
     /// PATCH of any type. Server-side apply creates the object when it does not exist.
@@ -483,6 +497,33 @@ impl Api {
             options,
         )
         .map(Answer::into_value)
+    }
+
+    /// A merge patch of `subresource` (or the object) from a caller that has `read` the
+    /// object: while the store still holds it at that resourceVersion, the patch starts
+    /// from the caller's parse instead of parsing the stored bytes again.
+    #[allow(clippy::too_many_arguments)]
+    pub fn merge_patch_read(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        subresource: Option<&str>,
+        patch: &Value,
+        options: &WriteOptions,
+        read: Read,
+    ) -> Result<(), ApiError> {
+        let manager = manager_of(options);
+        self.patch_existing(
+            resource,
+            (namespace, name, subresource),
+            PatchType::Merge,
+            patch,
+            options,
+            &manager,
+            Some(read),
+        )
+        .map(|_| ())
     }
 
     /// [`patch`](Self::patch), answering with the stored bytes where it can.
@@ -526,49 +567,86 @@ impl Api {
                 return self.apply_create(resource, namespace, name, applied, options, &manager);
             }
             let applied = reset_fields(resource, applied, subresource);
-            return self.write_existing(resource, namespace, name, options.dry_run, |current| {
-                check_precondition(resource, name, current, &applied)?;
-                let now = rfc3339(self.now());
-                let merged = apply::apply(
-                    Some(current),
-                    &applied,
-                    &manager,
-                    options.force,
-                    resource.schema.as_ref(),
-                    &now,
-                    subresource,
-                )
-                .map_err(|e| apply_error(resource, name, e))?;
-                self.normalize_update(resource, current, merged, subresource)
-            });
+            return self.write_existing(
+                resource,
+                namespace,
+                name,
+                options.dry_run,
+                None,
+                |current| {
+                    check_precondition(resource, name, current, &applied)?;
+                    let now = rfc3339(self.now());
+                    let merged = apply::apply(
+                        Some(current),
+                        &applied,
+                        &manager,
+                        options.force,
+                        resource.schema.as_ref(),
+                        &now,
+                        subresource,
+                    )
+                    .map_err(|e| apply_error(resource, name, e))?;
+                    self.normalize_update(resource, current, merged, subresource)
+                },
+            );
         }
-        self.write_existing(resource, namespace, name, options.dry_run, |current| {
-            let served = self.present_value(resource, current.clone());
-            let patched = match patch_type {
-                PatchType::Merge => {
-                    let mut target = served;
-                    merge::merge_patch(&mut target, &patch);
-                    target
-                }
-                PatchType::Json => json_patch::json_patch(&served, &patch).map_err(|e| {
-                    ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())])
-                })?,
-                PatchType::Strategic => {
-                    strategic::strategic_merge_patch(&served, &patch, resource.schema.as_ref())
-                        .map_err(|e| {
+        self.patch_existing(
+            resource,
+            (namespace, name, subresource),
+            patch_type,
+            &patch,
+            options,
+            &manager,
+            None,
+        )
+    }
+
+    /// A JSON, merge or strategic merge patch of an existing object.
+    #[allow(clippy::too_many_arguments)]
+    fn patch_existing(
+        &self,
+        resource: &Resource,
+        (namespace, name, subresource): (&str, &str, Option<&str>),
+        patch_type: PatchType,
+        patch: &Value,
+        options: &WriteOptions,
+        manager: &str,
+        read: Option<Read>,
+    ) -> Result<Answer, ApiError> {
+        self.write_existing(
+            resource,
+            namespace,
+            name,
+            options.dry_run,
+            read,
+            |current| {
+                let served = self.present_value(resource, current.clone());
+                let patched = match patch_type {
+                    PatchType::Merge => {
+                        let mut target = served;
+                        merge::merge_patch(&mut target, patch);
+                        target
+                    }
+                    PatchType::Json => json_patch::json_patch(&served, patch).map_err(|e| {
+                        ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())])
+                    })?,
+                    PatchType::Strategic => {
+                        strategic::strategic_merge_patch(&served, patch, resource.schema.as_ref())
+                            .map_err(|e| {
                             ApiError::invalid(
                                 &resource.kind,
                                 name,
                                 &[("patch".into(), e.to_string())],
                             )
                         })?
-                }
-                PatchType::Apply => unreachable_patch()?,
-            };
-            let mut patched = self.intake(resource, patched);
-            self.prune_unknown(resource, name, &mut patched, options.strict_fields)?;
-            self.updated(resource, name, current, patched, subresource, &manager)
-        })
+                    }
+                    PatchType::Apply => unreachable_patch()?,
+                };
+                let mut patched = self.intake(resource, patched);
+                self.prune_unknown(resource, name, &mut patched, options.strict_fields)?;
+                self.updated(resource, name, current, patched, subresource, manager)
+            },
+        )
     }
 
     fn apply_create(
@@ -630,6 +708,7 @@ impl Api {
         namespace: &str,
         name: &str,
         dry_run: bool,
+        mut read: Option<Read>,
         mut change: impl FnMut(&Value) -> Result<Value, ApiError>,
     ) -> Result<Answer, ApiError> {
         let key = Self::key(resource, namespace, name);
@@ -638,7 +717,10 @@ impl Api {
                 .store
                 .get(&key)
                 .ok_or_else(|| ApiError::not_found(resource, name))?;
-            let current_value = current.value();
+            let current_value = match read.take() {
+                Some(read) if read.resource_version == current.resource_version => read.object,
+                _ => current.value(),
+            };
             let next = change(&current_value)?;
             // Unchanged, managed fields included: no write, no new resourceVersion.
             if next == current_value {

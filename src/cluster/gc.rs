@@ -147,7 +147,11 @@ impl Collector {
 
     /// Takes in an object's change from `before` to `after` (`None`: absent).
     fn index(&mut self, key: &ObjectKey, before: Option<&Value>, after: Option<&Value>) {
-        if let Some(before) = before {
+        // Most changes keep the owners: the index stays as it is.
+        let same_owners = before
+            .zip(after)
+            .is_some_and(|(before, after)| owner_uids(before).eq(owner_uids(after)));
+        if let Some(before) = before.filter(|_| !same_owners) {
             for uid in owner_uids(before) {
                 if let Some(set) = self.dependents.get_mut(uid) {
                     set.remove(key);
@@ -160,7 +164,7 @@ impl Collector {
         let uid = after.or(before).map(uid_of).unwrap_or("");
         match after {
             Some(after) => {
-                for owner in owner_uids(after) {
+                for owner in owner_uids(after).filter(|_| !same_owners) {
                     self.dependents
                         .entry(owner.to_string())
                         .or_default()

@@ -14,8 +14,8 @@
 //! longer finds too).
 //!
 //! A cache holds what the controllers read of an object, not all of it: managedFields are
-//! never decoded (see [`Lean`]), and worker pods and Nodes are trimmed as they arrive (see
-//! [`slim_worker_pod`], [`slim_node`]). A controller that needs another field adds it there.
+//! never decoded (see [`Lean`]), nor most of a worker pod and a Node's image list (see
+//! [`WorkerPodParts`], [`NodeParts`]). A controller that needs another field adds it there.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Node, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -33,13 +33,13 @@ use serde::de::DeserializeOwned;
 use crate::api::labels;
 use crate::api::module::Module;
 use crate::api::nmc::NodeModulesConfig;
-use crate::controllers::lean::Lean;
+use crate::controllers::lean::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
 
 /// Changes a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;
 
 /// One kind's store, its writer and subscribers until the watch starts, and its API.
-pub struct Cache<K>
+pub struct Cache<K, L = ManagedFields>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
@@ -50,19 +50,18 @@ where
     ready_tx: Option<tokio::sync::watch::Sender<bool>>,
     writer: Option<reflector::store::Writer<K>>,
     subscribers: Mutex<Option<Vec<mpsc::Sender<Arc<K>>>>>,
-    /// Watched as [`Lean`]: managedFields, which nothing reads, are never decoded.
-    api: Api<Lean<K>>,
+    /// Watched as [`Lean`]: what `L` leaves out, which nothing reads, is never decoded.
+    api: Api<Lean<K, L>>,
     config: watcher::Config,
-    /// Drops what no controller reads before the object is stored.
-    slim: fn(&mut K),
 }
 
-impl<K> Cache<K>
+impl<K, L> Cache<K, L>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
+    L: LeftOut + Clone + Debug + Send + Sync + 'static,
 {
-    fn new(api: Api<Lean<K>>, config: watcher::Config, slim: fn(&mut K)) -> Cache<K> {
+    fn new(api: Api<Lean<K, L>>, config: watcher::Config) -> Cache<K, L> {
         let (store, writer) = reflector::store();
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         Cache {
@@ -73,7 +72,6 @@ where
             subscribers: Mutex::new(Some(Vec::new())),
             api,
             config,
-            slim,
         }
     }
 
@@ -101,11 +99,9 @@ where
             return;
         };
         let store = self.store.clone();
-        let slim = self.slim;
         let mut events = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
             .map_ok(whole)
-            .modify(slim)
             .reflect(writer)
             .boxed();
         tasks.spawn(async move {
@@ -153,79 +149,26 @@ where
 }
 
 /// A watch event of `Lean` objects as one of the objects themselves.
-fn whole<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+fn whole<K, L>(event: watcher::Event<Lean<K, L>>) -> watcher::Event<K> {
     match event {
-        watcher::Event::Apply(Lean(object)) => watcher::Event::Apply(object),
-        watcher::Event::Delete(Lean(object)) => watcher::Event::Delete(object),
+        watcher::Event::Apply(object) => watcher::Event::Apply(object.into_inner()),
+        watcher::Event::Delete(object) => watcher::Event::Delete(object.into_inner()),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(Lean(object)) => watcher::Event::InitApply(object),
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(object.into_inner()),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
-/// Leaves a worker pod with what the controllers read of it: metadata; the node, service
-/// account, pull secret and tolerations; the phase, and how its containers terminated.
-/// The rest (containers, volumes, conditions) is most of a pod, and a fleet-wide rollout
-/// holds one per node and module.
-fn slim_worker_pod(pod: &mut Pod) {
-    if let Some(spec) = pod.spec.take() {
-        pod.spec = Some(PodSpec {
-            node_name: spec.node_name,
-            service_account_name: spec.service_account_name,
-            image_pull_secrets: spec.image_pull_secrets,
-            tolerations: spec.tolerations,
-            ..PodSpec::default()
-        });
-    }
-    if let Some(status) = pod.status.take() {
-        let terminated = |state: Option<ContainerState>| {
-            state
-                .and_then(|s| s.terminated)
-                .map(|terminated| ContainerState {
-                    terminated: Some(terminated),
-                    ..ContainerState::default()
-                })
-        };
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            message: status.message,
-            reason: status.reason,
-            container_statuses: status.container_statuses.map(|statuses| {
-                statuses
-                    .into_iter()
-                    .map(|c| ContainerStatus {
-                        name: c.name,
-                        state: terminated(c.state),
-                        ..ContainerStatus::default()
-                    })
-                    .collect()
-            }),
-            ..PodStatus::default()
-        });
-    }
-}
-
-/// Leaves a Node without the list of images it holds, which nothing here reads and which
-/// is most of a busy node's status.
-fn slim_node(node: &mut Node) {
-    if let Some(status) = &mut node.status {
-        status.images = None;
-    }
-}
-
-/// Keeps the whole object.
-fn keep<K>(_: &mut K) {}
-
 /// The kinds the Module -> NMC and NMC controllers watch.
 pub struct Caches {
     /// Every Node.
-    pub nodes: Cache<Node>,
+    pub nodes: Cache<Node, NodeParts>,
     /// Every Module.
     pub modules: Cache<Module>,
     /// Every NodeModulesConfig.
     pub nmcs: Cache<NodeModulesConfig>,
     /// The KMM worker pods, in every namespace.
-    pub worker_pods: Cache<Pod>,
+    pub worker_pods: Cache<Pod, WorkerPodParts>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -238,14 +181,10 @@ impl Caches {
             labels::WORKER_COMPONENT
         ));
         Caches {
-            nodes: Cache::new(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                slim_node,
-            ),
-            modules: Cache::new(Api::all(client.clone()), watcher::Config::default(), keep),
-            nmcs: Cache::new(Api::all(client.clone()), watcher::Config::default(), keep),
-            worker_pods: Cache::new(Api::all(client.clone()), worker_pods, slim_worker_pod),
+            nodes: Cache::new(Api::all(client.clone()), watcher::Config::default()),
+            modules: Cache::new(Api::all(client.clone()), watcher::Config::default()),
+            nmcs: Cache::new(Api::all(client.clone()), watcher::Config::default()),
+            worker_pods: Cache::new(Api::all(client.clone()), worker_pods),
             tasks: tokio::task::JoinSet::new(),
         }
     }
@@ -309,8 +248,8 @@ mod tests {
     use crate::controllers::nmc::WorkerPod;
     use serde_json::json;
 
-    fn worker_pod() -> Pod {
-        serde_json::from_value(json!({
+    fn worker_pod() -> serde_json::Value {
+        json!({
             "metadata": {
                 "name": "kmm-worker-n1-kmod", "namespace": "ns", "uid": "u1",
                 "labels": {
@@ -345,36 +284,71 @@ mod tests {
                     "lastState": {"terminated": {"exitCode": 2}},
                 }],
             },
-        }))
-        .expect("pod")
+        })
     }
 
     #[test]
-    fn a_slim_worker_pod_reads_as_the_whole_one() {
-        let whole = worker_pod();
-        let mut slim = whole.clone();
-        slim_worker_pod(&mut slim);
+    fn a_worker_pod_read_in_part_reads_as_the_whole_one() {
+        let text = worker_pod().to_string();
+        let whole: Pod = serde_json::from_str(&text).expect("pod");
+        let slim = serde_json::from_str::<Lean<Pod, WorkerPodParts>>(&text)
+            .expect("pod")
+            .into_inner();
         assert_eq!(
             WorkerPod::from_pod(&slim).expect("worker"),
             WorkerPod::from_pod(&whole).expect("worker")
         );
+        assert_eq!(slim.metadata.labels, whole.metadata.labels);
+        assert_eq!(slim.metadata.annotations, whole.metadata.annotations);
         assert_eq!(
             slim.metadata.owner_references,
             whole.metadata.owner_references
         );
+        let spec = slim.spec.as_ref().expect("spec");
+        let whole_spec = whole.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name, whole_spec.node_name);
+        assert_eq!(spec.service_account_name, whole_spec.service_account_name);
+        assert_eq!(spec.image_pull_secrets, whole_spec.image_pull_secrets);
+        assert_eq!(spec.tolerations, whole_spec.tolerations);
         let status = slim.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
         assert_eq!(status.message.as_deref(), Some("pod message"));
-        let terminated = status.container_statuses.as_ref().expect("containers")[0]
+        let container = &status.container_statuses.as_ref().expect("containers")[0];
+        assert_eq!(container.name, "worker");
+        let terminated = container
             .state
             .as_ref()
             .and_then(|s| s.terminated.as_ref())
             .expect("terminated");
         assert_eq!(terminated.message.as_deref(), Some("modprobe failed"));
-        // What nothing reads is gone.
-        let spec = slim.spec.as_ref().expect("spec");
+        // What nothing reads is never decoded.
+        assert!(slim.metadata.managed_fields.is_none());
         assert!(spec.containers.is_empty() && spec.volumes.is_none());
+        assert!(spec.restart_policy.is_none());
         assert!(status.conditions.is_none() && status.pod_ip.is_none());
+        assert!(container.last_state.is_none() && container.image.is_empty());
         let size = |pod: &Pod| serde_json::to_vec(pod).expect("json").len();
         assert!(size(&slim) < size(&whole));
+    }
+
+    #[test]
+    fn a_node_is_read_without_its_images() {
+        let text = json!({
+            "metadata": {"name": "n1", "labels": {"a": "b"},
+                         "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "status": {"images": [{"names": ["r/kmod:6.1.0"], "sizeBytes": 1}],
+                       "nodeInfo": {"kernelVersion": "6.1.0", "bootID": "b", "machineID": "",
+                                    "systemUUID": "", "osImage": "", "containerRuntimeVersion": "",
+                                    "kubeletVersion": "", "kubeProxyVersion": "",
+                                    "operatingSystem": "", "architecture": ""}},
+        })
+        .to_string();
+        let mut whole: Node = serde_json::from_str(&text).expect("node");
+        let lean = serde_json::from_str::<Lean<Node, NodeParts>>(&text)
+            .expect("node")
+            .into_inner();
+        whole.metadata.managed_fields = None;
+        whole.status.as_mut().expect("status").images = None;
+        assert_eq!(lean, whole);
     }
 }

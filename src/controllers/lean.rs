@@ -1,12 +1,15 @@
-//! Objects decoded without their `metadata.managedFields`.
+//! Objects decoded without what no controller reads.
 //!
-//! No controller reads managedFields, yet every object the API server sends carries them,
-//! and decoding them is costly: each entry's `fieldsV1` becomes a tree of JSON values. At
-//! fleet scale that was a tenth of the controllers' CPU. [`Lean<K>`] decodes a `K` with the
-//! entries read past (validated as JSON, never built), so a watch of `Lean<K>` gives the
-//! objects the caches keep, as if the server had sent them without managedFields.
+//! Every object the API server sends carries `metadata.managedFields`, which no
+//! controller reads, and decoding them is costly: each entry's `fieldsV1` becomes a tree
+//! of JSON values. At fleet scale that was a tenth of the controllers' CPU. [`Lean<K>`]
+//! decodes a `K` with those entries read past (validated as JSON, never built), so a watch
+//! of `Lean<K>` gives the objects the caches keep, as if the server had sent them without
+//! managedFields. `Lean<K, L>` reads past what [`LeftOut`] `L` names besides: most of a
+//! worker pod ([`WorkerPodParts`]) and a Node's image list ([`NodeParts`]).
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -16,11 +19,112 @@ use serde::de::{
     SeqAccess, Visitor,
 };
 
-/// A `K` decoded with `metadata.managedFields` left out.
+/// A `K` decoded with what `L` names left out (by default its managedFields).
 #[derive(Clone, Debug)]
-pub struct Lean<K>(pub K);
+pub struct Lean<K, L = ManagedFields>(pub K, PhantomData<L>);
 
-impl<K: Resource> Resource for Lean<K> {
+impl<K, L> Lean<K, L> {
+    /// The object decoded.
+    pub fn into_inner(self) -> K {
+        self.0
+    }
+}
+
+/// What of a value a decode reads: all of it, none of it, or some of a map's entries
+/// (the elements of an array are read as the array is).
+#[derive(Debug)]
+pub enum Part {
+    /// Decoded whole.
+    Whole,
+    /// Read past: checked to be JSON, never decoded.
+    Out,
+    /// Every entry, those listed read as they say.
+    Except(&'static [(&'static str, Part)]),
+    /// Only the entries listed, read as they say; the others are read past.
+    Only(&'static [(&'static str, Part)]),
+}
+
+impl Part {
+    /// How this map's entry `key` is read.
+    fn entry(&self, key: &str) -> &'static Part {
+        let (listed, unlisted) = match self {
+            Part::Whole => return &Part::Whole,
+            Part::Out => return &Part::Out,
+            Part::Except(entries) => (entries, &Part::Whole),
+            Part::Only(entries) => (entries, &Part::Out),
+        };
+        listed
+            .iter()
+            .find(|(name, _)| *name == key)
+            .map_or(unlisted, |(_, part)| part)
+    }
+}
+
+/// What a [`Lean`] decode leaves out.
+pub trait LeftOut {
+    /// What of the object is read.
+    const READ: &'static Part;
+}
+
+/// The managed fields, and nothing else.
+#[derive(Clone, Debug)]
+pub struct ManagedFields;
+
+impl LeftOut for ManagedFields {
+    const READ: &'static Part =
+        &Part::Except(&[("metadata", Part::Except(&[("managedFields", Part::Out)]))]);
+}
+
+/// Of a worker pod, what the controllers read of it: metadata; the node, service
+/// account, pull secrets and tolerations; the phase, and how its containers terminated.
+/// The rest (containers, volumes, conditions) is most of a pod, and a fleet-wide rollout
+/// holds one per node and module.
+#[derive(Clone, Debug)]
+pub struct WorkerPodParts;
+
+impl LeftOut for WorkerPodParts {
+    const READ: &'static Part = &Part::Except(&[
+        ("metadata", Part::Except(&[("managedFields", Part::Out)])),
+        (
+            "spec",
+            Part::Only(&[
+                ("nodeName", Part::Whole),
+                ("serviceAccountName", Part::Whole),
+                ("imagePullSecrets", Part::Whole),
+                ("tolerations", Part::Whole),
+            ]),
+        ),
+        (
+            "status",
+            Part::Only(&[
+                ("phase", Part::Whole),
+                ("message", Part::Whole),
+                ("reason", Part::Whole),
+                (
+                    "containerStatuses",
+                    Part::Only(&[
+                        ("name", Part::Whole),
+                        ("state", Part::Only(&[("terminated", Part::Whole)])),
+                    ]),
+                ),
+            ]),
+        ),
+    ]);
+}
+
+/// Of a Node, all but the list of images it holds, which nothing here reads and which is
+/// most of a busy node's status.
+#[derive(Clone, Debug)]
+pub struct NodeParts;
+
+impl LeftOut for NodeParts {
+    const READ: &'static Part = &Part::Except(&[
+        ("metadata", Part::Except(&[("managedFields", Part::Out)])),
+        ("status", Part::Except(&[("images", Part::Out)])),
+    ]);
+}
+
+impl<K: Resource, L> Resource for Lean<K, L> {
     type DynamicType = K::DynamicType;
     type Scope = K::Scope;
 
@@ -57,24 +161,20 @@ impl<K: Resource> Resource for Lean<K> {
     }
 }
 
-/// Where the left-out entry is: the key path from the object's top.
-const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
-
-impl<'de, K: DeserializeOwned> Deserialize<'de> for Lean<K> {
+impl<'de, K: DeserializeOwned, L: LeftOut> Deserialize<'de> for Lean<K, L> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         K::deserialize(Skipping {
             inner: deserializer,
-            path: MANAGED_FIELDS,
+            part: L::READ,
         })
-        .map(Lean)
+        .map(|object| Lean(object, PhantomData))
     }
 }
 
-/// A deserializer of a value whose map entry at `path` (keys from this value down) is read
-/// past rather than decoded; everything else reaches the visitor unchanged.
+/// A deserializer of a value of which only `part` is decoded; the rest is read past.
 struct Skipping<D> {
     inner: D,
-    path: &'static [&'static str],
+    part: &'static Part,
 }
 
 /// Forwards `Deserializer` methods to the inner deserializer, with the visitor wrapped.
@@ -86,7 +186,10 @@ macro_rules! wrap_visitor {
                 $($arg: $ty,)*
                 visitor: V,
             ) -> Result<V::Value, Self::Error> {
-                self.inner.$method($($arg,)* Skip { inner: visitor, path: self.path })
+                match self.part {
+                    Part::Whole => self.inner.$method($($arg,)* visitor),
+                    part => self.inner.$method($($arg,)* Skip { inner: visitor, part }),
+                }
             }
         )*
     };
@@ -117,6 +220,8 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skipping<D> {
         // Generated decoders read fields as options (k8s-openapi's `metadata` too).
         deserialize_option(),
         deserialize_newtype_struct(name: &'static str),
+        // The maps in an array are read as the array is.
+        deserialize_seq(),
     );
 
     // Anything else is not a map, so nothing in it is left out.
@@ -141,7 +246,6 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skipping<D> {
         deserialize_byte_buf(),
         deserialize_unit(),
         deserialize_unit_struct(name: &'static str),
-        deserialize_seq(),
         deserialize_tuple(len: usize),
         deserialize_tuple_struct(name: &'static str, len: usize),
         deserialize_enum(name: &'static str, variants: &'static [&'static str]),
@@ -154,10 +258,11 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skipping<D> {
     }
 }
 
-/// The visitor of a [`Skipping`] value: its maps leave out the entry at `path`.
+/// The visitor of a [`Skipping`] value: its maps, and the maps in its arrays, are read as
+/// `part` says.
 struct Skip<V> {
     inner: V,
-    path: &'static [&'static str],
+    part: &'static Part,
 }
 
 impl<'de, V: Visitor<'de>> Visitor<'de> for Skip<V> {
@@ -170,13 +275,16 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Skip<V> {
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         self.inner.visit_map(SkipEntries {
             inner: map,
-            path: self.path,
-            descend: false,
+            part: self.part,
+            next: &Part::Whole,
         })
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        self.inner.visit_seq(seq)
+        self.inner.visit_seq(SkipElements {
+            inner: seq,
+            part: self.part,
+        })
     }
 
     fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
@@ -218,7 +326,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Skip<V> {
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         self.inner.visit_some(Skipping {
             inner: deserializer,
-            path: self.path,
+            part: self.part,
         })
     }
 
@@ -228,18 +336,18 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Skip<V> {
     ) -> Result<Self::Value, D::Error> {
         self.inner.visit_newtype_struct(Skipping {
             inner: deserializer,
-            path: self.path,
+            part: self.part,
         })
     }
 }
 
-/// A map's entries without the one at `path`; the entry on the way to it is read with the
-/// rest of the path.
+/// A map's entries as `part` says: those left out are read past, the others read as
+/// their part says.
 struct SkipEntries<A> {
     inner: A,
-    path: &'static [&'static str],
-    /// The key just read is the next step of `path`.
-    descend: bool,
+    part: &'static Part,
+    /// How the value of the key just read is read.
+    next: &'static Part,
 }
 
 impl<'de, A: MapAccess<'de>> MapAccess<'de> for SkipEntries<A> {
@@ -253,14 +361,12 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for SkipEntries<A> {
             let Some(key) = self.inner.next_key::<Cow<'de, str>>()? else {
                 return Ok(None);
             };
-            match self.path {
-                [last] if key == *last => {
-                    self.inner.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-                [next, ..] => self.descend = key == *next,
-                [] => self.descend = false,
+            let part = self.part.entry(&key);
+            if let Part::Out = part {
+                self.inner.next_value::<IgnoredAny>()?;
+                continue;
             }
+            self.next = part;
             return seed.deserialize(key.into_deserializer()).map(Some);
         }
     }
@@ -269,13 +375,11 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for SkipEntries<A> {
         &mut self,
         seed: S,
     ) -> Result<S::Value, Self::Error> {
-        if std::mem::take(&mut self.descend) {
-            self.inner.next_value_seed(SkippingSeed {
-                inner: seed,
-                path: &self.path[1..],
-            })
-        } else {
-            self.inner.next_value_seed(seed)
+        match std::mem::replace(&mut self.next, &Part::Whole) {
+            Part::Whole => self.inner.next_value_seed(seed),
+            part => self
+                .inner
+                .next_value_seed(SkippingSeed { inner: seed, part }),
         }
     }
 
@@ -284,10 +388,34 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for SkipEntries<A> {
     }
 }
 
-/// Deserializes the value on the way to the left-out entry.
+/// An array's elements, each read as `part` says.
+struct SkipElements<A> {
+    inner: A,
+    part: &'static Part,
+}
+
+impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for SkipElements<A> {
+    type Error = A::Error;
+
+    fn next_element_seed<S: DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<Option<S::Value>, Self::Error> {
+        self.inner.next_element_seed(SkippingSeed {
+            inner: seed,
+            part: self.part,
+        })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+/// Deserializes a value of which only `part` is read.
 struct SkippingSeed<S> {
     inner: S,
-    path: &'static [&'static str],
+    part: &'static Part,
 }
 
 impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for SkippingSeed<S> {
@@ -296,7 +424,7 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for SkippingSeed<S> {
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         self.inner.deserialize(Skipping {
             inner: deserializer,
-            path: self.path,
+            part: self.part,
         })
     }
 }
@@ -344,7 +472,9 @@ mod tests {
             K: DeserializeOwned + serde::Serialize + Resource + PartialEq + std::fmt::Debug,
         {
             let text = object.to_string();
-            let Lean(lean) = serde_json::from_str::<Lean<K>>(&text).expect("lean decodes");
+            let lean = serde_json::from_str::<Lean<K>>(&text)
+                .expect("lean decodes")
+                .into_inner();
             let mut whole: K = serde_json::from_str(&text).expect("whole decodes");
             assert!(whole.meta().managed_fields.is_some());
             whole.meta_mut().managed_fields = None;

@@ -16,7 +16,7 @@ use super::nodes::{self, KUBELET};
 use super::placement;
 use crate::api::labels;
 use crate::clock::rfc3339;
-use crate::cluster::api::{DeleteOptions, PatchType, WriteOptions};
+use crate::cluster::api::{DeleteOptions, PatchType, Read, WriteOptions};
 use crate::cluster::errors::ApiError;
 use crate::cluster::store::{Change, Closed, EventType, Followed, Follower, ObjectKey};
 
@@ -482,15 +482,13 @@ impl Kubelet {
 
     /// Containers exited: a worker's result, or a pod's configured exit.
     async fn exit(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
-        let Some((_, mut pod)) = self.read_pod(key) else {
+        let Some((version, pod)) = self.read_pod(key) else {
             return Ok(());
         };
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
             return Ok(());
         }
-        if let Some(running) = self.pods.get_mut(key).and_then(|t| t.unreported.take()) {
-            pod["status"] = running;
-        }
+        let unreported = self.pods.get_mut(key).and_then(|t| t.unreported.take());
         let (code, message) = if is_worker(&pod) {
             let node = pod
                 .pointer("/spec/nodeName")
@@ -518,8 +516,8 @@ impl Kubelet {
             .unwrap_or_default();
         let restarts = self.pods.get(key).map(|t| t.restarts).unwrap_or(0);
         let now = rfc3339(self.sim.api.clock.now());
-        let status = terminated_status(&pod, code, &message, &now, restarts, restart);
-        self.write_status(key, status)?;
+        let status = terminated_status(&pod, unreported, code, &message, &now, restarts, restart);
+        self.write_status_read(key, status, Some((version, pod)))?;
         if restart {
             // CrashLoopBackOff, scaled to the simulation's pace: doubles per restart, capped.
             let backoff = self.sim.config.timing.pod_start() * 2u32.saturating_pow(restarts.min(6));
@@ -577,6 +575,16 @@ impl Kubelet {
     }
 
     fn write_status(&self, key: &ObjectKey, status: Value) -> Result<(), ApiError> {
+        self.write_status_read(key, status, None)
+    }
+
+    /// Writes the pod's `status`, from the pod as the kubelet `read` it when it has one.
+    fn write_status_read(
+        &self,
+        key: &ObjectKey,
+        status: Value,
+        read: Option<(u64, Value)>,
+    ) -> Result<(), ApiError> {
         let Some(pods) = self.sim.api.registry.get("", "v1", "pods") else {
             return Ok(());
         };
@@ -584,18 +592,34 @@ impl Kubelet {
             field_manager: Some(KUBELET.into()),
             ..WriteOptions::default()
         };
-        self.sim
-            .api
-            .patch(
+        let patch = json!({"status": status});
+        match read {
+            Some((resource_version, object)) => self.sim.api.merge_patch_read(
                 &pods,
                 &key.namespace,
                 &key.name,
                 Some("status"),
-                PatchType::Merge,
-                json!({"status": status}),
+                &patch,
                 &options,
-            )
-            .map(|_| ())
+                Read {
+                    resource_version,
+                    object,
+                },
+            ),
+            None => self
+                .sim
+                .api
+                .patch(
+                    &pods,
+                    &key.namespace,
+                    &key.name,
+                    Some("status"),
+                    PatchType::Merge,
+                    patch,
+                    &options,
+                )
+                .map(|_| ()),
+        }
     }
 }
 
@@ -706,8 +730,11 @@ fn running_status(
     status
 }
 
+/// The status of `pod` once its containers exited with `code`, on top of its `running`
+/// status when that was never reported (its own status otherwise).
 fn terminated_status(
     pod: &Value,
+    running: Option<Value>,
     code: i64,
     message: &str,
     now: &str,
@@ -736,7 +763,9 @@ fn terminated_status(
             status
         })
         .collect();
-    let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+    let mut status = running
+        .or_else(|| pod.get("status").cloned())
+        .unwrap_or_else(|| json!({}));
     if !restarting {
         status["phase"] = json!(if code == 0 { "Succeeded" } else { "Failed" });
     }
@@ -783,13 +812,18 @@ mod tests {
             ("exit 1, restarting", 1, true, None, "waiting"),
         ];
         for (name, code, restarting, phase, state) in cases {
-            let status = terminated_status(&pod(), code, "", "t2", 1, restarting);
+            let status = terminated_status(&pod(), None, code, "", "t2", 1, restarting);
             assert_eq!(status.get("phase").and_then(Value::as_str), phase, "{name}");
             assert!(
                 status["containerStatuses"][0]["state"].get(state).is_some(),
                 "{name}"
             );
         }
+        // An exit never reported running is reported on top of the running status.
+        let exited = terminated_status(&pod(), Some(running.clone()), 0, "", "t2", 1, false);
+        assert_eq!(exited["podIP"], "10.64.1.2");
+        assert_eq!(exited["startTime"], running["startTime"]);
+        assert_eq!(exited["phase"], "Succeeded");
     }
 
     #[test]
@@ -871,6 +905,62 @@ mod tests {
                 status["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed",
                 "relist {relist}"
             );
+        }
+    }
+
+    /// The kubelet's status write starts from its own read of the pod while the store
+    /// still holds the pod at that resourceVersion, and from the stored pod once another
+    /// write moved it on: nothing that write changed is lost.
+    #[tokio::test]
+    async fn a_status_write_from_a_stale_read_keeps_the_later_write() {
+        let cluster = super::super::workload::testing::cluster().await;
+        let api = cluster.api().clone();
+        let pods = api.registry.get("", "v1", "pods").expect("pods");
+        let body = json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "app:v1"}]},
+        });
+        api.create(&pods, "default", body, &Default::default())
+            .expect("pod created");
+        let key = ObjectKey::new("pods", "default", "p");
+        let read = || {
+            let stored = api.store.get(&key).expect("stored");
+            Read {
+                resource_version: stored.resource_version,
+                object: stored.value(),
+            }
+        };
+        let stale = read();
+        let label = json!({"metadata": {"labels": {"a": "b"}}});
+        api.patch(
+            &pods,
+            "default",
+            "p",
+            None,
+            PatchType::Merge,
+            label,
+            &Default::default(),
+        )
+        .expect("labelled");
+        let options = WriteOptions {
+            field_manager: Some(KUBELET.into()),
+            ..WriteOptions::default()
+        };
+        for (read, phase) in [(stale, "Running"), (read(), "Succeeded")] {
+            let status = json!({"status": {"phase": phase}});
+            api.merge_patch_read(
+                &pods,
+                "default",
+                "p",
+                Some("status"),
+                &status,
+                &options,
+                read,
+            )
+            .expect("status written");
+            let pod = api.store.get(&key).expect("stored").value();
+            assert_eq!(pod["metadata"]["labels"]["a"], "b", "{phase}");
+            assert_eq!(pod["status"]["phase"], phase);
         }
     }
 

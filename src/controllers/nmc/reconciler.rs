@@ -36,6 +36,7 @@ use crate::clock::rfc3339;
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context, managers};
 use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
+use crate::controllers::lean::Lean;
 use crate::controllers::node::NodeFacts;
 
 /// Why a reconcile failed; it is retried.
@@ -134,7 +135,7 @@ impl Data {
     }
 
     /// The reconciler wrote `node`'s NMC; the API server answered with `written`.
-    fn wrote(&self, node: &str, written: &NodeModulesConfig) {
+    fn wrote(&self, node: &str, written: &Written) {
         self.own_writes.wrote(
             node,
             written.metadata.resource_version.as_deref(),
@@ -146,14 +147,15 @@ impl Data {
 /// `node`'s NMC: the cached one, or a fresh read while the cache has not shown the
 /// reconciler's last write to it.
 async fn read_nmc(
-    nmcs: &Api<NodeModulesConfig>,
+    nmcs: &Api<Lean<NodeModulesConfig>>,
     data: &Data,
     node: &str,
 ) -> Result<Option<Arc<NodeModulesConfig>>, kube::Error> {
     if !data.own_writes.pending(node) {
         return Ok(data.stores.nmcs.get(&ObjectRef::new(node)));
     }
-    let fresh = nmcs.get_opt(node).await?;
+    // Read past its managed fields, as the cache does.
+    let fresh = nmcs.get_opt(node).await?.map(Lean::into_inner);
     data.own_writes.read_fresh(
         node,
         fresh
@@ -240,7 +242,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         // The pods' events bring the node back once the cache shows the last writes.
         return Ok(Action::requeue(wait));
     }
-    let nmcs: Api<NodeModulesConfig> = Api::all(ctx.client.clone());
+    let nmcs: Api<Lean<NodeModulesConfig>> = Api::all(ctx.client.clone());
     let Some(nmc) = read_nmc(&nmcs, &data, &name).await? else {
         return Ok(Action::await_change());
     };
@@ -337,13 +339,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     // 1. The status, and the failures, before any pod is deleted.
     if let Some(status) = &decision.status {
         let patch = json!({"status": {"modules": status}});
-        let written = nmcs
-            .patch_status(
-                &name,
-                &PatchParams::apply(managers::NMC),
-                &Patch::Merge(patch),
-            )
-            .await?;
+        let written = patch_nmc(&ctx.client, &name, Some("status"), &patch).await?;
         data.wrote(&name, &written);
     }
     let mut nmc_metadata = Map::new();
@@ -357,13 +353,8 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         nmc_metadata.insert("labels".into(), label_patch(&decision.nmc_labels));
     }
     if !nmc_metadata.is_empty() {
-        let written = nmcs
-            .patch(
-                &name,
-                &PatchParams::apply(managers::NMC),
-                &Patch::Merge(json!({"metadata": nmc_metadata})),
-            )
-            .await?;
+        let patch = json!({"metadata": nmc_metadata});
+        let written = patch_nmc(&ctx.client, &name, None, &patch).await?;
         data.wrote(&name, &written);
     }
 
@@ -419,15 +410,18 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
 
     // 4. Labels.
     if !decision.node_labels.is_empty() {
-        let nodes: Api<Node> = Api::all(ctx.client.clone());
         let patch = json!({"metadata": {"labels": label_patch(&decision.node_labels)}});
-        nodes
+        let request = kube::core::Request::new(Node::url_path(&(), None))
             .patch(
                 &name,
                 &PatchParams::apply(managers::NMC),
                 &Patch::Merge(patch),
             )
-            .await?;
+            .map_err(kube::Error::BuildRequest)?;
+        ctx.client
+            .request::<serde::de::IgnoredAny>(request)
+            .await
+            .map_err(Error::from)?;
     }
 
     events(ctx, stores, &node, &finished).await;
@@ -437,18 +431,39 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     })
 }
 
-/// What the reconciler reads of the API server's answer to a pod write: a worker pod's
-/// whole body is most of the cost of parsing the answer, and only its identity is used.
+/// What the reconciler reads of the API server's answer to a write: the whole body (a
+/// worker pod, an NMC listing every module twice) is most of the cost of parsing the
+/// answer, and only its identity and resourceVersion are used.
 #[derive(serde::Deserialize)]
 struct Written {
     metadata: WrittenMeta,
 }
 
 #[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct WrittenMeta {
     name: Option<String>,
     namespace: Option<String>,
     uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+/// Merge-patches NMC `name` (its `subresource`, when given) as the NMC reconciler.
+async fn patch_nmc(
+    client: &kube::Client,
+    name: &str,
+    subresource: Option<&str>,
+    patch: &Value,
+) -> Result<Written, kube::Error> {
+    let params = PatchParams::apply(managers::NMC);
+    let patch = Patch::Merge(patch);
+    let request = kube::core::Request::new(NodeModulesConfig::url_path(&(), None));
+    let request = match subresource {
+        Some(subresource) => request.patch_subresource(subresource, name, &params, &patch),
+        None => request.patch(name, &params, &patch),
+    }
+    .map_err(kube::Error::BuildRequest)?;
+    client.request(request).await
 }
 
 /// Creates `pod` in `namespace`; the pod answered has only its name, namespace and uid.
