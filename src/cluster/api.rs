@@ -499,9 +499,10 @@ impl Api {
         .map(Answer::into_value)
     }
 
-    /// A merge patch of `subresource` (or the object) from a caller that has `read` the
-    /// object: while the store still holds it at that resourceVersion, the patch starts
-    /// from the caller's parse instead of parsing the stored bytes again.
+    /// A merge patch of `subresource` (or the object), from a caller that may have `read`
+    /// the object: while the store still holds it at that resourceVersion, the patch starts
+    /// from the caller's parse instead of parsing the stored bytes again. The answer is not
+    /// built.
     #[allow(clippy::too_many_arguments)]
     pub fn merge_patch_read(
         &self,
@@ -511,7 +512,7 @@ impl Api {
         subresource: Option<&str>,
         patch: &Value,
         options: &WriteOptions,
-        read: Read,
+        read: Option<Read>,
     ) -> Result<(), ApiError> {
         let manager = manager_of(options);
         self.patch_existing(
@@ -521,7 +522,7 @@ impl Api {
             patch,
             options,
             &manager,
-            Some(read),
+            read,
         )
         .map(|_| ())
     }

@@ -16,7 +16,7 @@ use super::nodes::{self, KUBELET};
 use super::placement;
 use crate::api::labels;
 use crate::clock::rfc3339;
-use crate::cluster::api::{DeleteOptions, PatchType, Read, WriteOptions};
+use crate::cluster::api::{DeleteOptions, Read, WriteOptions};
 use crate::cluster::errors::ApiError;
 use crate::cluster::store::{Change, Closed, EventType, Followed, Follower, ObjectKey};
 
@@ -592,34 +592,19 @@ impl Kubelet {
             field_manager: Some(KUBELET.into()),
             ..WriteOptions::default()
         };
-        let patch = json!({"status": status});
-        match read {
-            Some((resource_version, object)) => self.sim.api.merge_patch_read(
-                &pods,
-                &key.namespace,
-                &key.name,
-                Some("status"),
-                &patch,
-                &options,
-                Read {
-                    resource_version,
-                    object,
-                },
-            ),
-            None => self
-                .sim
-                .api
-                .patch(
-                    &pods,
-                    &key.namespace,
-                    &key.name,
-                    Some("status"),
-                    PatchType::Merge,
-                    patch,
-                    &options,
-                )
-                .map(|_| ()),
-        }
+        let read = read.map(|(resource_version, object)| Read {
+            resource_version,
+            object,
+        });
+        self.sim.api.merge_patch_read(
+            &pods,
+            &key.namespace,
+            &key.name,
+            Some("status"),
+            &json!({"status": status}),
+            &options,
+            read,
+        )
     }
 }
 
@@ -781,6 +766,7 @@ fn terminated_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::api::PatchType;
     use crate::cluster::sim::config::ClusterConfig;
     use crate::cluster::store::ObjectKey;
 
@@ -955,7 +941,7 @@ mod tests {
                 Some("status"),
                 &status,
                 &options,
-                read,
+                Some(read),
             )
             .expect("status written");
             let pod = api.store.get(&key).expect("stored").value();
