@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -621,20 +622,35 @@ impl Controllers {
 /// Set to the kubeconfig's path, it makes this binary the controllers' process.
 const CONTROLLERS_ENV: &str = "CAPSTAN_KMM_BENCH_CONTROLLERS";
 
-/// The NMCs the controllers' process has reconciled since the controllers last started,
-/// by reference: kube's controller opens a "reconciling object" span for each reconcile.
+/// The NMC reconciles of the controllers' process, counted from kube's "reconciling
+/// object" span (one per reconcile): how many there were in all, and, once armed by a
+/// restart, which NMCs were reconciled since (the rollout only counts, so the harness's
+/// own bookkeeping stays out of the controllers' CPU).
 #[derive(Clone, Default)]
-struct Reconciled(Arc<Mutex<HashSet<String>>>);
+struct Reconciled(Arc<ReconciledInner>);
+
+#[derive(Default)]
+struct ReconciledInner {
+    total: AtomicU64,
+    armed: AtomicBool,
+    since_restart: Mutex<HashSet<String>>,
+}
 
 impl Reconciled {
     const SPAN: &str = "reconciling object";
 
     fn count(&self) -> usize {
-        self.0.lock().expect("reconciled lock").len()
+        self.0.since_restart.lock().expect("reconciled lock").len()
     }
 
-    fn clear(&self) {
-        self.0.lock().expect("reconciled lock").clear();
+    fn total(&self) -> u64 {
+        self.0.total.load(Ordering::Relaxed)
+    }
+
+    /// From now on, remember which NMCs are reconciled.
+    fn arm(&self) {
+        self.0.since_restart.lock().expect("reconciled lock").clear();
+        self.0.armed.store(true, Ordering::Relaxed);
     }
 }
 
@@ -645,18 +661,48 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Reconciled {
         _id: &tracing::span::Id,
         _ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
-        struct ObjectRef(Option<String>);
+        /// The object's reference, whole once armed, else its first bytes only (enough
+        /// to tell an NMC's, without an allocation per reconcile).
+        struct ObjectRef {
+            whole: bool,
+            text: String,
+        }
+        impl std::fmt::Write for ObjectRef {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                let room = if self.whole {
+                    s.len()
+                } else {
+                    NMC_REF.len().saturating_sub(self.text.len())
+                };
+                self.text.extend(s.chars().take(room));
+                Ok(())
+            }
+        }
         impl tracing::field::Visit for ObjectRef {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
                 if field.name() == "object.ref" {
-                    self.0 = Some(format!("{value:?}"));
+                    use std::fmt::Write as _;
+                    let _ = write!(self, "{value:?}");
                 }
             }
         }
-        let mut object = ObjectRef(None);
+        const NMC_REF: &str = "NodeModulesConfig";
+        let whole = self.0.armed.load(Ordering::Relaxed);
+        let mut object = ObjectRef {
+            whole,
+            text: String::with_capacity(if whole { 64 } else { NMC_REF.len() }),
+        };
         attrs.record(&mut object);
-        if let Some(object) = object.0.filter(|o| o.starts_with("NodeModulesConfig")) {
-            self.0.lock().expect("reconciled lock").insert(object);
+        if !object.text.starts_with(NMC_REF) {
+            return;
+        }
+        self.0.total.fetch_add(1, Ordering::Relaxed);
+        if whole {
+            self.0
+                .since_restart
+                .lock()
+                .expect("reconciled lock")
+                .insert(object.text);
         }
     }
 }
@@ -702,9 +748,10 @@ async fn controllers_process(kubeconfig: &Path, selection: &Selection) {
                 serde_json::to_string(&counts).expect("counts serialize")
             }
             "reconciled" => reconciled.count().to_string(),
+            "reconciles" => reconciled.total().to_string(),
             "restart" => {
                 running.stop().await;
-                reconciled.clear();
+                reconciled.arm();
                 running = Controllers::start(&client, selection);
                 "ok".to_string()
             }
@@ -765,6 +812,11 @@ impl ControllersProcess {
 
     async fn reconciled(&mut self) -> usize {
         self.ask("reconciled").await.parse().expect("a count")
+    }
+
+    /// Every NMC reconcile since the controllers' process started.
+    async fn reconciles(&mut self) -> u64 {
+        self.ask("reconciles").await.parse().expect("a count")
     }
 
     async fn restart(&mut self) {
@@ -877,6 +929,7 @@ async fn main() {
     }
     let converged = wait_converged(&plain, &selection, nodes, started, &mut controllers).await;
     let rollout = since(&controllers.requests().await, &BTreeMap::new());
+    let reconciles = controllers.reconciles().await;
     let (_, loaded_pairs) = loaded(&plain).await;
     let controllers_peak_rollout = controllers.peak_rss_mib();
     let speed_after = machine_speed_check();
@@ -971,6 +1024,11 @@ async fn main() {
     row(
         "  of which NMC GETs (cache behind the reconciler's own write)",
         format!("{}", rollout.count("GET", "nodemodulesconfigs")),
+        "",
+    );
+    row(
+        "NMC reconciles during the rollout (per node)",
+        format!("{reconciles} ({:.1})", reconciles as f64 / nodes as f64),
         "",
     );
     row(
