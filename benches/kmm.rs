@@ -649,7 +649,11 @@ impl Reconciled {
 
     /// From now on, remember which NMCs are reconciled.
     fn arm(&self) {
-        self.0.since_restart.lock().expect("reconciled lock").clear();
+        self.0
+            .since_restart
+            .lock()
+            .expect("reconciled lock")
+            .clear();
         self.0.armed.store(true, Ordering::Relaxed);
     }
 }

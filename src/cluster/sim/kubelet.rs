@@ -52,12 +52,27 @@ struct Tracked {
     restarts: u32,
     ip: Option<String>,
     start_time: Option<String>,
-    /// The running status of containers due to exit before the next relist: the kubelet
-    /// never reports it, and their exit is reported on top of it.
-    unreported: Option<Value>,
+    /// The start of containers due to exit before the next relist: the kubelet never
+    /// reports it, and their exit is reported on top of it.
+    unreported: Option<Unreported>,
     /// The pod as the last action read it, at its resourceVersion: the next action reads
     /// it again only if it changed since.
     read: Option<(u64, Value)>,
+}
+
+/// A start the kubelet never reports, as the exit needs it.
+enum Unreported {
+    /// The running status, from the pod as the start read it.
+    Status(Value),
+    /// A worker's start, taken without reading the pod (its labels and node are in the
+    /// store's projection): the exit reads the pod once for both, admits it if this was
+    /// its first start, and reports the running status of `now` under its exit. Until the
+    /// exit nothing of the pod is held, however many starts are due at once.
+    Worker {
+        now: String,
+        host_ip: String,
+        first_start: bool,
+    },
 }
 
 /// Runs the kubelets of all simulated nodes until the store closes.
@@ -381,6 +396,13 @@ impl Kubelet {
     }
 
     async fn start(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
+        let timing = &self.sim.config.timing;
+        if exits_unseen(timing.worker(), timing.relist())
+            && let Some(stored) = self.sim.api.store.get(key)
+            && is_worker(&stored.projection)
+        {
+            return self.start_unseen_worker(key, &stored.projection);
+        }
         let Some((version, pod)) = self.read_pod(key) else {
             return Ok(());
         };
@@ -402,8 +424,7 @@ impl Kubelet {
         let first_start = self.pods.get(key).is_some_and(|t| !t.started);
         if first_start && let Err(unfit) = placement::admits(&pod["spec"], &node) {
             self.forget(key);
-            let status = json!({"phase": "Failed", "reason": unfit.reason, "message": format!("Pod was rejected: {}", unfit.message)});
-            return self.write_status(key, status);
+            return self.write_status(key, rejected_status(&unfit));
         }
         let image = pod
             .pointer("/spec/containers/0/image")
@@ -420,36 +441,11 @@ impl Kubelet {
                 ),
             );
         }
-        let index = self.sim.node_index(&node_name);
-        let ip = {
-            let tracked = self.pods.get(key);
-            match tracked.and_then(|t| t.ip.clone()) {
-                Some(ip) => ip,
-                None => {
-                    let n = self.next_ip.entry(node_name.clone()).or_insert(0);
-                    *n += 1;
-                    nodes::pod_ip(index, *n)
-                }
-            }
-        };
+        let ip = self.pod_ip(key, &node_name);
         let now = rfc3339(self.sim.api.clock.now());
-        let restarts;
-        let start_time;
-        {
-            let Some(tracked) = self.pods.get_mut(key) else {
-                return Ok(());
-            };
-            if tracked.started {
-                tracked.restarts += 1;
-            }
-            tracked.started = true;
-            tracked.ip = Some(ip.clone());
-            start_time = tracked
-                .start_time
-                .get_or_insert_with(|| now.clone())
-                .clone();
-            restarts = tracked.restarts;
-        }
+        let Some((restarts, start_time)) = self.mark_started(key, &ip, &now) else {
+            return Ok(());
+        };
         let host_ip = self.sim.node_ip(&node);
         // A worker is Running (not Ready) while it works; other pods are Ready at once.
         let status = running_status(&pod, &ip, &host_ip, &start_time, &now, restarts, !worker);
@@ -463,7 +459,7 @@ impl Kubelet {
         if exit_after.is_some_and(|after| exits_unseen(after, self.sim.config.timing.relist())) {
             // Nothing written: the exit reads the pod as this start did.
             if let Some(tracked) = self.pods.get_mut(key) {
-                tracked.unreported = Some(status);
+                tracked.unreported = Some(Unreported::Status(status));
                 tracked.read = Some((version, pod));
             }
         } else {
@@ -480,6 +476,115 @@ impl Kubelet {
         Ok(())
     }
 
+    /// Starts a worker whose run ends before the next relist, from the store's projection
+    /// of the pod (its labels, node and deletion): nothing is written, and the exit reads
+    /// the pod.
+    fn start_unseen_worker(&mut self, key: &ObjectKey, projection: &Value) -> Result<(), ApiError> {
+        if projection.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(());
+        }
+        let node_name = projection
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let Some(node) = self.read_node(&node_name) else {
+            return Ok(());
+        };
+        if !nodes::is_ready(&node) {
+            // Started again when the node is Ready (observe_node).
+            return Ok(());
+        }
+        let first_start = self.pods.get(key).is_some_and(|t| !t.started);
+        let ip = self.pod_ip(key, &node_name);
+        let now = rfc3339(self.sim.api.clock.now());
+        if self.mark_started(key, &ip, &now).is_none() {
+            return Ok(());
+        }
+        let host_ip = self.sim.node_ip(&node);
+        let Some(tracked) = self.pods.get_mut(key) else {
+            return Ok(());
+        };
+        tracked.unreported = Some(Unreported::Worker {
+            now,
+            host_ip,
+            first_start,
+        });
+        let uid = tracked.uid.clone();
+        self.schedule(self.sim.config.timing.worker(), key, &uid, Action::Exit);
+        Ok(())
+    }
+
+    /// The pod's IP: the one it had, or the node's next.
+    fn pod_ip(&mut self, key: &ObjectKey, node_name: &str) -> String {
+        if let Some(ip) = self.pods.get(key).and_then(|t| t.ip.clone()) {
+            return ip;
+        }
+        let index = self.sim.node_index(node_name);
+        let n = self.next_ip.entry(node_name.to_string()).or_insert(0);
+        *n += 1;
+        nodes::pod_ip(index, *n)
+    }
+
+    /// Records a start of the pod's containers at `now`: its restarts and start time.
+    fn mark_started(&mut self, key: &ObjectKey, ip: &str, now: &str) -> Option<(u32, String)> {
+        let tracked = self.pods.get_mut(key)?;
+        if tracked.started {
+            tracked.restarts += 1;
+        }
+        tracked.started = true;
+        tracked.ip = Some(ip.to_string());
+        let start_time = tracked
+            .start_time
+            .get_or_insert_with(|| now.to_string())
+            .clone();
+        Some((tracked.restarts, start_time))
+    }
+
+    /// The running status of a start never reported, resolved against the pod the exit
+    /// read; Err with the rejection when the deferred first start does not admit it.
+    fn unreported_status(
+        &mut self,
+        key: &ObjectKey,
+        pod: &Value,
+        unreported: Option<Unreported>,
+    ) -> Result<Option<Value>, Value> {
+        let (now, host_ip, first_start) = match unreported {
+            None => return Ok(None),
+            Some(Unreported::Status(status)) => return Ok(Some(status)),
+            Some(Unreported::Worker {
+                now,
+                host_ip,
+                first_start,
+            }) => (now, host_ip, first_start),
+        };
+        if first_start {
+            let node_name = pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if let Some(node) = self.read_node(node_name)
+                && let Err(unfit) = placement::admits(&pod["spec"], &node)
+            {
+                return Err(rejected_status(&unfit));
+            }
+        }
+        let Some(tracked) = self.pods.get(key) else {
+            return Ok(None);
+        };
+        let ip = tracked.ip.clone().unwrap_or_default();
+        let start_time = tracked.start_time.clone().unwrap_or_else(|| now.clone());
+        Ok(Some(running_status(
+            pod,
+            &ip,
+            &host_ip,
+            &start_time,
+            &now,
+            tracked.restarts,
+            false,
+        )))
+    }
+
     /// Containers exited: a worker's result, or a pod's configured exit.
     async fn exit(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
         let Some((version, pod)) = self.read_pod(key) else {
@@ -489,6 +594,13 @@ impl Kubelet {
             return Ok(());
         }
         let unreported = self.pods.get_mut(key).and_then(|t| t.unreported.take());
+        let unreported = match self.unreported_status(key, &pod, unreported) {
+            Ok(status) => status,
+            Err(rejected) => {
+                self.forget(key);
+                return self.write_status_read(key, rejected, Some((version, pod)));
+            }
+        };
         let (code, message) = if is_worker(&pod) {
             let node = pod
                 .pointer("/spec/nodeName")
@@ -606,6 +718,11 @@ impl Kubelet {
             read,
         )
     }
+}
+
+/// The status of a pod the node does not admit.
+fn rejected_status(unfit: &placement::Unfit) -> Value {
+    json!({"phase": "Failed", "reason": unfit.reason, "message": format!("Pod was rejected: {}", unfit.message)})
 }
 
 /// Whether a container that exits `after` it started is only ever seen exited: the
@@ -891,6 +1008,76 @@ mod tests {
                 status["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed",
                 "relist {relist}"
             );
+        }
+    }
+
+    /// A worker whose run ends between two relists starts from the store's projection
+    /// alone: nothing is written and nothing of the pod is held until its exit, which
+    /// admits it (a worker that does not fit is rejected then, with the admission's
+    /// reason) and reports the run once, with everything its start set.
+    #[tokio::test]
+    async fn a_worker_run_between_relists_reads_the_pod_only_at_its_exit() {
+        for (selector, phase, reason) in [
+            (json!({}), "Failed", None),
+            (
+                json!({"no": "such-label"}),
+                "Failed",
+                Some(placement::NODE_AFFINITY),
+            ),
+        ] {
+            let cluster = super::super::workload::testing::cluster().await;
+            let api = cluster.api().clone();
+            let sim = simulation(&api, "nodes:\n  - name: n1\ntiming: {relistSeconds: 1}\n");
+            let mut changes = api.store.subscribe();
+            let pods = api.registry.get("", "v1", "pods").expect("pods");
+            let body = json!({
+                "metadata": {"name": "w", "namespace": "default",
+                             "labels": {labels::COMPONENT_LABEL: labels::WORKER_COMPONENT,
+                                        labels::WORKER_ACTION_LABEL: "Load"}},
+                "spec": {"nodeName": "n1", "restartPolicy": "Never", "nodeSelector": selector,
+                         "containers": [{"name": "worker", "image": "worker:v1"}]},
+            });
+            api.create(&pods, "default", body, &Default::default())
+                .expect("pod created");
+            let key = ObjectKey::new("pods", "default", "w");
+            let mut kubelet = Kubelet::new(sim);
+            while let Ok(change) = changes.try_recv() {
+                kubelet.observe(&change);
+            }
+            kubelet.start(&key).await.expect("started");
+            let tracked = kubelet.pods.get(&key).expect("tracked");
+            assert!(tracked.started && tracked.read.is_none(), "{reason:?}");
+            assert!(
+                matches!(tracked.unreported, Some(Unreported::Worker { .. })),
+                "{reason:?}"
+            );
+            assert!(changes.try_recv().is_err(), "{reason:?}: the start wrote");
+            kubelet.exit(&key).await.expect("exited");
+            let mut seen = Vec::new();
+            while let Ok(change) = changes.try_recv() {
+                if change.key == key {
+                    seen.push(change.value().clone());
+                }
+            }
+            assert_eq!(seen.len(), 1, "{reason:?}: one status write");
+            let status = &seen[0]["status"];
+            assert_eq!(status["phase"], phase, "{reason:?}: {status}");
+            match reason {
+                // Without a worker config the worker itself fails, after running.
+                None => {
+                    assert!(status["startTime"].is_string(), "{status}");
+                    assert!(status["podIP"].is_string(), "{status}");
+                    assert_eq!(
+                        status["containerStatuses"][0]["state"]["terminated"]["exitCode"], 1,
+                        "{status}"
+                    );
+                }
+                Some(reason) => {
+                    assert_eq!(status["reason"], reason, "{status}");
+                    assert!(status.get("containerStatuses").is_none(), "{status}");
+                }
+            }
+            assert!(!kubelet.pods.contains_key(&key), "{reason:?}: forgotten");
         }
     }
 

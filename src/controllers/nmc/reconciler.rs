@@ -49,6 +49,14 @@ pub enum Error {
 
 const RETRY: Duration = Duration::from_secs(1);
 
+/// How long a node's NMC waits for more changes before it is reconciled: the worker pods
+/// a reconcile starts on a node finish within moments of each other, and each finish is a
+/// pod event. Gathered, one pass reads them all into the status (one status write, one
+/// label write) instead of one pass, and perhaps one write, per pod. The wait starts over
+/// with each change (kube's trailing-edge debounce), so it is kept far below anything
+/// that changes a node steadily (a real kubelet's status heartbeat is 10 s).
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
 struct Data {
     ctx: Arc<Context>,
     stores: Arc<Stores>,
@@ -92,7 +100,11 @@ pub fn run(
             })
     };
     let controller = Controller::for_shared_stream(nmcs, stores.nmcs.clone())
-        .with_config(Config::default().concurrency(CONCURRENCY))
+        .with_config(
+            Config::default()
+                .concurrency(CONCURRENCY)
+                .debounce(DEBOUNCE),
+        )
         // Not `owns`: kube keys a namespaced pod's owner in the pod's namespace, which would
         // make a second, concurrent key for the same cluster-scoped NMC.
         .watches_shared_stream(pods, |pod: Arc<Pod>| {
