@@ -406,21 +406,9 @@ impl Kubelet {
         let Some((version, pod)) = self.read_pod(key) else {
             return Ok(());
         };
-        if pod.pointer("/metadata/deletionTimestamp").is_some() {
-            return Ok(());
-        }
-        let node_name = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let Some(node) = self.read_node(&node_name) else {
+        let Some((node_name, node)) = self.startable_on(&pod) else {
             return Ok(());
         };
-        if !nodes::is_ready(&node) {
-            // Started again when the node is Ready (observe_node).
-            return Ok(());
-        }
         let first_start = self.pods.get(key).is_some_and(|t| !t.started);
         if first_start && let Err(unfit) = placement::admits(&pod["spec"], &node) {
             self.forget(key);
@@ -480,21 +468,9 @@ impl Kubelet {
     /// of the pod (its labels, node and deletion): nothing is written, and the exit reads
     /// the pod.
     fn start_unseen_worker(&mut self, key: &ObjectKey, projection: &Value) -> Result<(), ApiError> {
-        if projection.pointer("/metadata/deletionTimestamp").is_some() {
-            return Ok(());
-        }
-        let node_name = projection
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let Some(node) = self.read_node(&node_name) else {
+        let Some((node_name, node)) = self.startable_on(projection) else {
             return Ok(());
         };
-        if !nodes::is_ready(&node) {
-            // Started again when the node is Ready (observe_node).
-            return Ok(());
-        }
         let first_start = self.pods.get(key).is_some_and(|t| !t.started);
         let ip = self.pod_ip(key, &node_name);
         let now = rfc3339(self.sim.api.clock.now());
@@ -513,6 +489,22 @@ impl Kubelet {
         let uid = tracked.uid.clone();
         self.schedule(self.sim.config.timing.worker(), key, &uid, Action::Exit);
         Ok(())
+    }
+
+    /// The node whose containers `pod` (the pod or its projection) starts on now: none
+    /// while the pod is being deleted, and none while its node is not Ready (the pod is
+    /// started again when the node is, in `observe_node`).
+    fn startable_on(&mut self, pod: &Value) -> Option<(String, Arc<Value>)> {
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return None;
+        }
+        let node_name = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let node = self.read_node(&node_name)?;
+        nodes::is_ready(&node).then_some((node_name, node))
     }
 
     /// The pod's IP: the one it had, or the node's next.
