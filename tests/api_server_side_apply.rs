@@ -234,3 +234,60 @@ async fn apply_without_a_field_manager_is_refused() {
     .await;
     assert_eq!(code, 400, "{status}");
 }
+
+/// A create owns no status of a kind with a status subresource (upstream's reset fields):
+/// a pod's Pending is the server's, so the first status write takes nothing from the
+/// creator, and the status writer's own entry owns what it wrote.
+#[tokio::test]
+async fn a_create_owns_no_status_and_a_status_write_takes_nothing_from_it() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PostParams;
+
+    let (_cluster, client) = common::start().await;
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "owned", "labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.9"},
+    }))
+    .expect("pod");
+    let params = PostParams {
+        field_manager: Some("creator".into()),
+        ..PostParams::default()
+    };
+    let created = pods.create(&params, &pod).await.expect("create");
+    let status = created.status.as_ref().expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(status.pod_ip, None, "a create sets no status of its own");
+    let fields = |pod: &Pod, manager: &str| {
+        let entry = pod
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .find(|entry| entry.manager.as_deref() == Some(manager))
+            .unwrap_or_else(|| panic!("no entry of {manager}: {:?}", pod.metadata));
+        serde_json::to_value(entry.fields_v1.as_ref().expect("fields")).expect("json")
+    };
+    let creator = fields(&created, "creator");
+    assert!(creator.get("f:status").is_none(), "{creator}");
+    assert_eq!(creator["f:metadata"]["f:labels"]["f:app"], json!({}));
+    assert!(creator["f:spec"]["f:containers"].is_object(), "{creator}");
+
+    let written = pods
+        .patch_status(
+            "owned",
+            &PatchParams {
+                field_manager: Some("node-agent".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "10.0.0.9"}})),
+        )
+        .await
+        .expect("status write");
+    assert_eq!(fields(&written, "creator"), creator);
+    let agent = fields(&written, "node-agent");
+    assert_eq!(agent["f:status"]["f:phase"], json!({}), "{agent}");
+    assert_eq!(agent["f:status"]["f:podIP"], json!({}), "{agent}");
+}

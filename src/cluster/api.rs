@@ -372,7 +372,14 @@ impl Api {
         defaults::apply(resource, &mut object);
         validate::object(resource, &object)?;
         let manager = manager_of(options);
-        let object = apply::track_update(
+        // The status of a kind with a status subresource is among upstream's reset fields:
+        // the creator owns none of it (a pod's Pending is the server's, and the kubelet's
+        // first status write then takes nothing from the creator's entry).
+        let status = resource
+            .has_status
+            .then(|| object.as_object_mut()?.shift_remove("status"))
+            .flatten();
+        let mut object = apply::track_update(
             None,
             object,
             &manager,
@@ -380,6 +387,9 @@ impl Api {
             &rfc3339(now),
             None,
         );
+        if let Some(status) = status {
+            object["status"] = status;
+        }
         if options.dry_run {
             return Ok(self.answer(resource, object, None));
         }

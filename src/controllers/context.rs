@@ -15,9 +15,11 @@ use crate::controllers::recorder::{EventKey, Recorder};
 pub const EVENT_REPORTER: &str = "capstan-controllers";
 
 /// How many objects one controller reconciles at once. Unbounded, a fleet-wide change
-/// would open one API connection per node at the same moment; past a few dozen, more
-/// only queue at the API server.
-pub const CONCURRENCY: u16 = 64;
+/// would open one API connection per node at the same moment. A few more than the API
+/// server has cores keep it busy; more only queue there, and cost here: kube's runner
+/// polls every reconcile in flight whenever one of them wakes, and a node that waits for
+/// its turn gathers its changes into one reconcile (docs/benchmarks.md, fifth round).
+pub const CONCURRENCY: u16 = 16;
 
 /// Field managers of the controllers' writes: one per controller, so that Git (manager
 /// `capstan`) and the controllers never own the same field.

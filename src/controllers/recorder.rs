@@ -222,9 +222,7 @@ impl Recorder {
                 let request = kube::core::Request::new(Event::url_path(&(), Some(&namespace)))
                     .create(&PostParams::default(), body)
                     .map_err(kube::Error::BuildRequest)?;
-                self.client
-                    .request::<serde::de::IgnoredAny>(request)
-                    .await?;
+                self.client.request_text(request).await?;
                 self.recent
                     .lock()
                     .expect("recorder lock")

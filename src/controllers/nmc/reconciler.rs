@@ -431,7 +431,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
             )
             .map_err(kube::Error::BuildRequest)?;
         ctx.client
-            .request::<serde::de::IgnoredAny>(request)
+            .request_text(request)
             .await
             .map_err(Error::from)?;
     }
@@ -511,10 +511,7 @@ async fn delete_pod(
     let request = kube::core::Request::new(Pod::url_path(&(), Some(namespace)))
         .delete(name, params)
         .map_err(kube::Error::BuildRequest)?;
-    client
-        .request::<serde::de::IgnoredAny>(request)
-        .await
-        .map(|_| ())
+    client.request_text(request).await.map(|_| ())
 }
 
 /// A merge patch of labels: set values, `null` for removals.
