@@ -12,9 +12,9 @@
 //! Both read the shared watch caches ([`Stores`]) and write with field manager
 //! [`managers::MODULE_NMC`] through JSON merge patches of the fields they own.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -25,6 +25,7 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 use super::{EntryAction, ModuleFacts, decide, loader_status};
 use crate::api::labels::{ModuleKey, ModuleLabel};
@@ -44,9 +45,10 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-/// How long a Module's status waits for more NMC changes before it is counted again: a
-/// rollout over thousands of nodes is counted a few times, not once per NMC write.
-const STATUS_DEBOUNCE: Duration = Duration::from_millis(250);
+/// A Module's NMCs are counted (its status, or whether it is unloaded everywhere) at most
+/// once per this long: a rollout over thousands of nodes is counted every two seconds, not once
+/// per NMC write. See [`Pacer`].
+const COUNT_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Errors are retried after this long, doubled per failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -316,6 +318,74 @@ fn owner_reference(node: &Node) -> OwnerReference {
 struct ModuleCtx {
     ctx: Arc<Context>,
     stores: Arc<Stores>,
+    pacer: Arc<Pacer>,
+}
+
+/// Paces the counts of each Module's NMCs: the first change after a quiet spell is counted
+/// at once, later ones at most once per [`COUNT_INTERVAL`], and the last one always.
+///
+/// A change of an NMC or a Node label queues a reconcile of the Modules it concerns only
+/// when none is queued already; a reconcile takes changes again as it starts, and one due
+/// before its Module's interval is over waits for the rest of it, still queued. kube's
+/// trailing-edge debounce, used before, waited for a pause in the changes, and a steady
+/// rollout has none: the Modules' status, and even their finalizer, waited for its end.
+#[derive(Default)]
+struct Pacer {
+    modules: Mutex<HashMap<ObjectRef<Module>, Paced>>,
+}
+
+#[derive(Default)]
+struct Paced {
+    /// A reconcile is queued: further changes need none.
+    queued: bool,
+    /// When the Module's NMCs were last counted.
+    counted: Option<Instant>,
+}
+
+impl Pacer {
+    fn paced(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<Module>, Paced>> {
+        self.modules.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The Modules of `changed` with no reconcile queued, now queued.
+    fn unqueued(&self, changed: Vec<ObjectRef<Module>>) -> Vec<ObjectRef<Module>> {
+        let mut paced = self.paced();
+        changed
+            .into_iter()
+            .filter(|module| {
+                !std::mem::replace(&mut paced.entry(module.clone()).or_default().queued, true)
+            })
+            .collect()
+    }
+
+    /// A reconcile of `module` starts: changes from now on queue another.
+    fn started(&self, module: &ObjectRef<Module>) {
+        if let Some(paced) = self.paced().get_mut(module) {
+            paced.queued = false;
+        }
+    }
+
+    /// Whether `module`'s NMCs may be counted now (and are taken as counted); otherwise how
+    /// long to wait, with the reconcile that waits queued.
+    fn wait(&self, module: &ObjectRef<Module>, now: Instant) -> Option<Duration> {
+        let mut paced = self.paced();
+        let paced = paced.entry(module.clone()).or_default();
+        match paced.counted {
+            Some(at) if now.saturating_duration_since(at) < COUNT_INTERVAL => {
+                paced.queued = true;
+                Some(COUNT_INTERVAL - now.saturating_duration_since(at))
+            }
+            _ => {
+                paced.counted = Some(now);
+                None
+            }
+        }
+    }
+
+    /// `module` is gone: nothing of it is kept.
+    fn forget(&self, module: &ObjectRef<Module>) {
+        self.paced().remove(module);
+    }
 }
 
 fn module_controller(
@@ -326,26 +396,33 @@ fn module_controller(
     let shutdown = ctx.shutdown.clone();
     let modules_for_nmc = stores.modules.clone();
     let modules_for_node = stores.modules.clone();
+    let pacer = Arc::new(Pacer::default());
     let controller =
         Controller::for_shared_stream(caches.modules.subscribe(), stores.modules.clone())
-            .with_config(Config::default().debounce(STATUS_DEBOUNCE))
-            .watches_shared_stream(
-                caches.nmcs.subscribe(),
-                move |nmc: Arc<NodeModulesConfig>| modules_of_nmc(&nmc, &modules_for_nmc),
-            )
+            .watches_shared_stream(caches.nmcs.subscribe(), {
+                let pacer = pacer.clone();
+                move |nmc: Arc<NodeModulesConfig>| {
+                    pacer.unqueued(modules_of_nmc(&nmc, &modules_for_nmc))
+                }
+            })
             // Node labels decide which nodes a selector matches.
             .watches_shared_stream(
                 changed_only(caches.nodes.subscribe(), node_labels_fingerprint),
-                move |_node: Arc<Node>| {
-                    modules_for_node
-                        .state()
-                        .iter()
-                        .map(|module| ObjectRef::from_obj(module.as_ref()))
-                        .collect::<Vec<_>>()
+                {
+                    let pacer = pacer.clone();
+                    move |_node: Arc<Node>| {
+                        pacer.unqueued(
+                            modules_for_node
+                                .state()
+                                .iter()
+                                .map(|module| ObjectRef::from_obj(module.as_ref()))
+                                .collect(),
+                        )
+                    }
                 },
             )
             .graceful_shutdown_on(async move { shutdown.cancelled().await });
-    let data = Arc::new(ModuleCtx { ctx, stores });
+    let data = Arc::new(ModuleCtx { ctx, stores, pacer });
     async move {
         controller
             .run(reconcile_module, module_error_policy, data)
@@ -400,6 +477,8 @@ fn module_error_policy(_module: Arc<Module>, err: &Error, _data: Arc<ModuleCtx>)
 
 async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<Action, Error> {
     let stores = &data.stores;
+    let reference = ObjectRef::from_obj(module.as_ref());
+    data.pacer.started(&reference);
     stores.ready().await;
     let Ok(facts) = ModuleFacts::from_module(&module) else {
         return Ok(Action::await_change());
@@ -409,8 +488,11 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
     let finalizer = crate::api::labels::MODULE_FINALIZER;
     let finalizers = module.finalizers();
     let has_finalizer = finalizers.iter().any(|f| f == finalizer);
-    let nmcs = stores.nmcs.state();
     if facts.deleting() {
+        if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
+            return Ok(Action::requeue(wait));
+        }
+        let nmcs = stores.nmcs.state();
         let still_there: Vec<&str> = nmcs
             .iter()
             .filter(|nmc| {
@@ -434,6 +516,7 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
                 }
                 Err(err) => return Err(err.into()),
             }
+            data.pacer.forget(&reference);
             tracing::info!(module = %facts.key, "unloaded from every node; finalizer removed");
         } else if !still_there.is_empty() {
             tracing::debug!(module = %facts.key, nodes = still_there.len(), "waiting for the module to be unloaded");
@@ -458,6 +541,10 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
             Err(err) => return Err(err.into()),
         }
     }
+    if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
+        return Ok(Action::requeue(wait));
+    }
+    let nmcs = stores.nmcs.state();
     let nodes = stores.nodes.state();
     let empty = BTreeMap::new();
     let node_labels = nodes
@@ -743,5 +830,50 @@ mod tests {
         assert_eq!(later[0].last_transition_time, "t1");
         assert_eq!(later[1].last_transition_time, "t2");
         let _ = ModuleConfig::default();
+    }
+}
+
+#[cfg(test)]
+mod pacing {
+    use super::*;
+
+    fn module(name: &str) -> ObjectRef<Module> {
+        ObjectRef::new(name).within("kmm")
+    }
+
+    #[test]
+    fn the_pacer_queues_one_reconcile_and_counts_at_most_once_per_interval() {
+        let pacer = Pacer::default();
+        let (a, b) = (module("a"), module("b"));
+        let start = Instant::now();
+        // A change queues a reconcile of each Module it concerns, and only one.
+        assert_eq!(
+            pacer.unqueued(vec![a.clone(), b.clone()]),
+            [a.clone(), b.clone()]
+        );
+        assert_eq!(pacer.unqueued(vec![a.clone(), b.clone()]), []);
+        // The first count is at once; changes during it queue another reconcile.
+        pacer.started(&a);
+        assert_eq!(pacer.wait(&a, start), None);
+        assert_eq!(pacer.unqueued(vec![a.clone()]), std::slice::from_ref(&a));
+        assert_eq!(pacer.unqueued(vec![a.clone()]), []);
+        // That reconcile, due within the interval, waits for the rest of it, still queued.
+        pacer.started(&a);
+        let later = start + Duration::from_millis(300);
+        assert_eq!(
+            pacer.wait(&a, later),
+            Some(COUNT_INTERVAL - Duration::from_millis(300))
+        );
+        assert_eq!(pacer.unqueued(vec![a.clone()]), []);
+        // Once the interval is over it counts, and changes queue a reconcile again.
+        pacer.started(&a);
+        assert_eq!(pacer.wait(&a, start + COUNT_INTERVAL), None);
+        assert_eq!(pacer.unqueued(vec![a.clone()]), std::slice::from_ref(&a));
+        // Another Module keeps its own pace.
+        pacer.started(&b);
+        assert_eq!(pacer.wait(&b, later), None);
+        // A Module gone is forgotten: its next change queues a reconcile.
+        pacer.forget(&b);
+        assert_eq!(pacer.unqueued(vec![b.clone()]), [b]);
     }
 }
