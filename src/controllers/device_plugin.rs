@@ -544,6 +544,8 @@ fn dns_label_part(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use k8s_openapi::api::apps::v1::DaemonSetStatus as AppsStatus;
     use k8s_openapi::api::core::v1::EnvVar;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -586,7 +588,11 @@ mod tests {
     }
 
     fn with_image(mut module: ModuleFacts, image: &str) -> ModuleFacts {
-        if let Some(plugin) = module.object.spec.device_plugin.as_mut() {
+        if let Some(plugin) = Arc::make_mut(&mut module.object)
+            .spec
+            .device_plugin
+            .as_mut()
+        {
             plugin.container.image = image.to_string();
         }
         module
@@ -639,8 +645,9 @@ mod tests {
     }
 
     fn deleting(mut module: ModuleFacts) -> ModuleFacts {
-        module.object.metadata.deletion_timestamp =
-            Some(Time("2026-03-01T10:00:00Z".parse().unwrap()));
+        Arc::make_mut(&mut module.object)
+            .metadata
+            .deletion_timestamp = Some(Time("2026-03-01T10:00:00Z".parse().unwrap()));
         module
     }
 
@@ -678,9 +685,13 @@ mod tests {
         let v1 = module("v1");
         let v2 = module("v2");
         let mut without_plugin = module("v1");
-        without_plugin.object.spec.device_plugin = None;
+        Arc::make_mut(&mut without_plugin.object).spec.device_plugin = None;
         let mut with_env = v1.clone();
-        if let Some(plugin) = with_env.object.spec.device_plugin.as_mut() {
+        if let Some(plugin) = Arc::make_mut(&mut with_env.object)
+            .spec
+            .device_plugin
+            .as_mut()
+        {
             plugin.container.env = vec![EnvVar {
                 name: "DEBUG".to_string(),
                 value: Some("1".to_string()),
@@ -981,7 +992,11 @@ mod tests {
     #[test]
     fn the_modules_containers_volumes_and_mounts_come_first() {
         let mut module = module("");
-        let plugin = module.object.spec.device_plugin.as_mut().unwrap();
+        let plugin = Arc::make_mut(&mut module.object)
+            .spec
+            .device_plugin
+            .as_mut()
+            .unwrap();
         plugin.container.volume_mounts = vec![VolumeMount {
             name: "config".to_string(),
             mount_path: "/etc/plugin".to_string(),
@@ -1043,7 +1058,7 @@ mod tests {
     #[test]
     fn without_a_module_loader_the_selector_alone_places_the_device_plugin() {
         let mut module = module("");
-        module.object.spec.module_loader = None;
+        Arc::make_mut(&mut module.object).spec.module_loader = None;
         let ds = daemon_set(&module, None).unwrap();
         let selector = ds.spec.unwrap().template.spec.unwrap().node_selector;
         assert_eq!(
@@ -1060,7 +1075,7 @@ mod tests {
             "{err}"
         );
         let mut unsaved = module("v1");
-        unsaved.object.metadata.uid = None;
+        Arc::make_mut(&mut unsaved.object).metadata.uid = None;
         let err = decide(&unsaved, &[]).unwrap_err();
         assert_eq!(
             err,
@@ -1159,7 +1174,7 @@ mod tests {
             }
         );
         let mut without_plugin = v2;
-        without_plugin.object.spec.device_plugin = None;
+        Arc::make_mut(&mut without_plugin.object).spec.device_plugin = None;
         assert_eq!(
             plugin_status(&without_plugin, &nodes, &existing),
             DaemonSetStatus::default()

@@ -21,27 +21,36 @@
 //! can load the module and the NMC controller forgets the status once the node has rebooted.
 
 pub mod reconciler;
+pub mod tally;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::kernel_mapping::{self, KernelMappingError};
 use super::node::{NodeFacts, labels_match};
 use crate::api::labels::{LabelError, ModuleKey};
 use crate::api::module::{DaemonSetStatus, Module};
 use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig};
+use kube::ResourceExt;
 
 /// A Module with its checked key, as this controller decides on it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModuleFacts {
     /// Namespace and name.
     pub key: ModuleKey,
-    /// The Module.
-    pub object: Module,
+    /// The Module, shared with the cache it was read from.
+    pub object: Arc<Module>,
 }
 
 impl ModuleFacts {
     /// Checks the Module's key. Fails as [`Module::key`].
     pub fn from_module(module: &Module) -> Result<ModuleFacts, LabelError> {
+        Self::from_shared(&Arc::new(module.clone()))
+    }
+
+    /// As [`ModuleFacts::from_module`], sharing the Module (a cache's copy) instead of
+    /// copying it.
+    pub fn from_shared(module: &Arc<Module>) -> Result<ModuleFacts, LabelError> {
         Ok(ModuleFacts {
             key: module.key()?,
             object: module.clone(),
@@ -169,11 +178,39 @@ pub fn decide(
     Ok(NmcEntryDecision { action, why })
 }
 
+/// What one NMC holds of a Module, as the Module's status counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The spec lists the Module: `desiredNumber` counts the NMC.
+    pub desired: bool,
+    /// The status config equals the spec's: `availableNumber` counts the NMC.
+    pub available: bool,
+    /// The Module is not yet gone from the node: the spec or the status lists it, or the
+    /// NMC still has its `module-in-use` label, which the NMC controller drops only once
+    /// no worker pod of the Module is left on the node either (a loader whose result is not
+    /// in the status yet keeps it).
+    pub present: bool,
+}
+
+/// What `nmc` holds of Module `key`.
+pub fn held(nmc: &NodeModulesConfig, key: &ModuleKey) -> Held {
+    let spec = nmc.spec_module(key);
+    let status = nmc.status_module(key);
+    let in_use = || nmc.labels().contains_key(&key.module_in_use_label());
+    Held {
+        desired: spec.is_some(),
+        available: spec
+            .zip(status)
+            .is_some_and(|(spec, status)| status.config == spec.config),
+        present: spec.is_some() || status.is_some() || in_use(),
+    }
+}
+
 /// `status.moduleLoader` of the Module, as upstream counts it: `nodesMatchingSelectorNumber`
 /// is the nodes the selector targets (whatever their state), `desiredNumber` the NMCs with an
 /// entry for the Module, `availableNumber` those whose status config equals the entry's.
-/// `node_labels` holds the labels of every node; a Module's status is recomputed whenever
-/// any NMC changes, so this reads the cached Nodes in place rather than building their facts.
+/// `node_labels` holds the labels of every node. The controller keeps these counts up to
+/// date from each change instead ([`tally::Tally`]); this is their definition.
 pub fn loader_status<'a>(
     module: &ModuleFacts,
     node_labels: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
@@ -185,17 +222,15 @@ pub fn loader_status<'a>(
         .count();
     let (mut desired, mut available) = (0, 0);
     for nmc in nmcs {
-        let Some(entry) = nmc.spec_module(&module.key) else {
-            continue;
-        };
-        desired += 1;
-        if nmc
-            .status_module(&module.key)
-            .is_some_and(|status| status.config == entry.config)
-        {
-            available += 1;
-        }
+        let held = held(nmc, &module.key);
+        desired += usize::from(held.desired);
+        available += usize::from(held.available);
     }
+    loader_counts(targeted, desired, available)
+}
+
+/// The status counts, saturated to the API's `int32`.
+pub fn loader_counts(targeted: usize, desired: usize, available: usize) -> DaemonSetStatus {
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     DaemonSetStatus {
         nodes_matching_selector_number: count(targeted),
@@ -344,10 +379,11 @@ mod tests {
         let unversioned = module("");
         let unversioned_entry = entry(&unversioned, lit, KERNEL);
         let mut deleting = module("");
-        deleting.object.metadata.deletion_timestamp =
-            Some(Time("2026-03-01T10:00:00Z".parse().unwrap()));
+        Arc::make_mut(&mut deleting.object)
+            .metadata
+            .deletion_timestamp = Some(Time("2026-03-01T10:00:00Z".parse().unwrap()));
         let mut without_loader = module("");
-        without_loader.object.spec.module_loader = None;
+        Arc::make_mut(&mut without_loader.object).spec.module_loader = None;
         let not_ready_cordoned = NodeFacts {
             ready: false,
             unschedulable: true,
@@ -502,12 +538,69 @@ mod tests {
     #[test]
     fn a_broken_mapping_is_an_error_and_no_write() {
         let mut module = module("");
-        if let Some(loader) = module.object.spec.module_loader.as_mut() {
+        if let Some(loader) = Arc::make_mut(&mut module.object)
+            .spec
+            .module_loader
+            .as_mut()
+        {
             loader.container.kernel_mappings[1].container_image =
                 "registry.example/my-kmod:${KERNEL_MAJOR}".to_string();
         }
         let err = decide(&module, &node(OTHER_KERNEL, &[("role", "gpu")]), None).unwrap_err();
         assert!(matches!(err, KernelMappingError::Template { .. }), "{err}");
+    }
+
+    #[test]
+    fn what_an_nmc_holds_of_a_module() {
+        let module = module("");
+        let spec = |image: &str| entry(&module, image, KERNEL);
+        let status = |image: &str| NodeModuleStatus {
+            name: "my-kmod".to_string(),
+            namespace: "kmm-demo".to_string(),
+            config: spec(image).config,
+            ..NodeModuleStatus::default()
+        };
+        let held_by = |spec: Option<NodeModuleSpec>, status: Option<NodeModuleStatus>, in_use| {
+            let mut nmc = NodeModulesConfig::new(
+                "node-1",
+                NodeModulesConfigSpec {
+                    modules: spec.into_iter().collect(),
+                },
+            );
+            nmc.status = Some(NodeModulesConfigStatus {
+                modules: status.into_iter().collect(),
+            });
+            if in_use {
+                nmc.metadata.labels = Some(BTreeMap::from([(
+                    module.key.module_in_use_label(),
+                    String::new(),
+                )]));
+            }
+            let Held {
+                desired,
+                available,
+                present,
+            } = held(&nmc, &module.key);
+            (desired, available, present)
+        };
+        // (spec, status, module-in-use label) -> (desired, available, present)
+        let cases = [
+            (Some(spec("a")), Some(status("a")), true, (true, true, true)),
+            (
+                Some(spec("b")),
+                Some(status("a")),
+                true,
+                (true, false, true),
+            ),
+            (Some(spec("a")), None, true, (true, false, true)),
+            (None, Some(status("a")), true, (false, false, true)),
+            (None, None, true, (false, false, true)),
+            (None, None, false, (false, false, false)),
+        ];
+        for (spec, status, in_use, want) in cases {
+            let case = format!("{spec:?} {status:?} {in_use}");
+            assert_eq!(held_by(spec, status, in_use), want, "{case}");
+        }
     }
 
     #[test]

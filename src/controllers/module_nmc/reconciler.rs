@@ -6,7 +6,8 @@
 //!   something differs: one write per node however many Modules change.
 //! - Per Module: the finalizer (added at once, removed when no NMC lists the Module in its
 //!   spec or status any more, that is when it is unloaded everywhere), `status.moduleLoader`
-//!   ([`loader_status`]) and the `Available` / `Degraded` conditions, written only when
+//!   ([`loader_status`](super::loader_status), kept up to date by the [`Tally`] from each
+//!   NMC and Node change) and the `Available` / `Degraded` conditions, written only when
 //!   they change.
 //!
 //! Both read the shared watch caches ([`Stores`]) and write with field manager
@@ -22,19 +23,19 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{EntryAction, ModuleFacts, decide, loader_status};
+use super::tally::Tally;
+use super::{EntryAction, ModuleFacts, decide};
 use crate::api::labels::{ModuleKey, ModuleLabel};
 use crate::api::module::{Module, ModuleCondition, ModuleStatus};
 use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
 use crate::clock::rfc3339;
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context, managers};
-use crate::controllers::failures::WorkerFailures;
 use crate::controllers::node::NodeFacts;
 
 /// Why a reconcile failed; it is retried with backoff.
@@ -45,10 +46,10 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-/// A Module's NMCs are counted (its status, or whether it is unloaded everywhere) at most
-/// once per this long: a rollout over thousands of nodes is counted every two seconds, not once
-/// per NMC write. See [`Pacer`].
-const COUNT_INTERVAL: Duration = Duration::from_secs(2);
+/// A Module's status counts are written at most once per this long while they keep
+/// changing (a condition that changes is written at once): a rollout over thousands of
+/// nodes writes its progress every two seconds, not once per NMC write. See [`Pacer`].
+const STATUS_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Errors are retried after this long, doubled per failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -84,7 +85,11 @@ fn node_controller(
         .with_config(Config::default().concurrency(CONCURRENCY))
         // A Module's spec or deletion concerns every node; its status does not.
         .watches_shared_stream(
-            changed_only(caches.modules.subscribe(), module_fingerprint),
+            changed_only(
+                caches.modules.subscribe(),
+                stores.modules.clone(),
+                module_fingerprint,
+            ),
             move |_module: Arc<Module>| {
                 all_nodes
                     .state()
@@ -93,9 +98,16 @@ fn node_controller(
                     .collect::<Vec<_>>()
             },
         )
-        .watches_shared_stream(caches.nmcs.subscribe(), |nmc: Arc<NodeModulesConfig>| {
-            Some(ObjectRef::new(&nmc.name_any()))
-        })
+        // The NMC's spec, labels or deletion; its status (the NMC controller's) decides
+        // nothing here.
+        .watches_shared_stream(
+            changed_only(
+                caches.nmcs.subscribe(),
+                stores.nmcs.clone(),
+                nmc_fingerprint,
+            ),
+            |nmc: Arc<NodeModulesConfig>| Some(ObjectRef::new(&nmc.name_any())),
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await });
     let data = Arc::new(NodeCtx { ctx, stores });
     async move {
@@ -106,19 +118,29 @@ fn node_controller(
     }
 }
 
-/// Keeps only the objects whose `fingerprint` changed since the stream last passed them.
-fn changed_only<K: Resource + Send + Sync + 'static>(
+/// Keeps only the objects whose `fingerprint` changed since the stream last passed them,
+/// and those gone from `store` (deleted).
+fn changed_only<K>(
     stream: impl Stream<Item = Arc<K>> + Send + 'static,
+    store: Store<K>,
     fingerprint: fn(&K) -> u64,
-) -> impl Stream<Item = Arc<K>> + Send + 'static {
+) -> impl Stream<Item = Arc<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
     stream.filter(move |object| {
         let key = (
             object.meta().namespace.clone().unwrap_or_default(),
             object.meta().name.clone().unwrap_or_default(),
         );
-        let print = fingerprint(object);
-        let changed = seen.insert(key, print) != Some(print);
+        let changed = if store.get(&ObjectRef::from_obj(object.as_ref())).is_none() {
+            seen.remove(&key);
+            true
+        } else {
+            let print = fingerprint(object);
+            seen.insert(key, print) != Some(print)
+        };
         futures::future::ready(changed)
     })
 }
@@ -137,6 +159,17 @@ fn module_fingerprint(module: &Module) -> u64 {
     serde_json::to_string(&module.spec)
         .unwrap_or_default()
         .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// What of an NMC the node's decision reads: its spec (counted by `generation`), labels
+/// and deletion.
+fn nmc_fingerprint(nmc: &NodeModulesConfig) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    nmc.metadata.uid.hash(&mut hasher);
+    nmc.metadata.generation.hash(&mut hasher);
+    nmc.metadata.labels.hash(&mut hasher);
+    nmc.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     hasher.finish()
 }
 
@@ -249,7 +282,7 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
         .modules
         .state()
         .iter()
-        .filter_map(|module| match ModuleFacts::from_module(module) {
+        .filter_map(|module| match ModuleFacts::from_shared(module) {
             Ok(facts) => Some(facts),
             Err(err) => {
                 tracing::debug!(%err, "module-nmc: a Module with an unusable name is ignored");
@@ -265,13 +298,14 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
     let Some(wants) = node_wants(&facts, &modules, nmc.as_deref()) else {
         return Ok(Action::await_change());
     };
-    let api: Api<NodeModulesConfig> = Api::all(data.ctx.client.clone());
     let params = PatchParams::apply(managers::MODULE_NMC);
     match nmc {
         Some(nmc) => {
             if let Some(patch) = nmc_patch(&nmc, &wants) {
-                api.patch(&facts.name, &params, &Patch::Merge(patch))
-                    .await?;
+                let request = kube::core::Request::new(NodeModulesConfig::url_path(&(), None))
+                    .patch(&facts.name, &params, &Patch::Merge(patch))
+                    .map_err(kube::Error::BuildRequest)?;
+                data.ctx.client.request_text(request).await?;
             }
         }
         None => {
@@ -292,7 +326,14 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
                 field_manager: Some(managers::MODULE_NMC.into()),
                 ..PostParams::default()
             };
-            match api.create(&params, &nmc).await {
+            // The answer is not read: the NMC's watch event brings it to the cache.
+            let request = kube::core::Request::new(NodeModulesConfig::url_path(&(), None))
+                .create(
+                    &params,
+                    serde_json::to_vec(&nmc).map_err(kube::Error::SerdeError)?,
+                )
+                .map_err(kube::Error::BuildRequest)?;
+            match data.ctx.client.request_text(request).await {
                 Ok(_) => {}
                 // Created meanwhile (the cache was behind): the NMC event brings us back.
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -319,16 +360,20 @@ struct ModuleCtx {
     ctx: Arc<Context>,
     stores: Arc<Stores>,
     pacer: Arc<Pacer>,
+    tally: Arc<Tally>,
 }
 
-/// Paces the counts of each Module's NMCs: the first change after a quiet spell is counted
-/// at once, later ones at most once per [`COUNT_INTERVAL`], and the last one always.
+/// Paces the status writes of each Module: the first change of its counts after a quiet
+/// spell is written at once, later ones at most once per [`STATUS_INTERVAL`], and the last
+/// one always; a change of a condition (the rollout completes, workers start or stop
+/// failing) is written at once.
 ///
-/// A change of an NMC or a Node label queues a reconcile of the Modules it concerns only
-/// when none is queued already; a reconcile takes changes again as it starts, and one due
-/// before its Module's interval is over waits for the rest of it, still queued. kube's
-/// trailing-edge debounce, used before, waited for a pause in the changes, and a steady
-/// rollout has none: the Modules' status, and even their finalizer, waited for its end.
+/// A change of an NMC or a Node label queues a reconcile of the Modules whose counts it
+/// changed only when none is queued already; a reconcile takes changes again as it starts,
+/// and one due before its Module's interval is over waits for the rest of it, still queued.
+/// kube's trailing-edge debounce, used before, waited for a pause in the changes, and a
+/// steady rollout has none: the Modules' status, and even their finalizer, waited for its
+/// end.
 #[derive(Default)]
 struct Pacer {
     modules: Mutex<HashMap<ObjectRef<Module>, Paced>>,
@@ -338,8 +383,8 @@ struct Pacer {
 struct Paced {
     /// A reconcile is queued: further changes need none.
     queued: bool,
-    /// When the Module's NMCs were last counted.
-    counted: Option<Instant>,
+    /// When the Module's status was last written.
+    written: Option<Instant>,
 }
 
 impl Pacer {
@@ -365,21 +410,27 @@ impl Pacer {
         }
     }
 
-    /// Whether `module`'s NMCs may be counted now (and are taken as counted); otherwise how
-    /// long to wait, with the reconcile that waits queued.
+    /// Whether `module`'s status may be written now (and is taken as written); otherwise
+    /// how long to wait, with the reconcile that waits queued.
     fn wait(&self, module: &ObjectRef<Module>, now: Instant) -> Option<Duration> {
         let mut paced = self.paced();
         let paced = paced.entry(module.clone()).or_default();
-        match paced.counted {
-            Some(at) if now.saturating_duration_since(at) < COUNT_INTERVAL => {
+        match paced.written {
+            Some(at) if now.saturating_duration_since(at) < STATUS_INTERVAL => {
                 paced.queued = true;
-                Some(COUNT_INTERVAL - now.saturating_duration_since(at))
+                Some(STATUS_INTERVAL - now.saturating_duration_since(at))
             }
             _ => {
-                paced.counted = Some(now);
+                paced.written = Some(now);
                 None
             }
         }
+    }
+
+    /// `module`'s status is written now, whatever the interval: the next write waits for
+    /// the interval from now.
+    fn written(&self, module: &ObjectRef<Module>, now: Instant) {
+        self.paced().entry(module.clone()).or_default().written = Some(now);
     }
 
     /// `module` is gone: nothing of it is kept.
@@ -394,35 +445,47 @@ fn module_controller(
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let shutdown = ctx.shutdown.clone();
-    let modules_for_nmc = stores.modules.clone();
-    let modules_for_node = stores.modules.clone();
     let pacer = Arc::new(Pacer::default());
+    let tally = Arc::new(Tally::default());
+    // Each NMC or Node change updates the tally and queues the Modules whose counts it
+    // changed.
+    let on_nmc = {
+        let (pacer, tally, stores) = (pacer.clone(), tally.clone(), stores.clone());
+        move |nmc: Arc<NodeModulesConfig>| {
+            let name = nmc.name_any();
+            let now = stores.nmcs.get(&ObjectRef::new(&name));
+            let changed = tally.nmc(&name, now.as_deref());
+            pacer.unqueued(existing(changed, &stores.modules))
+        }
+    };
+    let on_node = {
+        let (pacer, tally, stores) = (pacer.clone(), tally.clone(), stores.clone());
+        move |node: Arc<Node>| {
+            let name = node.name_any();
+            let now = stores.nodes.get(&ObjectRef::new(&name));
+            let changed = tally.node(&name, now.as_ref().map(|node| node.labels()));
+            pacer.unqueued(existing(changed, &stores.modules))
+        }
+    };
     let controller =
         Controller::for_shared_stream(caches.modules.subscribe(), stores.modules.clone())
-            .watches_shared_stream(caches.nmcs.subscribe(), {
-                let pacer = pacer.clone();
-                move |nmc: Arc<NodeModulesConfig>| {
-                    pacer.unqueued(modules_of_nmc(&nmc, &modules_for_nmc))
-                }
-            })
+            .watches_shared_stream(caches.nmcs.subscribe(), on_nmc)
             // Node labels decide which nodes a selector matches.
             .watches_shared_stream(
-                changed_only(caches.nodes.subscribe(), node_labels_fingerprint),
-                {
-                    let pacer = pacer.clone();
-                    move |_node: Arc<Node>| {
-                        pacer.unqueued(
-                            modules_for_node
-                                .state()
-                                .iter()
-                                .map(|module| ObjectRef::from_obj(module.as_ref()))
-                                .collect(),
-                        )
-                    }
-                },
+                changed_only(
+                    caches.nodes.subscribe(),
+                    stores.nodes.clone(),
+                    node_labels_fingerprint,
+                ),
+                on_node,
             )
             .graceful_shutdown_on(async move { shutdown.cancelled().await });
-    let data = Arc::new(ModuleCtx { ctx, stores, pacer });
+    let data = Arc::new(ModuleCtx {
+        ctx,
+        stores,
+        pacer,
+        tally,
+    });
     async move {
         controller
             .run(reconcile_module, module_error_policy, data)
@@ -437,35 +500,10 @@ fn node_labels_fingerprint(node: &Node) -> u64 {
     hasher.finish()
 }
 
-/// The Modules an NMC mentions: in its spec, its status, its labels or its worker failures.
-fn modules_of_nmc(
-    nmc: &NodeModulesConfig,
-    modules: &kube::runtime::reflector::Store<Module>,
-) -> Vec<ObjectRef<Module>> {
-    let mut keys: BTreeSet<(String, String)> = nmc
-        .spec
-        .modules
-        .iter()
-        .map(|e| (e.namespace.clone(), e.name.clone()))
-        .collect();
-    if let Some(status) = &nmc.status {
-        keys.extend(
-            status
-                .modules
-                .iter()
-                .map(|e| (e.namespace.clone(), e.name.clone())),
-        );
-    }
-    for label in nmc.labels().keys() {
-        for (_, key) in ModuleLabel::parse(label) {
-            keys.insert((key.namespace().to_string(), key.name().to_string()));
-        }
-    }
-    for key in WorkerFailures::of(nmc).modules() {
-        keys.insert((key.namespace().to_string(), key.name().to_string()));
-    }
+/// The Modules of `keys` that exist.
+fn existing(keys: Vec<ModuleKey>, modules: &Store<Module>) -> Vec<ObjectRef<Module>> {
     keys.into_iter()
-        .map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
+        .map(|key| ObjectRef::new(key.name()).within(key.namespace()))
         .filter(|reference| modules.get(reference).is_some())
         .collect()
 }
@@ -480,7 +518,7 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
     let reference = ObjectRef::from_obj(module.as_ref());
     data.pacer.started(&reference);
     stores.ready().await;
-    let Ok(facts) = ModuleFacts::from_module(&module) else {
+    let Ok(facts) = ModuleFacts::from_shared(&module) else {
         return Ok(Action::await_change());
     };
     let api: Api<Module> = Api::namespaced(data.ctx.client.clone(), facts.key.namespace());
@@ -489,18 +527,8 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
     let finalizers = module.finalizers();
     let has_finalizer = finalizers.iter().any(|f| f == finalizer);
     if facts.deleting() {
-        if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
-            return Ok(Action::requeue(wait));
-        }
-        let nmcs = stores.nmcs.state();
-        let still_there: Vec<&str> = nmcs
-            .iter()
-            .filter(|nmc| {
-                nmc.spec_module(&facts.key).is_some() || nmc.status_module(&facts.key).is_some()
-            })
-            .map(|nmc| nmc.metadata.name.as_deref().unwrap_or(""))
-            .collect();
-        if has_finalizer && still_there.is_empty() {
+        let present = data.tally.present(&facts.key, &stores.nmcs);
+        if has_finalizer && present == 0 {
             let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
             let patch = json!({"metadata": {
                 "finalizers": rest,
@@ -517,9 +545,10 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
                 Err(err) => return Err(err.into()),
             }
             data.pacer.forget(&reference);
+            data.tally.forget(&facts.key);
             tracing::info!(module = %facts.key, "unloaded from every node; finalizer removed");
-        } else if !still_there.is_empty() {
-            tracing::debug!(module = %facts.key, nodes = still_there.len(), "waiting for the module to be unloaded");
+        } else if present > 0 {
+            tracing::debug!(module = %facts.key, nodes = present, "waiting for the module to be unloaded");
         }
         return Ok(Action::await_change());
     }
@@ -541,31 +570,28 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
             Err(err) => return Err(err.into()),
         }
     }
-    if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
-        return Ok(Action::requeue(wait));
-    }
-    let nmcs = stores.nmcs.state();
-    let nodes = stores.nodes.state();
-    let empty = BTreeMap::new();
-    let node_labels = nodes
-        .iter()
-        .map(|node| node.metadata.labels.as_ref().unwrap_or(&empty));
-    let counts = loader_status(&facts, node_labels, nmcs.iter().map(|nmc| nmc.as_ref()));
-    let failures: Vec<(String, crate::controllers::failures::WorkerFailure)> = nmcs
-        .iter()
-        .filter_map(|nmc| {
-            let failure = WorkerFailures::of(nmc).get(&facts.key)?.clone();
-            Some((nmc.name_any(), failure))
-        })
-        .collect();
+    let counts = data.tally.count(&facts, &stores.nmcs, &stores.nodes);
     let current = module.status.clone().unwrap_or_default();
     let now = rfc3339(data.ctx.clock.now());
-    let conditions = conditions(&current, &counts, &failures, &now);
-    if current.module_loader == counts && current.conditions == conditions {
+    let conditions = conditions(&current, &counts.status, &counts.failures, &now);
+    if current.module_loader == counts.status && current.conditions == conditions {
         return Ok(Action::await_change());
     }
+    // A condition that changes status is written at once; counts alone are paced.
+    let transition = conditions.iter().any(|condition| {
+        current
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition.type_)
+            .is_none_or(|c| c.status != condition.status)
+    });
+    if transition {
+        data.pacer.written(&reference, Instant::now());
+    } else if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
+        return Ok(Action::requeue(wait));
+    }
     let status = ModuleStatus {
-        module_loader: counts,
+        module_loader: counts.status,
         conditions,
         ..current
     };
@@ -763,7 +789,7 @@ mod tests {
 
     #[test]
     fn module_fingerprints_ignore_status() {
-        let mut module = module("a", &[]).object;
+        let mut module = Module::clone(&module("a", &[]).object);
         let before = module_fingerprint(&module);
         module.status = Some(ModuleStatus {
             module_loader: DaemonSetStatus {
@@ -842,7 +868,7 @@ mod pacing {
     }
 
     #[test]
-    fn the_pacer_queues_one_reconcile_and_counts_at_most_once_per_interval() {
+    fn the_pacer_queues_one_reconcile_and_writes_at_most_once_per_interval() {
         let pacer = Pacer::default();
         let (a, b) = (module("a"), module("b"));
         let start = Instant::now();
@@ -852,7 +878,7 @@ mod pacing {
             [a.clone(), b.clone()]
         );
         assert_eq!(pacer.unqueued(vec![a.clone(), b.clone()]), []);
-        // The first count is at once; changes during it queue another reconcile.
+        // The first write is at once; changes during it queue another reconcile.
         pacer.started(&a);
         assert_eq!(pacer.wait(&a, start), None);
         assert_eq!(pacer.unqueued(vec![a.clone()]), std::slice::from_ref(&a));
@@ -862,18 +888,90 @@ mod pacing {
         let later = start + Duration::from_millis(300);
         assert_eq!(
             pacer.wait(&a, later),
-            Some(COUNT_INTERVAL - Duration::from_millis(300))
+            Some(STATUS_INTERVAL - Duration::from_millis(300))
         );
         assert_eq!(pacer.unqueued(vec![a.clone()]), []);
-        // Once the interval is over it counts, and changes queue a reconcile again.
+        // Once the interval is over it writes, and changes queue a reconcile again.
         pacer.started(&a);
-        assert_eq!(pacer.wait(&a, start + COUNT_INTERVAL), None);
+        assert_eq!(pacer.wait(&a, start + STATUS_INTERVAL), None);
         assert_eq!(pacer.unqueued(vec![a.clone()]), std::slice::from_ref(&a));
+        // A write out of pace (a condition changed) restarts the interval.
+        let written = start + STATUS_INTERVAL + Duration::from_millis(100);
+        pacer.started(&a);
+        pacer.written(&a, written);
+        assert_eq!(
+            pacer.wait(&a, written + Duration::from_millis(500)),
+            Some(STATUS_INTERVAL - Duration::from_millis(500))
+        );
         // Another Module keeps its own pace.
         pacer.started(&b);
         assert_eq!(pacer.wait(&b, later), None);
         // A Module gone is forgotten: its next change queues a reconcile.
         pacer.forget(&b);
         assert_eq!(pacer.unqueued(vec![b.clone()]), [b]);
+    }
+}
+
+#[cfg(test)]
+mod wakes {
+    use futures::FutureExt;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher;
+
+    use super::*;
+    use crate::api::nmc::NodeModuleStatus;
+
+    fn nmc(generation: i64, label: Option<&str>, loaded: bool) -> NodeModulesConfig {
+        let mut nmc = NodeModulesConfig::new("n1", NodeModulesConfigSpec::default());
+        nmc.metadata.uid = Some("uid-1".to_string());
+        nmc.metadata.generation = Some(generation);
+        nmc.metadata.labels =
+            label.map(|label| BTreeMap::from([(label.to_string(), String::new())]));
+        if loaded {
+            let status = NodeModuleStatus {
+                name: "a".to_string(),
+                namespace: "kmm".to_string(),
+                ..NodeModuleStatus::default()
+            };
+            nmc.status = Some(crate::api::nmc::NodeModulesConfigStatus {
+                modules: vec![status],
+            });
+        }
+        nmc
+    }
+
+    /// Which of `changes` (the object; `false` when it is deleted from the cache before
+    /// the stream sees it) the node reconciler is woken by.
+    fn woken(changes: Vec<(NodeModulesConfig, bool)>) -> Vec<bool> {
+        let (store, mut writer) = reflector::store();
+        let (sender, receiver) = futures::channel::mpsc::unbounded();
+        let mut passed = Box::pin(changed_only(receiver, store, nmc_fingerprint));
+        let mut woken = Vec::new();
+        for (nmc, kept) in changes {
+            let event = if kept {
+                watcher::Event::Apply(nmc.clone())
+            } else {
+                watcher::Event::Delete(nmc.clone())
+            };
+            writer.apply_watcher_event(&event);
+            sender.unbounded_send(Arc::new(nmc)).unwrap();
+            woken.push(passed.next().now_or_never().is_some());
+        }
+        woken
+    }
+
+    #[test]
+    fn a_node_is_woken_by_its_nmc_spec_labels_and_deletion_not_its_status() {
+        assert_eq!(
+            woken(vec![
+                (nmc(1, None, false), true),      // created
+                (nmc(1, None, true), true),       // status only
+                (nmc(2, None, true), true),       // spec (generation)
+                (nmc(2, Some("x"), true), true),  // labels
+                (nmc(2, Some("x"), true), true),  // nothing
+                (nmc(2, Some("x"), true), false), // deleted
+            ]),
+            [true, false, true, true, false, true]
+        );
     }
 }
