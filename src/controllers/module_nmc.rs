@@ -26,12 +26,13 @@ pub mod tally;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kube::ResourceExt;
+
 use super::kernel_mapping::{self, KernelMappingError};
 use super::node::{NodeFacts, labels_match};
 use crate::api::labels::{LabelError, ModuleKey};
 use crate::api::module::{DaemonSetStatus, Module};
 use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig};
-use kube::ResourceExt;
 
 /// A Module with its checked key, as this controller decides on it.
 #[derive(Clone, Debug, PartialEq)]
