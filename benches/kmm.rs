@@ -780,6 +780,9 @@ impl ControllersProcess {
     fn spawn(kubeconfig: &Path) -> ControllersProcess {
         let mut child = tokio::process::Command::new(std::env::current_exe().expect("this binary"))
             .env(CONTROLLERS_ENV, kubeconfig)
+            // One runtime worker, as in a pod limited to one CPU (tokio sizes its runtime
+            // from the CPUs the process may use): the cluster's process has the other core.
+            .env("TOKIO_WORKER_THREADS", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
