@@ -522,8 +522,9 @@ async fn wait_converged(
                     .is_ok_and(|list| list.metadata.resource_version == revision);
             let checked = started.elapsed();
             eprintln!(
-                "converged: the checks passed at {:.2} s; the state they read {}",
+                "converged: the checks passed at {:.2} s (store revision {}); the state they read {}",
                 checked.as_secs_f64(),
+                revision.as_deref().unwrap_or("unknown"),
                 if unchanged {
                     format!("was already there at {:.2} s", answered.as_secs_f64())
                 } else {

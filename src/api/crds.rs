@@ -585,8 +585,8 @@ mod tests {
         assert_eq!(
             unknown_fields(&module, &object),
             [
-                "spec.moduleLoader.container.kernelMappings[0].regex",
                 "spec.devicePlugin.container.env[0].valu",
+                "spec.moduleLoader.container.kernelMappings[0].regex",
                 "spec.nodeSelector",
                 "unexpected",
             ]

@@ -39,7 +39,7 @@ fn preserves_unknown(schema: &Value) -> bool {
 fn remove_top_level(map: &mut serde_json::Map<String, Value>, unknown: &[String]) {
     for path in unknown {
         if !path.contains('.') && !path.contains('[') {
-            map.shift_remove(path);
+            map.remove(path);
         }
     }
 }
@@ -68,7 +68,7 @@ fn walk(schema: &Value, value: &mut Value, path: &str, unknown: &mut Vec<String>
                     }
                 }
                 for name in dropped {
-                    map.shift_remove(&name);
+                    map.remove(&name);
                 }
             } else if let Some(additional) =
                 schema.get("additionalProperties").filter(|a| a.is_object())
@@ -111,7 +111,7 @@ mod tests {
             "bogus": 1
         });
         let unknown = prune(&schema, &mut object);
-        assert_eq!(unknown, ["spec.modules[0].nmae", "spec.extra", "bogus"]);
+        assert_eq!(unknown, ["bogus", "spec.extra", "spec.modules[0].nmae"]);
         assert_eq!(
             object,
             json!({

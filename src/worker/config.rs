@@ -205,7 +205,7 @@ fn check_fields(value: &Value, tree: &Spanned<Tree>, origin: &str) -> Result<(),
         "spec": {"modules": [{"config": value}]},
     });
     const PREFIX: &str = "spec.modules[0].config.";
-    let fields: Vec<UnknownField> = crds::unknown_fields(crd, &object)
+    let mut fields: Vec<UnknownField> = crds::unknown_fields(crd, &object)
         .into_iter()
         .filter_map(|path| path.strip_prefix(PREFIX).map(str::to_string))
         .map(|path| UnknownField {
@@ -215,10 +215,12 @@ fn check_fields(value: &Value, tree: &Spanned<Tree>, origin: &str) -> Result<(),
                 .unwrap_or_default(),
             path,
         })
-        .collect();
+        .collect::<Vec<_>>();
     if fields.is_empty() {
         return Ok(());
     }
+    // In the order they are written, those without a place last.
+    fields.sort_by_key(|field| field.position.map_or((u64::MAX, 0), |p| (p.line, p.column)));
     Err(ConfigError::UnknownFields {
         origin: origin.to_string(),
         fields,

@@ -622,7 +622,7 @@ fn with_encoded_managed_fields(mut object: Value, entries: Vec<Value>) -> Value 
     };
     if entries.is_empty() {
         if let Some(metadata) = fields.get_mut("metadata").and_then(Value::as_object_mut) {
-            metadata.shift_remove("managedFields");
+            metadata.remove("managedFields");
         }
         return object;
     }
@@ -1760,10 +1760,7 @@ mod tests {
 
         // A status write that drops the pod IP: the kubelet's own entry loses it.
         let mut dropped = labelled.clone();
-        dropped["status"]
-            .as_object_mut()
-            .unwrap()
-            .shift_remove("podIP");
+        dropped["status"].as_object_mut().unwrap().remove("podIP");
         let dropped = track_update(
             Some(&labelled),
             dropped,
@@ -2079,7 +2076,7 @@ mod tests {
 
         // Below the root too: a spec that appears, and one that goes.
         let mut bare = object.clone();
-        bare.as_object_mut().unwrap().shift_remove("spec");
+        bare.as_object_mut().unwrap().remove("spec");
         let mut spec_only = FieldSet::default();
         walker.names.push("spec".into());
         insert_every_path(

@@ -16,8 +16,7 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     if let Value::Object(fields) = target {
         for (name, value) in patch_fields {
             if value.is_null() {
-                // shift_remove keeps the remaining keys in order; remove would swap them.
-                fields.shift_remove(name);
+                fields.remove(name);
             } else {
                 merge_patch(fields.entry(name.clone()).or_insert(Value::Null), value);
             }

@@ -503,7 +503,7 @@ impl Merger<'_> {
         at: &Location,
     ) -> Result<(), PatchError> {
         if patch.is_null() {
-            object.shift_remove(name);
+            object.remove(name);
             return Ok(());
         }
         let here = at.field(name);
@@ -519,7 +519,7 @@ impl Merger<'_> {
         match merged {
             // insert keeps the position of a field that was already there.
             Some(value) => object.insert(name.to_owned(), value),
-            None => object.shift_remove(name),
+            None => object.remove(name),
         };
         Ok(())
     }

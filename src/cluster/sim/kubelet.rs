@@ -4,7 +4,7 @@
 //! pods run the real worker code against the node's module table.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -339,9 +339,12 @@ impl Kubelet {
         }
     }
 
-    /// Takes the actions that are due, at most [`ACTIONS_PER_TURN`] of them.
+    /// Takes the actions that are due, at most [`ACTIONS_PER_TURN`] of them. The
+    /// containers due to exit exit together at the end of the turn, so that a node's
+    /// workers run against its module table at once.
     async fn run_due(&mut self) {
         let now = Instant::now();
+        let mut exiting = Vec::new();
         for _ in 0..ACTIONS_PER_TURN {
             let Some(Reverse(due)) = self.queue.peek().cloned() else {
                 break;
@@ -355,14 +358,16 @@ impl Kubelet {
             }
             let result = match due.action {
                 Action::Start => self.start(&due.key).await,
-                Action::Exit => self.exit(&due.key).await,
+                Action::Exit => {
+                    exiting.push(due.key);
+                    continue;
+                }
                 Action::Stop => self.stop(&due.key),
             };
-            if let Err(err) = result
-                && !matches!(err.code, 404 | 409)
-            {
-                tracing::warn!(%err, pod = %due.key.name, "simulated kubelet");
-            }
+            warn_unless_gone(result, &due.key);
+        }
+        for (result, key) in self.exit_all(&exiting).into_iter().zip(&exiting) {
+            warn_unless_gone(result, key);
         }
     }
 
@@ -577,37 +582,83 @@ impl Kubelet {
         )))
     }
 
-    /// Containers exited: a worker's result, or a pod's configured exit.
-    async fn exit(&mut self, key: &ObjectKey) -> Result<(), ApiError> {
+    /// Containers exited: each pod's configured exit, or its worker's result. The workers
+    /// of one node run in turn against its module table, read and written once for all.
+    /// One result per key, in order.
+    fn exit_all(&mut self, keys: &[ObjectKey]) -> Vec<Result<(), ApiError>> {
+        let mut results = Vec::with_capacity(keys.len());
+        let mut exits = Vec::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            results.push(self.exited(key).map(|exit| {
+                if let Some(exit) = exit {
+                    exits.push((i, exit));
+                }
+            }));
+        }
+        let mut workers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, (_, exit)) in exits.iter().enumerate() {
+            if let Some(node) = exit.worker_node() {
+                workers.entry(node).or_default().push(i);
+            }
+        }
+        let mut outcomes: Vec<Option<Result<(), String>>> = vec![None; exits.len()];
+        for (node, runs) in workers {
+            let pods: Vec<&Value> = runs.iter().map(|&i| &exits[i].1.pod).collect();
+            for (i, outcome) in runs.iter().zip(self.sim.run_workers(node, &pods)) {
+                outcomes[*i] = Some(outcome);
+            }
+        }
+        for ((i, exit), outcome) in exits.into_iter().zip(outcomes) {
+            let (code, message) = match outcome {
+                Some(Ok(())) => (0, String::new()),
+                Some(Err(reason)) => (1, reason),
+                None => (
+                    annotation(&exit.pod, EXIT_CODE_ANNOTATION)
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(0),
+                    String::new(),
+                ),
+            };
+            results[i] = self.finish_exit(exit, code, &message);
+        }
+        results
+    }
+
+    /// The pod whose containers exit now, as read at the exit; `None` when there is
+    /// nothing left to exit (the pod is gone or being deleted, or its node rejected it,
+    /// which is written here).
+    fn exited(&mut self, key: &ObjectKey) -> Result<Option<Exit>, ApiError> {
         let Some((version, pod)) = self.read_pod(key) else {
-            return Ok(());
+            return Ok(None);
         };
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
-            return Ok(());
+            return Ok(None);
         }
         let unreported = self.pods.get_mut(key).and_then(|t| t.unreported.take());
-        let unreported = match self.unreported_status(key, &pod, unreported) {
-            Ok(status) => status,
+        match self.unreported_status(key, &pod, unreported) {
+            Ok(unreported) => Ok(Some(Exit {
+                key: key.clone(),
+                version,
+                pod,
+                unreported,
+            })),
             Err(rejected) => {
                 self.forget(key);
-                return self.write_status_read(key, rejected, Some((version, pod)));
+                self.write_status_read(key, rejected, Some((version, pod)))
+                    .map(|()| None)
             }
-        };
-        let (code, message) = if is_worker(&pod) {
-            let node = pod
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            match self.sim.run_worker(node, &pod).await {
-                Ok(()) => (0, String::new()),
-                Err(reason) => (1, reason),
-            }
-        } else {
-            let code = annotation(&pod, EXIT_CODE_ANNOTATION)
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            (code, String::new())
-        };
+        }
+    }
+
+    /// Reports the exit with `code`, and restarts the containers if the pod's restart
+    /// policy says so.
+    fn finish_exit(&mut self, exit: Exit, code: i64, message: &str) -> Result<(), ApiError> {
+        let Exit {
+            key,
+            version,
+            pod,
+            unreported,
+        } = exit;
         let policy = pod
             .pointer("/spec/restartPolicy")
             .and_then(Value::as_str)
@@ -615,24 +666,24 @@ impl Kubelet {
         let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
         let uid = self
             .pods
-            .get(key)
+            .get(&key)
             .map(|t| t.uid.clone())
             .unwrap_or_default();
-        let restarts = self.pods.get(key).map(|t| t.restarts).unwrap_or(0);
+        let restarts = self.pods.get(&key).map(|t| t.restarts).unwrap_or(0);
         let now = rfc3339(self.sim.api.clock.now());
-        let status = terminated_status(&pod, unreported, code, &message, &now, restarts, restart);
-        self.write_status_read(key, status, Some((version, pod)))?;
+        let status = terminated_status(&pod, unreported, code, message, &now, restarts, restart);
+        self.write_status_read(&key, status, Some((version, pod)))?;
         if restart {
             // CrashLoopBackOff, scaled to the simulation's pace: doubles per restart, capped.
             let backoff = self.sim.config.timing.pod_start() * 2u32.saturating_pow(restarts.min(6));
             self.schedule(
                 backoff.min(Duration::from_secs(5)),
-                key,
+                &key,
                 &uid,
                 Action::Start,
             );
         } else {
-            self.forget(key);
+            self.forget(&key);
         }
         Ok(())
     }
@@ -709,6 +760,37 @@ impl Kubelet {
             &options,
             read,
         )
+    }
+}
+
+/// A pod whose containers exited, as the kubelet read it at the exit.
+struct Exit {
+    key: ObjectKey,
+    version: u64,
+    pod: Value,
+    /// The running status of a start never reported, reported under the exit.
+    unreported: Option<Value>,
+}
+
+impl Exit {
+    /// The node a worker pod's run changes; `None` for other pods.
+    fn worker_node(&self) -> Option<&str> {
+        is_worker(&self.pod).then(|| {
+            self.pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        })
+    }
+}
+
+/// Logs a failed action, unless the pod went away or changed under it (404, 409): the
+/// store's change stream brings what happened instead.
+fn warn_unless_gone(result: Result<(), ApiError>, key: &ObjectKey) {
+    if let Err(err) = result
+        && !matches!(err.code, 404 | 409)
+    {
+        tracing::warn!(%err, pod = %key.name, "simulated kubelet");
     }
 }
 
@@ -984,7 +1066,11 @@ mod tests {
                 kubelet.observe(&change);
             }
             kubelet.start(&key).await.expect("started");
-            kubelet.exit(&key).await.expect("exited");
+            kubelet
+                .exit_all(std::slice::from_ref(&key))
+                .pop()
+                .expect("one result")
+                .expect("exited");
             let mut last = Value::Null;
             while let Ok(change) = changes.try_recv() {
                 if change.key == key {
@@ -1044,7 +1130,11 @@ mod tests {
                 "{reason:?}"
             );
             assert!(changes.try_recv().is_err(), "{reason:?}: the start wrote");
-            kubelet.exit(&key).await.expect("exited");
+            kubelet
+                .exit_all(std::slice::from_ref(&key))
+                .pop()
+                .expect("one result")
+                .expect("exited");
             let mut seen = Vec::new();
             while let Ok(change) = changes.try_recv() {
                 if change.key == key {
@@ -1162,7 +1252,11 @@ mod tests {
         kubelet.queue.clear();
         kubelet.start(&key).await.expect("started");
         let running = next();
-        kubelet.exit(&key).await.expect("exited");
+        kubelet
+            .exit_all(std::slice::from_ref(&key))
+            .pop()
+            .expect("one result")
+            .expect("exited");
         let succeeded = next();
         assert_eq!(succeeded.object.projection["status"]["phase"], "Succeeded");
 

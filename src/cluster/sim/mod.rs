@@ -384,9 +384,52 @@ impl Simulation {
         Ok(())
     }
 
-    /// Runs a kmod worker pod's real worker code against the node's module table.
-    /// Err is the one-line reason the worker would exit non-zero with.
-    pub(crate) async fn run_worker(&self, node: &str, pod: &Value) -> Result<(), String> {
+    /// Runs kmod worker pods that finish together on `node`, each pod's real worker code
+    /// in turn against the node's module table, which is read and written once for all of
+    /// them (a node's workers of one reconcile exit in the same instant). One result per
+    /// pod, in order: Err is the one-line reason its worker would exit non-zero with.
+    pub(crate) fn run_workers(&self, node: &str, pods: &[&Value]) -> Vec<Result<(), String>> {
+        let jobs: Vec<Result<WorkerJob, String>> = pods
+            .iter()
+            .map(|pod| WorkerJob::of(pod, &self.config))
+            .collect();
+        let outcome = self.update_modules(node, |modules| {
+            jobs.iter()
+                .map(|job| {
+                    let job = job.as_ref().map_err(Clone::clone)?;
+                    job.run(modules)?;
+                    // The table as this worker left it, for the node's history.
+                    Ok(modules.clone())
+                })
+                .collect::<Vec<Result<ModuleTable, String>>>()
+        });
+        match outcome {
+            Ok((results, _)) => results
+                .into_iter()
+                .zip(&jobs)
+                .map(|(result, job)| {
+                    let after = result?;
+                    if let Ok(job) = job {
+                        self.record(node, job.action(), &after);
+                    }
+                    Ok(())
+                })
+                .collect(),
+            Err(err) => vec![Err(err.to_string()); pods.len()],
+        }
+    }
+}
+
+/// A kmod worker pod's work, as its annotations and labels give it.
+struct WorkerJob {
+    config: crate::api::nmc::ModuleConfig,
+    version: Option<String>,
+    load: bool,
+}
+
+impl WorkerJob {
+    /// The pod's work; Err is the reason its worker exits before touching the node.
+    fn of(pod: &Value, config: &ClusterConfig) -> Result<WorkerJob, String> {
         let annotation = |key: &str| {
             pod.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
                 .and_then(Value::as_str)
@@ -397,48 +440,41 @@ impl Simulation {
         };
         let config_text = annotation(labels::WORKER_CONFIG_ANNOTATION)
             .ok_or("the worker pod has no worker-config annotation")?;
-        let config = crate::worker::config::parse_cached(config_text, labels::WORKER_CONFIG_PATH)
+        let worker = crate::worker::config::parse_cached(config_text, labels::WORKER_CONFIG_PATH)
             .map_err(|e| e.to_string())?;
-        if self.config.broken_images.contains(&config.container_image) {
+        if config.broken_images.contains(&worker.container_image) {
             return Err(format!(
                 "pulling image {}: manifest unknown",
-                config.container_image
+                worker.container_image
             ));
         }
-        let version = annotation(labels::WORKER_MODULE_VERSION_ANNOTATION).map(str::to_string);
-        let action = label(labels::WORKER_ACTION_LABEL).unwrap_or("");
-        let load = match action {
+        let load = match label(labels::WORKER_ACTION_LABEL).unwrap_or("") {
             "Load" => true,
             "Unload" => false,
             other => return Err(format!("unknown worker action {other:?}")),
         };
-        let outcome = self.update_modules(node, |modules| {
-            let mut kernel =
-                crate::worker::simulated::SimulatedKernel::new(modules, version.clone());
-            let result = if load {
-                crate::worker::run::load(
-                    &config,
-                    &mut kernel,
-                    &crate::worker::run::Paths::default(),
-                )
-            } else {
-                crate::worker::run::unload(
-                    &config,
-                    &mut kernel,
-                    &crate::worker::run::Paths::default(),
-                )
-            };
-            result.map_err(|e| e.to_string())
-        });
-        match outcome {
-            Ok((result, modules)) => {
-                if result.is_ok() {
-                    self.record(node, if load { "load" } else { "unload" }, &modules);
-                }
-                result
-            }
-            Err(err) => Err(err.to_string()),
-        }
+        Ok(WorkerJob {
+            config: worker,
+            version: annotation(labels::WORKER_MODULE_VERSION_ANNOTATION).map(str::to_string),
+            load,
+        })
+    }
+
+    /// Loads or unloads, as the worker binary does, on the node's module table.
+    fn run(&self, modules: &mut ModuleTable) -> Result<(), String> {
+        let mut kernel =
+            crate::worker::simulated::SimulatedKernel::new(modules, self.version.clone());
+        let paths = crate::worker::run::Paths::default();
+        let result = if self.load {
+            crate::worker::run::load(&self.config, &mut kernel, &paths)
+        } else {
+            crate::worker::run::unload(&self.config, &mut kernel, &paths)
+        };
+        result.map_err(|e| e.to_string())
+    }
+
+    fn action(&self) -> &'static str {
+        if self.load { "load" } else { "unload" }
     }
 }
 
