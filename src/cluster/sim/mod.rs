@@ -386,8 +386,9 @@ impl Simulation {
 
     /// Runs kmod worker pods that finish together on `node`, each pod's real worker code
     /// in turn against the node's module table, which is read and written once for all of
-    /// them (a node's workers of one reconcile exit in the same instant). One result per
-    /// pod, in order: Err is the one-line reason its worker would exit non-zero with.
+    /// them (the workers of one NMC reconcile usually exit in the same turn of the
+    /// kubelet). One result per pod, in order: Err is the one-line reason its worker would
+    /// exit non-zero with.
     pub(crate) fn run_workers(&self, node: &str, pods: &[&Value]) -> Vec<Result<(), String>> {
         let jobs: Vec<Result<WorkerJob, String>> = pods
             .iter()
