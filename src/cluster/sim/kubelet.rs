@@ -1163,6 +1163,86 @@ mod tests {
         }
     }
 
+    /// Workers of one node that exit in the same turn run one after the other against its
+    /// module table, written once for all of them; each pod gets its own result, and the
+    /// node's history a step per worker that changed the table.
+    #[tokio::test]
+    async fn workers_exiting_together_share_one_module_table_write() {
+        let cluster = super::super::workload::testing::cluster().await;
+        let api = cluster.api().clone();
+        let sim = simulation(&api, "nodes:\n  - name: n1\ntiming: {relistSeconds: 1}\n");
+        let mut changes = api.store.subscribe();
+        let pods = api.registry.get("", "v1", "pods").expect("pods");
+        let worker = |name: &str, module: Option<&str>| {
+            let mut annotations = json!({});
+            if let Some(module) = module {
+                annotations[labels::WORKER_CONFIG_ANNOTATION] = json!(format!(
+                    "kernelVersion: 6.0.15-300.fc37.x86_64\ncontainerImage: kmod:v1\n\
+                     insecurePull: false\nimagePullPolicy: IfNotPresent\n\
+                     modprobe:\n  moduleName: {module}\n  dirName: /opt\n"
+                ));
+            }
+            json!({
+                "metadata": {"name": name, "namespace": "default", "annotations": annotations,
+                             "labels": {labels::COMPONENT_LABEL: labels::WORKER_COMPONENT,
+                                        labels::WORKER_ACTION_LABEL: "Load"}},
+                "spec": {"nodeName": "n1", "restartPolicy": "Never",
+                         "containers": [{"name": "worker", "image": "worker:v1"}]},
+            })
+        };
+        // Two loads, and a worker without its config between them, which fails alone.
+        let workers = [("a", Some("mod_a")), ("broken", None), ("b", Some("mod_b"))];
+        for (name, module) in workers {
+            api.create(&pods, "default", worker(name, module), &Default::default())
+                .expect("pod created");
+        }
+        let keys: Vec<ObjectKey> = workers
+            .iter()
+            .map(|(name, _)| ObjectKey::new("pods", "default", name))
+            .collect();
+        let mut kubelet = Kubelet::new(sim.clone());
+        while let Ok(change) = changes.try_recv() {
+            kubelet.observe(&change);
+        }
+        for key in &keys {
+            kubelet.start(key).await.expect("started");
+        }
+        for result in kubelet.exit_all(&keys) {
+            result.expect("exited");
+        }
+        let mut table_writes = 0;
+        let mut phases = HashMap::new();
+        while let Ok(change) = changes.try_recv() {
+            match change.key.storage.as_str() {
+                nodes::KERNELS => table_writes += 1,
+                "pods" => {
+                    let status = &change.value()["status"];
+                    let code = &status["containerStatuses"][0]["state"]["terminated"]["exitCode"];
+                    phases.insert(
+                        change.key.name.clone(),
+                        (status["phase"].clone(), code.clone()),
+                    );
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(table_writes, 1, "one write of the node's module table");
+        assert_eq!(phases["a"], (json!("Succeeded"), json!(0)));
+        assert_eq!(phases["b"], (json!("Succeeded"), json!(0)));
+        assert_eq!(phases["broken"], (json!("Failed"), json!(1)));
+        let modules = sim.node("n1").expect("node").modules;
+        assert!(
+            modules.contains("mod_a") && modules.contains("mod_b"),
+            "{modules:?}"
+        );
+        let history: Vec<Vec<String>> = sim
+            .module_history()
+            .iter()
+            .map(|event| event.modules.iter().map(|m| m.name.clone()).collect())
+            .collect();
+        assert_eq!(history, [vec!["mod_a"], vec!["mod_a", "mod_b"]]);
+    }
+
     /// The kubelet's status write starts from its own read of the pod while the store
     /// still holds the pod at that resourceVersion, and from the stored pod once another
     /// write moved it on: nothing that write changed is lost.
