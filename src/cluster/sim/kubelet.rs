@@ -359,7 +359,10 @@ impl Kubelet {
             let result = match due.action {
                 Action::Start => self.start(&due.key).await,
                 Action::Exit => {
-                    exiting.push(due.key);
+                    // A pod's containers exit once, however many exits fell due.
+                    if !exiting.contains(&due.key) {
+                        exiting.push(due.key);
+                    }
                     continue;
                 }
                 Action::Stop => self.stop(&due.key),
