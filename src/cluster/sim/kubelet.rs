@@ -968,6 +968,12 @@ mod tests {
         json!({"metadata": {"uid": "u1", "labels": {}}, "spec": {"containers": [{"name": "app", "image": "app:v1"}]}})
     }
 
+    /// The exit of one pod's containers, as a turn with only that exit takes it.
+    fn exit_one(kubelet: &mut Kubelet, key: &ObjectKey) {
+        let result = kubelet.exit_all(std::slice::from_ref(key)).pop();
+        result.expect("one result").expect("exited");
+    }
+
     #[test]
     fn statuses_follow_the_pod_lifecycle() {
         let running = running_status(&pod(), "10.64.1.2", "10.0.0.11", "t0", "t1", 0, true);
@@ -1069,11 +1075,7 @@ mod tests {
                 kubelet.observe(&change);
             }
             kubelet.start(&key).await.expect("started");
-            kubelet
-                .exit_all(std::slice::from_ref(&key))
-                .pop()
-                .expect("one result")
-                .expect("exited");
+            exit_one(&mut kubelet, &key);
             let mut last = Value::Null;
             while let Ok(change) = changes.try_recv() {
                 if change.key == key {
@@ -1133,11 +1135,7 @@ mod tests {
                 "{reason:?}"
             );
             assert!(changes.try_recv().is_err(), "{reason:?}: the start wrote");
-            kubelet
-                .exit_all(std::slice::from_ref(&key))
-                .pop()
-                .expect("one result")
-                .expect("exited");
+            exit_one(&mut kubelet, &key);
             let mut seen = Vec::new();
             while let Ok(change) = changes.try_recv() {
                 if change.key == key {
@@ -1335,11 +1333,7 @@ mod tests {
         kubelet.queue.clear();
         kubelet.start(&key).await.expect("started");
         let running = next();
-        kubelet
-            .exit_all(std::slice::from_ref(&key))
-            .pop()
-            .expect("one result")
-            .expect("exited");
+        exit_one(&mut kubelet, &key);
         let succeeded = next();
         assert_eq!(succeeded.object.projection["status"]["phase"], "Succeeded");
 
