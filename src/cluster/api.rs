@@ -90,6 +90,9 @@ pub struct Answer {
     /// The object serialized, when the store holds exactly these bytes: an HTTP answer
     /// sends them as they are instead of serializing the object again.
     bytes: Option<Bytes>,
+    /// Where the parsed object goes when only its bytes are wanted: a store that keeps
+    /// the bucket's objects parsed, and the object's place and resourceVersion there.
+    keep: Option<(Arc<Store>, ObjectKey, u64)>,
 }
 
 impl Answer {
@@ -97,6 +100,7 @@ impl Answer {
         Answer {
             value: Some(value),
             bytes,
+            keep: None,
         }
     }
 
@@ -104,6 +108,7 @@ impl Answer {
         Answer {
             value: None,
             bytes: Some(bytes),
+            keep: None,
         }
     }
 
@@ -119,7 +124,14 @@ impl Answer {
     /// The object as JSON.
     pub fn into_bytes(self) -> Bytes {
         match (self.bytes, self.value) {
-            (Some(bytes), _) => bytes,
+            (Some(bytes), Some(value)) => {
+                // The bytes are the stored object, so the parse is the stored object's.
+                if let Some((store, key, resource_version)) = self.keep {
+                    store.offer_parsed(&key, resource_version, value);
+                }
+                bytes
+            }
+            (Some(bytes), None) => bytes,
             (None, Some(value)) => Bytes::from(serde_json::to_vec(&value).unwrap_or_default()),
             (None, None) => Bytes::from_static(b"null"),
         }
@@ -426,7 +438,12 @@ impl Api {
             }
         };
         self.after_write(resource, &stored);
-        Ok(self.answer(resource, written, Some(&stored)))
+        let mut answer = self.answer(resource, written, Some(&stored));
+        if answer.bytes.is_some() && self.store.keeps_parsed(&resource.storage) {
+            let key = Self::key(resource, namespace, &name);
+            answer.keep = Some((self.store.clone(), key, stored.resource_version));
+        }
+        Ok(answer)
     }
 
     /// PUT: replaces an object (or its status, with `subresource` "status").

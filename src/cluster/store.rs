@@ -350,7 +350,30 @@ struct Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Arc<Change>>,
+    parsed: Mutex<Parsed>,
 }
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("resource_version", &self.resource_version())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Objects of the buckets an in-process reader asked for, as their writer parsed them,
+/// kept until that reader takes them: a write already holds the object it stored, and
+/// parsing the stored bytes again was most of what the simulated kubelet spent reading
+/// a pod. Bounded: past [`PARSED_CAPACITY`] the oldest go, and the reader parses.
+#[derive(Default)]
+struct Parsed {
+    storages: Vec<String>,
+    objects: HashMap<ObjectKey, (u64, Value)>,
+    order: VecDeque<(ObjectKey, u64)>,
+}
+
+/// How many parsed objects the store keeps for their reader at most.
+const PARSED_CAPACITY: usize = 1024;
 
 /// One page of a list.
 pub struct Page {
@@ -408,7 +431,64 @@ impl Store {
         Store {
             inner: Mutex::new(inner),
             changes,
+            parsed: Mutex::new(Parsed::default()),
         }
+    }
+
+    fn parsed(&self) -> MutexGuard<'_, Parsed> {
+        self.parsed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// From now on, keep the objects written to bucket `storage` parsed for
+    /// [`take_parsed`](Self::take_parsed), when their writer offers them.
+    pub fn keep_parsed(&self, storage: &str) {
+        let mut parsed = self.parsed();
+        if !parsed.storages.iter().any(|s| s == storage) {
+            parsed.storages.push(storage.to_string());
+        }
+    }
+
+    /// Whether objects written to bucket `storage` are kept parsed.
+    pub fn keeps_parsed(&self, storage: &str) -> bool {
+        self.parsed().storages.iter().any(|s| s == storage)
+    }
+
+    /// `object`, the object stored at `key` at `resource_version`, parsed by its writer:
+    /// kept when its bucket is, dropped otherwise.
+    pub fn offer_parsed(&self, key: &ObjectKey, resource_version: u64, object: Value) {
+        let mut parsed = self.parsed();
+        if !parsed.storages.contains(&key.storage) {
+            return;
+        }
+        while parsed.order.len() >= PARSED_CAPACITY {
+            let Some((oldest, version)) = parsed.order.pop_front() else {
+                break;
+            };
+            if parsed
+                .objects
+                .get(&oldest)
+                .is_some_and(|(v, _)| *v == version)
+            {
+                parsed.objects.remove(&oldest);
+            }
+        }
+        parsed.order.push_back((key.clone(), resource_version));
+        parsed
+            .objects
+            .insert(key.clone(), (resource_version, object));
+    }
+
+    /// The object at `key`, parsed, when it was kept at exactly `resource_version`; it is
+    /// handed out once.
+    pub fn take_parsed(&self, key: &ObjectKey, resource_version: u64) -> Option<Value> {
+        let mut parsed = self.parsed();
+        let kept = parsed.objects.get(key).map(|(version, _)| *version)?;
+        if kept > resource_version {
+            return None;
+        }
+        // An older state is dropped: its object has moved on.
+        let (_, object) = parsed.objects.remove(key)?;
+        (kept == resource_version).then_some(object)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -817,6 +897,49 @@ mod tests {
             .transact::<StoreError>(&key, |_| Ok(Write::Put(pod(name))))
             .expect("write")
             .expect("stored")
+    }
+
+    /// Parses are kept only for the buckets asked for, handed out once and only at their
+    /// exact resourceVersion, and bounded, the oldest going first.
+    #[test]
+    fn kept_parses_are_taken_once_at_their_version() {
+        let store = Store::in_memory(10);
+        let key = ObjectKey::new("pods", "default", "a");
+        store.offer_parsed(&key, 5, pod("a"));
+        assert_eq!(store.take_parsed(&key, 5), None, "pods are not kept yet");
+
+        store.keep_parsed("pods");
+        assert!(store.keeps_parsed("pods") && !store.keeps_parsed("nodes"));
+        store.offer_parsed(&key, 5, pod("a"));
+        assert_eq!(
+            store.take_parsed(&key, 4),
+            None,
+            "a reader behind the parse"
+        );
+        assert_eq!(store.take_parsed(&key, 5), Some(pod("a")));
+        assert_eq!(store.take_parsed(&key, 5), None, "handed out once");
+
+        store.offer_parsed(&key, 6, pod("a"));
+        assert_eq!(store.take_parsed(&key, 7), None, "the object moved on");
+        assert_eq!(
+            store.take_parsed(&key, 6),
+            None,
+            "the stale parse was dropped"
+        );
+
+        let other = ObjectKey::new("nodes", "", "n1");
+        store.offer_parsed(&other, 8, pod("n1"));
+        assert_eq!(store.take_parsed(&other, 8), None, "nodes are not kept");
+
+        for i in 0..=PARSED_CAPACITY {
+            let key = ObjectKey::new("pods", "default", &format!("p{i}"));
+            store.offer_parsed(&key, 10 + i as u64, pod("p"));
+        }
+        let first = ObjectKey::new("pods", "default", "p0");
+        assert_eq!(store.take_parsed(&first, 10), None, "the oldest went");
+        let last = ObjectKey::new("pods", "default", &format!("p{PARSED_CAPACITY}"));
+        let version = 10 + PARSED_CAPACITY as u64;
+        assert_eq!(store.take_parsed(&last, version), Some(pod("p")));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::api::{Api, ListOptions};
 use super::errors::ApiError;
 use super::faults::Faults;
 use super::resources::Resource;
-use super::store::{Change, EventType, Followed, Follower, StoreError, StoredObject};
+use super::store::{Change, Closed, EventType, Followed, Follower, StoreError, StoredObject};
 
 /// How objects are shown in events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +41,9 @@ pub struct WatchRequest {
 }
 
 const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
+
+/// How many bytes of event lines a watch gathers into one chunk at most.
+const BATCH_BYTES: usize = 64 * 1024;
 
 /// Starts a watch; events arrive on the returned channel until the client goes away,
 /// the timeout passes, or the watcher falls behind.
@@ -118,6 +121,10 @@ struct Watcher {
     /// The newest resourceVersion this watcher has accounted for (sent or filtered out).
     seen: u64,
     first_table: bool,
+    /// Where event lines are written: each chunk sent is split off it, and its space is
+    /// written again once every chunk cut from it has gone out, so a busy watch does not
+    /// allocate a buffer per chunk.
+    lines: BytesMut,
 }
 
 impl Watcher {
@@ -128,7 +135,23 @@ impl Watcher {
             sender,
             seen: 0,
             first_table: true,
+            lines: BytesMut::with_capacity(BATCH_BYTES),
         }
+    }
+
+    /// The line buffer, taken out to be written. Each line reserves its room: past the
+    /// buffer's end the space of chunks already written out is reclaimed, or, while one
+    /// is still queued, a buffer as large as the first is allocated.
+    fn take_lines(&mut self) -> BytesMut {
+        std::mem::take(&mut self.lines)
+    }
+
+    /// Sends what `lines` holds as one chunk, if anything, and puts the buffer back.
+    /// False when the client is gone.
+    async fn send_lines(&mut self, mut lines: BytesMut) -> bool {
+        let chunk = lines.split().freeze();
+        self.lines = lines;
+        chunk.is_empty() || self.sender.send(chunk).await.is_ok()
     }
 
     /// Sends every change after the backlog. A watcher that falls a whole broadcast behind
@@ -152,7 +175,7 @@ impl Watcher {
             tokio::select! {
                 followed = changes.next() => match followed {
                     Some(Followed::Change(change)) => {
-                        if !self.forward(&change).await || self.request.faults.drop_watch() {
+                        if !self.forward_batch(change, &mut changes).await {
                             return;
                         }
                     }
@@ -173,21 +196,66 @@ impl Watcher {
         }
     }
 
+    /// Sends what `change`, and every change already broadcast after it, mean to this
+    /// watcher, as one chunk of lines: a burst of changes costs the stream one write (one
+    /// TLS record, one system call) instead of one each. Only what is already there is
+    /// taken; nothing waits for more. False when the watch ends: the client is gone, the
+    /// store closed, the watcher fell behind the history or a fault cut the stream.
+    async fn forward_batch(&mut self, first: Arc<Change>, changes: &mut Follower) -> bool {
+        let mut batch = self.take_lines();
+        let mut next = Some(Followed::Change(first));
+        let mut ends = false;
+        while let Some(followed) = next.take() {
+            match followed {
+                Followed::Change(change) => {
+                    if self.line_for(&change, &mut batch) && self.request.faults.drop_watch() {
+                        ends = true;
+                        break;
+                    }
+                }
+                Followed::Restart => {
+                    tracing::debug!(resource = %self.request.resource.plural, "closing a watch that fell behind the history");
+                    ends = true;
+                    break;
+                }
+            }
+            if batch.len() >= BATCH_BYTES {
+                break;
+            }
+            match changes.try_next() {
+                Ok(followed) => next = followed,
+                Err(Closed) => {
+                    ends = true;
+                    break;
+                }
+            }
+        }
+        self.send_lines(batch).await && !ends
+    }
+
     /// Sends what `change` means to this watcher, if anything. False when the client is gone.
     async fn forward(&mut self, change: &Change) -> bool {
+        let mut lines = self.take_lines();
+        self.line_for(change, &mut lines);
+        self.send_lines(lines).await
+    }
+
+    /// Appends to `out` the event line `change` makes for this watcher, if any; true
+    /// when it made one.
+    fn line_for(&mut self, change: &Change, out: &mut BytesMut) -> bool {
         if change.object.resource_version <= self.seen {
-            return true;
+            return false;
         }
         self.seen = change.object.resource_version;
         let request = &self.request;
         if change.key.storage != request.resource.storage {
-            return true;
+            return false;
         }
         if let Some(ns) = request.namespace.as_deref()
             && request.resource.namespaced
             && change.key.namespace != ns
         {
-            return true;
+            return false;
         }
         let now_selected = request.options.selects(&change.object.projection);
         let was_selected = change
@@ -200,18 +268,26 @@ impl Watcher {
             (EventType::Modified, true, true) => EventType::Modified,
             // An object leaving the selection is a deletion for this watcher.
             (EventType::Modified, true, false) => EventType::Deleted,
-            _ => return true,
+            _ => return false,
         };
         let object = self.api.present(&request.resource, &change.object);
-        self.send(event.as_str(), &object).await
+        self.render(event.as_str(), &object, out)
     }
 
     async fn send(&mut self, event: &str, object: &Bytes) -> bool {
-        let line = match self.request.rendering {
-            Rendering::Object => event_line(event, object),
+        let mut lines = self.take_lines();
+        self.render(event, object, &mut lines);
+        self.send_lines(lines).await
+    }
+
+    /// Appends to `out` the event line of `object` in this watch's rendering; false for
+    /// an object that cannot be rendered so.
+    fn render(&mut self, event: &str, object: &Bytes, out: &mut BytesMut) -> bool {
+        match self.request.rendering {
+            Rendering::Object => put_event_line(out, event, object),
             Rendering::Table | Rendering::Metadata => {
                 let Ok(value) = serde_json::from_slice::<Value>(object) else {
-                    return true;
+                    return false;
                 };
                 let rendered = if self.request.rendering == Rendering::Table {
                     let mut table = super::http::table_of(
@@ -228,10 +304,10 @@ impl Watcher {
                 } else {
                     super::http::partial_metadata(&value)
                 };
-                event_line(event, &Bytes::from(rendered.to_string()))
+                put_event_line(out, event, rendered.to_string().as_bytes());
             }
-        };
-        self.sender.send(line).await.is_ok()
+        }
+        true
     }
 
     async fn send_bookmark(&mut self, initial_events_end: bool) -> bool {
@@ -247,14 +323,20 @@ impl Watcher {
 }
 
 /// `{"type":"<event>","object":<object>}\n`, without re-serialising the object.
-fn event_line(event: &str, object: &Bytes) -> Bytes {
-    let mut line = BytesMut::with_capacity(object.len() + 32);
-    line.put_slice(b"{\"type\":\"");
-    line.put_slice(event.as_bytes());
-    line.put_slice(b"\",\"object\":");
-    line.put_slice(object);
-    line.put_slice(b"}\n");
+fn event_line(event: &str, object: &[u8]) -> Bytes {
+    let mut line = BytesMut::new();
+    put_event_line(&mut line, event, object);
     line.freeze()
+}
+
+/// Appends [`event_line`] to `out`.
+fn put_event_line(out: &mut BytesMut, event: &str, object: &[u8]) {
+    out.reserve(object.len() + 32);
+    out.put_slice(b"{\"type\":\"");
+    out.put_slice(event.as_bytes());
+    out.put_slice(b"\",\"object\":");
+    out.put_slice(object);
+    out.put_slice(b"}\n");
 }
 
 #[cfg(test)]
@@ -267,5 +349,108 @@ mod tests {
         let parsed: Value = serde_json::from_slice(&line).expect("json");
         assert_eq!(parsed, json!({"type": "ADDED", "object": {"kind": "Pod"}}));
         assert!(line.ends_with(b"\n"));
+    }
+
+    /// A watch on ConfigMaps from the store's current resourceVersion.
+    async fn configmap_watch(
+        cluster: &crate::cluster::EmbeddedCluster,
+    ) -> (Arc<Resource>, mpsc::Receiver<Bytes>) {
+        let api = cluster.api().clone();
+        let configmaps = api
+            .registry
+            .get("", "v1", "configmaps")
+            .expect("configmaps");
+        let request = WatchRequest {
+            resource: configmaps.clone(),
+            namespace: Some("default".into()),
+            options: ListOptions::default(),
+            resource_version: Some(api.store.resource_version()),
+            send_initial_events: false,
+            bookmarks: false,
+            timeout: None,
+            rendering: Rendering::Object,
+            faults: Faults::default(),
+        };
+        (configmaps, start(api, request).expect("watch starts"))
+    }
+
+    /// Creates ConfigMaps `cm-0`..`cm-{count - 1}`, each with `size` bytes of data.
+    fn create_configmaps(api: &Api, configmaps: &Resource, count: usize, size: usize) {
+        for i in 0..count {
+            let body = json!({
+                "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
+                "data": {"blob": "x".repeat(size)},
+            });
+            api.create(configmaps, "default", body, &Default::default())
+                .expect("created");
+        }
+    }
+
+    /// The chunks of `events` until `count` event lines have arrived, each chunk split
+    /// into its lines, parsed.
+    async fn chunks_of(events: &mut mpsc::Receiver<Bytes>, count: usize) -> Vec<Vec<Value>> {
+        let mut chunks = Vec::new();
+        let mut seen = 0;
+        while seen < count {
+            let chunk = tokio::time::timeout(Duration::from_secs(60), events.recv())
+                .await
+                .expect("an event within 60 s")
+                .expect("the watch is open");
+            assert!(chunk.ends_with(b"\n"), "a chunk holds whole lines");
+            let lines: Vec<Value> = chunk
+                .split(|b| *b == b'\n')
+                .filter(|line| !line.is_empty())
+                .map(|line| serde_json::from_slice(line).expect("each line is JSON"))
+                .collect();
+            seen += lines.len();
+            chunks.push(lines);
+        }
+        chunks
+    }
+
+    fn names(chunks: &[Vec<Value>]) -> Vec<String> {
+        chunks
+            .iter()
+            .flatten()
+            .map(|line| {
+                assert_eq!(line["type"], "ADDED");
+                line["object"]["metadata"]["name"]
+                    .as_str()
+                    .expect("a name")
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// Changes already broadcast when the watcher wakes go out as one chunk, in order.
+    #[tokio::test]
+    async fn a_burst_of_changes_is_one_chunk() {
+        let cluster = crate::cluster::EmbeddedCluster::start(Default::default())
+            .await
+            .expect("cluster starts");
+        let (configmaps, mut events) = configmap_watch(&cluster).await;
+        // Written before this task yields, so before the watcher first looks.
+        create_configmaps(cluster.api(), &configmaps, 5, 10);
+        let chunks = chunks_of(&mut events, 5).await;
+        assert_eq!(chunks.len(), 1, "one chunk: {chunks:?}");
+        assert_eq!(names(&chunks), ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
+    }
+
+    /// A burst larger than a chunk is split at line boundaries, nothing lost.
+    #[tokio::test]
+    async fn a_large_burst_is_split_between_lines() {
+        let cluster = crate::cluster::EmbeddedCluster::start(Default::default())
+            .await
+            .expect("cluster starts");
+        let (configmaps, mut events) = configmap_watch(&cluster).await;
+        create_configmaps(cluster.api(), &configmaps, 40, 4096);
+        let chunks = chunks_of(&mut events, 40).await;
+        let expected: Vec<String> = (0..40).map(|i| format!("cm-{i}")).collect();
+        assert_eq!(names(&chunks), expected);
+        // 40 objects of over 4 KiB cannot share one 64 KiB chunk, and none is cut.
+        assert!(chunks.len() >= 3, "{} chunks", chunks.len());
+        for chunk in &chunks[..chunks.len() - 1] {
+            assert!(chunk.len() >= BATCH_BYTES / (4096 + 1024), "a full chunk");
+        }
     }
 }

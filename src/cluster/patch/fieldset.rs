@@ -36,12 +36,12 @@ impl PathElement {
     /// The element's name inside `FieldsV1`: `f:spec`, `k:{"name":"app"}`, `v:"foo"`.
     pub fn encode(&self) -> String {
         match self {
-            PathElement::Field(name) => format!("f:{name}"),
+            PathElement::Field(name) => prefixed("f:", name),
             PathElement::Key(fields) => {
                 let key: Map<String, Value> = fields.iter().cloned().collect();
-                format!("k:{}", Value::Object(key))
+                prefixed("k:", &Value::Object(key).to_string())
             }
-            PathElement::Value(value) => format!("v:{value}"),
+            PathElement::Value(value) => prefixed("v:", &value.to_string()),
         }
     }
 
@@ -432,12 +432,17 @@ impl FieldSet {
 
     /// The `FieldsV1` encoding: `.` first, then elements in upstream's order.
     pub fn to_fields_v1(&self) -> Value {
+        self.clone().into_fields_v1()
+    }
+
+    /// [`to_fields_v1`](Self::to_fields_v1), taking the set apart as it goes.
+    pub fn into_fields_v1(self) -> Value {
         let mut out = Map::new();
         if self.member && !self.children.is_empty() {
             out.insert(".".to_string(), Value::Object(Map::new()));
         }
-        for (element, child) in &self.children {
-            out.insert(element.encode(), child.to_fields_v1());
+        for (element, child) in self.children {
+            out.insert(element.encode(), child.into_fields_v1());
         }
         Value::Object(out)
     }
@@ -474,6 +479,14 @@ impl FieldSet {
             self.children.insert(element.clone(), child);
         }
     }
+}
+
+/// `prefix` then `text`, in one allocation.
+fn prefixed(prefix: &str, text: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + text.len());
+    out.push_str(prefix);
+    out.push_str(text);
+    out
 }
 
 #[cfg(test)]

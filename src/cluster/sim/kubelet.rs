@@ -77,6 +77,9 @@ enum Unreported {
 
 /// Runs the kubelets of all simulated nodes until the store closes.
 pub async fn run(sim: Arc<Simulation>) {
+    // A pod's creator hands the store its parse, which the kubelet reads at the pod's
+    // start or exit instead of parsing the stored bytes again.
+    sim.api.store.keep_parsed("pods");
     let mut changes = sim.api.store.follow();
     let mut kubelet = Kubelet::new(sim);
     kubelet.resync();
@@ -379,14 +382,19 @@ impl Kubelet {
     }
 
     /// The pod as stored now, with its resourceVersion; the parse an earlier action kept
-    /// when the pod has not changed since.
+    /// when the pod has not changed since, or the one its writer left with the store.
     fn read_pod(&mut self, key: &ObjectKey) -> Option<(u64, Value)> {
-        let stored = self.sim.api.store.get(key)?;
+        let store = &self.sim.api.store;
+        let stored = store.get(key)?;
+        let version = stored.resource_version;
         let kept = self.pods.get_mut(key).and_then(|t| t.read.take());
-        match kept {
-            Some((version, pod)) if version == stored.resource_version => Some((version, pod)),
-            _ => Some((stored.resource_version, stored.value())),
-        }
+        let pod = match kept {
+            Some((read, pod)) if read == version => pod,
+            _ => store
+                .take_parsed(key, version)
+                .unwrap_or_else(|| stored.value()),
+        };
+        Some((version, pod))
     }
 
     /// The node as stored now, parsed only when it changed since the last read.
