@@ -333,6 +333,13 @@ pub enum StoreError {
 
 /// How many changes watches can resume from; older resourceVersions get 410 Gone.
 pub const DEFAULT_HISTORY: usize = 100_000;
+
+/// How many bytes of objects the history holds at most, however few changes that is: a
+/// change keeps its whole object, and 100,000 pods (16 KiB each with their managed
+/// fields) would hold 1.6 GiB, which every new page of costs time to take from the
+/// system. At thousands of changes a second this is still seconds of history, more than
+/// a watcher that keeps reading falls behind.
+pub const HISTORY_BYTES: usize = 256 << 20;
 const CHANNEL_CAPACITY: usize = 1 << 16;
 
 struct Inner {
@@ -341,6 +348,9 @@ struct Inner {
     uids: HashMap<String, ObjectKey>,
     history: VecDeque<Arc<Change>>,
     history_limit: usize,
+    /// The bytes of the objects in `history`, and the most it may hold.
+    history_bytes: usize,
+    history_bytes_limit: usize,
     /// Changes at or below this resourceVersion are no longer in `history`.
     compacted: u64,
     persist: Option<Persist>,
@@ -396,6 +406,8 @@ impl Store {
             uids: HashMap::new(),
             history: VecDeque::new(),
             history_limit,
+            history_bytes: 0,
+            history_bytes_limit: HISTORY_BYTES,
             compacted: 1,
             persist: None,
         })
@@ -411,6 +423,8 @@ impl Store {
             uids: HashMap::new(),
             history: VecDeque::new(),
             history_limit,
+            history_bytes: 0,
+            history_bytes_limit: HISTORY_BYTES,
             compacted: resource_version.max(1),
             persist: None,
         };
@@ -859,9 +873,13 @@ impl Inner {
     }
 
     fn remember(&mut self, change: Arc<Change>) {
+        self.history_bytes += change.object.bytes.len();
         self.history.push_back(change);
-        while self.history.len() > self.history_limit {
+        while self.history.len() > self.history_limit
+            || (self.history_bytes > self.history_bytes_limit && self.history.len() > 1)
+        {
             if let Some(old) = self.history.pop_front() {
+                self.history_bytes -= old.object.bytes.len();
                 self.compacted = old.object.resource_version;
             }
         }
@@ -940,6 +958,27 @@ mod tests {
         let last = ObjectKey::new("pods", "default", &format!("p{PARSED_CAPACITY}"));
         let version = 10 + PARSED_CAPACITY as u64;
         assert_eq!(store.take_parsed(&last, version), Some(pod("p")));
+    }
+
+    /// The history holds at most its bytes' worth of objects, however few changes that is.
+    #[test]
+    fn the_history_is_bounded_by_bytes_too() {
+        let store = Store::in_memory(100);
+        let first = put(&store, "a");
+        store.lock().history_bytes_limit = first.bytes.len() * 3;
+        put(&store, "b");
+        put(&store, "c");
+        let before_first = first.resource_version - 1;
+        assert!(store.watch_from(before_first).is_ok(), "three objects fit");
+        put(&store, "d");
+        assert!(matches!(
+            store.watch_from(before_first),
+            Err(StoreError::Gone { .. })
+        ));
+        let (backlog, _) = store
+            .watch_from(first.resource_version)
+            .expect("the last three are kept");
+        assert_eq!(backlog.len(), 3);
     }
 
     #[test]
