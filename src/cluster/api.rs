@@ -751,7 +751,7 @@ impl Api {
             };
             let next = change(&current_value)?;
             // Unchanged, managed fields included: no write, no new resourceVersion.
-            if next == current_value {
+            if same_object(&next, &current_value) {
                 return Ok(self.answer(resource, current_value, Some(&current)));
             }
             if dry_run {
@@ -1467,6 +1467,20 @@ fn same_besides_status(current: &Value, next: &Value) -> bool {
     fields_except(current, &["status"]).eq(fields_except(next, &["status"]))
 }
 
+/// Whether two objects are equal, their status compared first: a status write differs
+/// there, and the object's other fields (metadata with its managed fields, the spec) are
+/// then not compared at all.
+fn same_object(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    a.len() == b.len()
+        && a.get("status") == b.get("status")
+        && a.iter()
+            .filter(|(name, _)| *name != "status")
+            .all(|(name, value)| b.get(name) == Some(value))
+}
+
 /// Whether two objects are equal in everything but metadata and status: what
 /// `generation` counts changes of. Compared in place, as objects compare (whatever the
 /// order of their fields).
@@ -1563,6 +1577,36 @@ mod tests {
         for (name, other, same) in cases {
             assert_eq!(same_spec(&object, &other), same, "{name}");
             assert_eq!(same_spec(&other, &object), same, "{name}, the other way");
+        }
+    }
+
+    /// `same_object` is equality, whichever part differs and whatever the field order.
+    #[test]
+    fn same_object_is_equality() {
+        let object = json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"},
+                            "spec": {"x": 1}, "status": {"y": 1}});
+        let mut others = vec![
+            json!({"status": {"y": 1}, "spec": {"x": 1}, "metadata": {"name": "a"},
+                   "kind": "K", "apiVersion": "v1"}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": 1}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": 1},
+                   "status": {"y": 2}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "b"}, "spec": {"x": 1},
+                   "status": {"y": 1}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": 1},
+                   "status": {"y": 1}, "data": {}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "data": {"x": 1},
+                   "status": {"y": 1}}),
+            json!("text"),
+        ];
+        others.push(object.clone());
+        for other in others {
+            assert_eq!(same_object(&object, &other), object == other, "{other}");
+            assert_eq!(
+                same_object(&other, &object),
+                object == other,
+                "{other}, the other way"
+            );
         }
     }
 

@@ -1072,9 +1072,12 @@ impl<'s> Walker<'s> {
         }
         // Equal on both sides changes nothing below. Checked near the root only, where it
         // skips the untouched halves of a write (the spec of a status write, say); deeper
-        // down the walk itself is as cheap as the check.
+        // down the walk itself is as cheap as the check. Not at the root itself: a write
+        // almost always changes something, so comparing the whole objects only to go on
+        // to their fields compared everything twice; each field's own check finds the
+        // same for the same cost.
         if let (Some(old), Some(new)) = (old, new)
-            && self.path.len() <= SKIP_EQUAL_DEPTH
+            && (1..=SKIP_EQUAL_DEPTH).contains(&self.path.len())
             && old == new
         {
             return;
