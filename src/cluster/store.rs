@@ -335,10 +335,10 @@ pub enum StoreError {
 pub const DEFAULT_HISTORY: usize = 100_000;
 
 /// How many bytes of objects the history holds at most, however few changes that is: a
-/// change keeps its whole object, and 100,000 pods (16 KiB each with their managed
-/// fields) would hold 1.6 GiB, which every new page of costs time to take from the
-/// system. At thousands of changes a second this is still seconds of history, more than
-/// a watcher that keeps reading falls behind.
+/// change keeps its whole object, and 100,000 changes of pods (6 KiB each with their
+/// managed fields) hold over half a GiB, every new page of which costs time to take from
+/// the system. At thousands of changes a second this is still seconds of history, more
+/// than a watcher that keeps reading falls behind.
 pub const HISTORY_BYTES: usize = 256 << 20;
 const CHANNEL_CAPACITY: usize = 1 << 16;
 

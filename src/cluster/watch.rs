@@ -45,6 +45,11 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
 /// How many bytes of event lines a watch gathers into one chunk at most.
 const BATCH_BYTES: usize = 64 * 1024;
 
+/// How many changes a watch looks at for one chunk at most, whether or not they are its
+/// own: between chunks it awaits its change stream again, where the runtime can make it
+/// yield, so a stream of changes it filters out never holds its thread.
+const BATCH_CHANGES: usize = 1024;
+
 /// Starts a watch; events arrive on the returned channel until the client goes away,
 /// the timeout passes, or the watcher falls behind.
 pub fn start(api: Arc<Api>, request: WatchRequest) -> Result<mpsc::Receiver<Bytes>, ApiError> {
@@ -205,7 +210,9 @@ impl Watcher {
         let mut batch = self.take_lines();
         let mut next = Some(Followed::Change(first));
         let mut ends = false;
+        let mut looked = 0;
         while let Some(followed) = next.take() {
+            looked += 1;
             match followed {
                 Followed::Change(change) => {
                     if self.line_for(&change, &mut batch) && self.request.faults.drop_watch() {
@@ -219,7 +226,7 @@ impl Watcher {
                     break;
                 }
             }
-            if batch.len() >= BATCH_BYTES {
+            if batch.len() >= BATCH_BYTES || looked >= BATCH_CHANGES {
                 break;
             }
             match changes.try_next() {

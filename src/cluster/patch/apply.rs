@@ -250,7 +250,7 @@ pub fn track_update(
 /// [`track_update`] of a create whose object carries no managed fields: the creator's
 /// entry owns every field, encoded as `FieldsV1` straight from the object in one walk.
 /// It is the entry [`track_changes`] finds with nothing before (the tests hold the two
-/// to the same answers); building the set first was most of a create's bookkeeping.
+/// to the same answers), without building the field set only to encode it.
 fn track_create(new: Value, manager: &str, schema: &dyn FieldSchema, now: &str) -> Value {
     let mut walker = Walker::new(schema);
     let mut fields = Map::new();
