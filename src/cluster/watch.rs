@@ -358,10 +358,15 @@ mod tests {
         assert!(line.ends_with(b"\n"));
     }
 
-    /// A watch on ConfigMaps from the store's current resourceVersion.
-    async fn configmap_watch(
-        cluster: &crate::cluster::EmbeddedCluster,
-    ) -> (Arc<Resource>, mpsc::Receiver<Bytes>) {
+    /// A cluster, and a watch on its ConfigMaps from the store's current resourceVersion.
+    async fn configmap_watch() -> (
+        crate::cluster::EmbeddedCluster,
+        Arc<Resource>,
+        mpsc::Receiver<Bytes>,
+    ) {
+        let cluster = crate::cluster::EmbeddedCluster::start(Default::default())
+            .await
+            .expect("cluster starts");
         let api = cluster.api().clone();
         let configmaps = api
             .registry
@@ -378,7 +383,8 @@ mod tests {
             rendering: Rendering::Object,
             faults: Faults::default(),
         };
-        (configmaps, start(api, request).expect("watch starts"))
+        let events = start(api, request).expect("watch starts");
+        (cluster, configmaps, events)
     }
 
     /// Creates ConfigMaps `cm-0`..`cm-{count - 1}`, each with `size` bytes of data.
@@ -432,10 +438,7 @@ mod tests {
     /// Changes already broadcast when the watcher wakes go out as one chunk, in order.
     #[tokio::test]
     async fn a_burst_of_changes_is_one_chunk() {
-        let cluster = crate::cluster::EmbeddedCluster::start(Default::default())
-            .await
-            .expect("cluster starts");
-        let (configmaps, mut events) = configmap_watch(&cluster).await;
+        let (cluster, configmaps, mut events) = configmap_watch().await;
         // Written before this task yields, so before the watcher first looks.
         create_configmaps(cluster.api(), &configmaps, 5, 10);
         let chunks = chunks_of(&mut events, 5).await;
@@ -446,10 +449,7 @@ mod tests {
     /// A burst larger than a chunk is split at line boundaries, nothing lost.
     #[tokio::test]
     async fn a_large_burst_is_split_between_lines() {
-        let cluster = crate::cluster::EmbeddedCluster::start(Default::default())
-            .await
-            .expect("cluster starts");
-        let (configmaps, mut events) = configmap_watch(&cluster).await;
+        let (cluster, configmaps, mut events) = configmap_watch().await;
         create_configmaps(cluster.api(), &configmaps, 40, 4096);
         let chunks = chunks_of(&mut events, 40).await;
         let expected: Vec<String> = (0..40).map(|i| format!("cm-{i}")).collect();

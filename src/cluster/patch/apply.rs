@@ -261,7 +261,7 @@ fn track_create(new: Value, manager: &str, schema: &dyn FieldSchema, now: &str) 
                 continue;
             }
             walker.names.push(name.clone());
-            let mut child = walker.whole_fields_v1(value);
+            let mut child = Value::Object(walker.whole::<Map<String, Value>>(value));
             walker.names.pop();
             if name == "metadata"
                 && let Value::Object(metadata) = &mut child
@@ -1060,11 +1060,11 @@ impl<'s> Walker<'s> {
         // one subtree and grafted at the path, instead of a walk from the root per field.
         match (old, new) {
             (None, Some(new)) => {
-                let whole = self.whole(new);
+                let whole: FieldSet = self.whole(new);
                 return changes.added.graft(&self.path, whole);
             }
             (Some(old), None) => {
-                let whole = self.whole(old);
+                let whole: FieldSet = self.whole(old);
                 return changes.removed.graft(&self.path, whole);
             }
             (None, None) => return,
@@ -1156,52 +1156,17 @@ impl<'s> Walker<'s> {
 
     /// Every field of `value` at the current path, as [`compare`](Self::compare) finds
     /// them when `value` is on one side only: the path itself, each object field, each
-    /// item of a granular list (the first of repeated ones), and below keyed items.
-    fn whole(&mut self, value: &Value) -> FieldSet {
-        let mut set = FieldSet::member();
+    /// item of a granular list (the first of repeated ones), and below keyed items. Built
+    /// as a field set, or straight as its `FieldsV1` encoding (see [`Whole`]).
+    fn whole<W: Whole>(&mut self, value: &Value) -> W {
+        let mut whole = W::owned();
         match value {
             Value::Object(fields) => {
                 for (name, field) in fields {
                     self.names.push(name.clone());
                     let child = self.whole(field);
                     self.names.pop();
-                    set.put_child(PathElement::Field(name.clone()), child);
-                }
-            }
-            Value::Array(items) if !items.is_empty() => {
-                let list_type = self.list_type();
-                if list_type == ListType::Atomic {
-                    return set;
-                }
-                let Ok(keys) = item_elements(&list_type, items) else {
-                    return set;
-                };
-                for (key, item) in keys.into_iter().zip(items) {
-                    if set.child(&key).is_some() {
-                        continue; // upstream ignores repeated items after the first
-                    }
-                    let child = match list_type {
-                        ListType::Map(_) => self.whole(item),
-                        _ => FieldSet::member(),
-                    };
-                    set.put_child(key, child);
-                }
-            }
-            _ => {}
-        }
-        set
-    }
-
-    /// [`whole`](Self::whole) of `value`, encoded as `FieldsV1` without building the set.
-    fn whole_fields_v1(&mut self, value: &Value) -> Value {
-        let mut out = Map::new();
-        match value {
-            Value::Object(fields) => {
-                for (name, field) in fields {
-                    self.names.push(name.clone());
-                    let child = self.whole_fields_v1(field);
-                    self.names.pop();
-                    out.insert(PathElement::field(name).encode(), child);
+                    whole.put(PathElement::Field(name.clone()), child);
                 }
             }
             Value::Array(items) if !items.is_empty() => {
@@ -1209,26 +1174,25 @@ impl<'s> Walker<'s> {
                 if list_type != ListType::Atomic
                     && let Ok(keys) = item_elements(&list_type, items)
                 {
+                    // Upstream ignores repeated items after the first.
                     let mut seen = BTreeSet::new();
-                    for (key, item) in keys.iter().zip(items) {
-                        if !seen.insert(key) {
-                            continue; // upstream ignores repeated items after the first
+                    let firsts: Vec<bool> = keys.iter().map(|key| seen.insert(key)).collect();
+                    drop(seen);
+                    for ((key, item), first) in keys.into_iter().zip(items).zip(firsts) {
+                        if !first {
+                            continue;
                         }
                         let child = match list_type {
-                            ListType::Map(_) => self.whole_fields_v1(item),
-                            _ => Value::Object(Map::new()),
+                            ListType::Map(_) => self.whole(item),
+                            _ => W::owned(),
                         };
-                        out.insert(key.encode(), child);
+                        whole.put(key, child);
                     }
                 }
             }
             _ => {}
         }
-        // The value itself is owned too: `.` beside what it leads to.
-        if !out.is_empty() {
-            out.insert(".".to_string(), Value::Object(Map::new()));
-        }
-        Value::Object(out)
+        whole.finished()
     }
 
     fn compare_item(
@@ -1243,6 +1207,51 @@ impl<'s> Walker<'s> {
             ListType::Map(_) => walker.compare(old, new, changes),
             _ => changes.leaf(&walker.path, old, new),
         });
+    }
+}
+
+/// What [`Walker::whole`] builds: the field set of a value on one side only, or that
+/// set's `FieldsV1` encoding written straight away (a create's entry, which is only ever
+/// encoded). One walk for both keeps them the same.
+trait Whole: Sized {
+    /// An owned value with nothing below it yet.
+    fn owned() -> Self;
+    /// Adds `child` under `element`.
+    fn put(&mut self, element: PathElement, child: Self);
+    /// The value once everything below it is in.
+    fn finished(self) -> Self;
+}
+
+impl Whole for FieldSet {
+    fn owned() -> Self {
+        FieldSet::member()
+    }
+
+    fn put(&mut self, element: PathElement, child: Self) {
+        self.put_child(element, child);
+    }
+
+    fn finished(self) -> Self {
+        self
+    }
+}
+
+impl Whole for Map<String, Value> {
+    fn owned() -> Self {
+        Map::new()
+    }
+
+    fn put(&mut self, element: PathElement, child: Self) {
+        self.insert(element.encode(), Value::Object(child));
+    }
+
+    /// `.` marks the value itself owned beside what it leads to, as
+    /// [`FieldSet::into_fields_v1`] writes a member with children.
+    fn finished(mut self) -> Self {
+        if !self.is_empty() {
+            self.insert(".".to_string(), Value::Object(Map::new()));
+        }
+        self
     }
 }
 
