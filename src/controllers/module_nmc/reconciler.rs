@@ -28,7 +28,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::tally::Tally;
+use super::tally::{Tally, Verdict};
 use super::{EntryAction, ModuleFacts, decide};
 use crate::api::labels::{ModuleKey, ModuleLabel};
 use crate::api::module::{Module, ModuleCondition, ModuleStatus};
@@ -371,9 +371,11 @@ struct ModuleCtx {
 /// A change of an NMC or a Node label queues a reconcile of the Modules whose counts it
 /// changed only when none is queued already; a reconcile takes changes again as it starts,
 /// and one due before its Module's interval is over waits for the rest of it, still queued.
-/// kube's trailing-edge debounce, used before, waited for a pause in the changes, and a
-/// steady rollout has none: the Modules' status, and even their finalizer, waited for its
-/// end.
+/// A change that turns a condition (the Module's status does not say its [`Verdict`]) cuts
+/// that wait short: the rollout's last NMC write shows in the Module's status at once, not
+/// at the end of the interval. kube's trailing-edge debounce, used before, waited for a
+/// pause in the changes, and a steady rollout has none: the Modules' status, and even
+/// their finalizer, waited for its end.
 #[derive(Default)]
 struct Pacer {
     modules: Mutex<HashMap<ObjectRef<Module>, Paced>>,
@@ -383,8 +385,16 @@ struct Pacer {
 struct Paced {
     /// A reconcile is queued: further changes need none.
     queued: bool,
+    /// The queued reconcile waits for the interval to end.
+    waiting: bool,
     /// When the Module's status was last written.
     written: Option<Instant>,
+}
+
+/// A Module whose counts changed, and whether a condition of its status turns with them.
+struct Changed {
+    module: ObjectRef<Module>,
+    turns: bool,
 }
 
 impl Pacer {
@@ -392,14 +402,22 @@ impl Pacer {
         self.modules.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The Modules of `changed` with no reconcile queued, now queued.
-    fn unqueued(&self, changed: Vec<ObjectRef<Module>>) -> Vec<ObjectRef<Module>> {
+    /// The Modules of `changed` to reconcile now: those with no reconcile queued, now
+    /// queued, and those whose queued reconcile waits while a condition turns.
+    fn unqueued(&self, changed: Vec<Changed>) -> Vec<ObjectRef<Module>> {
         let mut paced = self.paced();
         changed
             .into_iter()
-            .filter(|module| {
-                !std::mem::replace(&mut paced.entry(module.clone()).or_default().queued, true)
+            .filter(|Changed { module, turns }| {
+                let paced = paced.entry(module.clone()).or_default();
+                let now = !paced.queued || (paced.waiting && *turns);
+                paced.queued = true;
+                if now {
+                    paced.waiting = false;
+                }
+                now
             })
+            .map(|changed| changed.module)
             .collect()
     }
 
@@ -407,6 +425,7 @@ impl Pacer {
     fn started(&self, module: &ObjectRef<Module>) {
         if let Some(paced) = self.paced().get_mut(module) {
             paced.queued = false;
+            paced.waiting = false;
         }
     }
 
@@ -418,6 +437,7 @@ impl Pacer {
         match paced.written {
             Some(at) if now.saturating_duration_since(at) < STATUS_INTERVAL => {
                 paced.queued = true;
+                paced.waiting = true;
                 Some(STATUS_INTERVAL - now.saturating_duration_since(at))
             }
             _ => {
@@ -455,7 +475,7 @@ fn module_controller(
             let name = nmc.name_any();
             let now = stores.nmcs.get(&ObjectRef::new(&name));
             let changed = tally.nmc(&name, now.as_deref());
-            pacer.unqueued(existing(changed, &stores.modules))
+            pacer.unqueued(existing(changed, &stores.modules, &tally))
         }
     };
     let on_node = {
@@ -464,7 +484,7 @@ fn module_controller(
             let name = node.name_any();
             let now = stores.nodes.get(&ObjectRef::new(&name));
             let changed = tally.node(&name, now.as_ref().map(|node| node.labels()));
-            pacer.unqueued(existing(changed, &stores.modules))
+            pacer.unqueued(existing(changed, &stores.modules, &tally))
         }
     };
     let controller =
@@ -500,12 +520,34 @@ fn node_labels_fingerprint(node: &Node) -> u64 {
     hasher.finish()
 }
 
-/// The Modules of `keys` that exist.
-fn existing(keys: Vec<ModuleKey>, modules: &Store<Module>) -> Vec<ObjectRef<Module>> {
+/// The Modules of `keys` that exist, each with whether a condition of its status turns
+/// with the counts `tally` has now.
+fn existing(keys: Vec<ModuleKey>, modules: &Store<Module>, tally: &Tally) -> Vec<Changed> {
     keys.into_iter()
-        .map(|key| ObjectRef::new(key.name()).within(key.namespace()))
-        .filter(|reference| modules.get(reference).is_some())
+        .filter_map(|key| {
+            let module = ObjectRef::new(key.name()).within(key.namespace());
+            let shown = shown(modules.get(&module)?.status.as_ref());
+            Some(Changed {
+                turns: shown != Some(tally.verdict(&key)),
+                module,
+            })
+        })
         .collect()
+}
+
+/// What the conditions of a Module's `status` say; `None` before it has both.
+fn shown(status: Option<&ModuleStatus>) -> Option<Verdict> {
+    let says = |type_: &str| {
+        status?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status == "True")
+    };
+    Some(Verdict {
+        available: says("Available")?,
+        degraded: says("Degraded")?,
+    })
 }
 
 fn module_error_policy(_module: Arc<Module>, err: &Error, _data: Arc<ModuleCtx>) -> Action {
@@ -867,22 +909,38 @@ mod pacing {
         ObjectRef::new(name).within("kmm")
     }
 
+    /// Counts of `modules` changed; no condition turns.
+    fn counts(modules: &[&ObjectRef<Module>]) -> Vec<Changed> {
+        modules
+            .iter()
+            .map(|module| Changed {
+                module: (*module).clone(),
+                turns: false,
+            })
+            .collect()
+    }
+
+    /// Counts of `module` changed, and a condition of its status turns.
+    fn turns(module: &ObjectRef<Module>) -> Vec<Changed> {
+        vec![Changed {
+            module: module.clone(),
+            turns: true,
+        }]
+    }
+
     #[test]
     fn the_pacer_queues_one_reconcile_and_writes_at_most_once_per_interval() {
         let pacer = Pacer::default();
         let (a, b) = (module("a"), module("b"));
         let start = Instant::now();
         // A change queues a reconcile of each Module it concerns, and only one.
-        assert_eq!(
-            pacer.unqueued(vec![a.clone(), b.clone()]),
-            [a.clone(), b.clone()]
-        );
-        assert_eq!(pacer.unqueued(vec![a.clone(), b.clone()]), []);
+        assert_eq!(pacer.unqueued(counts(&[&a, &b])), [a.clone(), b.clone()]);
+        assert_eq!(pacer.unqueued(counts(&[&a, &b])), []);
         // The first write is at once; changes during it queue another reconcile.
         pacer.started(&a);
         assert_eq!(pacer.wait(&a, start), None);
-        assert_eq!(pacer.unqueued(vec![a.clone()]), std::slice::from_ref(&a));
-        assert_eq!(pacer.unqueued(vec![a.clone()]), []);
+        assert_eq!(pacer.unqueued(counts(&[&a])), std::slice::from_ref(&a));
+        assert_eq!(pacer.unqueued(counts(&[&a])), []);
         // That reconcile, due within the interval, waits for the rest of it, still queued.
         pacer.started(&a);
         let later = start + Duration::from_millis(300);
@@ -890,11 +948,18 @@ mod pacing {
             pacer.wait(&a, later),
             Some(STATUS_INTERVAL - Duration::from_millis(300))
         );
-        assert_eq!(pacer.unqueued(vec![a.clone()]), []);
+        assert_eq!(pacer.unqueued(counts(&[&a])), []);
+        // A change that turns a condition cuts the wait short, once.
+        assert_eq!(pacer.unqueued(turns(&a)), std::slice::from_ref(&a));
+        assert_eq!(pacer.unqueued(turns(&a)), []);
+        // A turn with a reconcile queued that does not wait needs nothing more.
+        pacer.started(&a);
+        assert_eq!(pacer.unqueued(counts(&[&a])), std::slice::from_ref(&a));
+        assert_eq!(pacer.unqueued(turns(&a)), []);
         // Once the interval is over it writes, and changes queue a reconcile again.
         pacer.started(&a);
         assert_eq!(pacer.wait(&a, start + STATUS_INTERVAL), None);
-        assert_eq!(pacer.unqueued(vec![a.clone()]), std::slice::from_ref(&a));
+        assert_eq!(pacer.unqueued(counts(&[&a])), std::slice::from_ref(&a));
         // A write out of pace (a condition changed) restarts the interval.
         let written = start + STATUS_INTERVAL + Duration::from_millis(100);
         pacer.started(&a);
@@ -908,7 +973,38 @@ mod pacing {
         assert_eq!(pacer.wait(&b, later), None);
         // A Module gone is forgotten: its next change queues a reconcile.
         pacer.forget(&b);
-        assert_eq!(pacer.unqueued(vec![b.clone()]), [b]);
+        assert_eq!(pacer.unqueued(counts(&[&b])), [b]);
+    }
+
+    #[test]
+    fn a_status_shows_a_verdict_once_it_has_both_conditions() {
+        let condition = |type_: &str, status: &str| ModuleCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: String::new(),
+            message: String::new(),
+            last_transition_time: String::new(),
+        };
+        let status = |conditions: Vec<ModuleCondition>| ModuleStatus {
+            conditions,
+            ..ModuleStatus::default()
+        };
+        assert_eq!(shown(None), None);
+        assert_eq!(shown(Some(&status(vec![]))), None);
+        assert_eq!(
+            shown(Some(&status(vec![condition("Available", "True")]))),
+            None
+        );
+        assert_eq!(
+            shown(Some(&status(vec![
+                condition("Degraded", "True"),
+                condition("Available", "False"),
+            ]))),
+            Some(Verdict {
+                available: false,
+                degraded: true
+            })
+        );
     }
 }
 

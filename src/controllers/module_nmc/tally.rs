@@ -74,7 +74,22 @@ pub struct Counts {
     pub failures: Vec<(String, WorkerFailure)>,
 }
 
+/// What a Module's conditions say of its counts: `Available` (every node with an entry has
+/// it loaded) and `Degraded` (worker pods fail on some nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub available: bool,
+    pub degraded: bool,
+}
+
 impl Sums {
+    fn verdict(&self) -> Verdict {
+        Verdict {
+            available: self.available == self.desired,
+            degraded: !self.failures.is_empty(),
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.present == 0 && self.failures.is_empty() && self.selected.is_none()
     }
@@ -149,6 +164,15 @@ impl Tally {
                 .map(|(node, failure)| (node.clone(), failure.clone()))
                 .collect(),
         }
+    }
+
+    /// What Module `key`'s conditions say of its counts now (a Module no NMC mentions is
+    /// available, on none of its nodes).
+    pub fn verdict(&self, key: &ModuleKey) -> Verdict {
+        self.lock()
+            .modules
+            .get(key)
+            .map_or(Sums::default().verdict(), Sums::verdict)
     }
 
     /// How many NMCs still list Module `key` in their spec or status (see [`Tally::count`]
@@ -397,6 +421,15 @@ mod tests {
                 Some((nmc.name_any(), failure))
             })
             .collect();
+        assert_eq!(
+            tally.verdict(&module.key),
+            Verdict {
+                available: from_scratch.available_number == from_scratch.desired_number,
+                degraded: !failures.is_empty(),
+            },
+            "{}",
+            module.key
+        );
         assert_eq!(counts.failures, failures, "{}", module.key);
         let present = nmcs
             .iter()
