@@ -79,6 +79,8 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<i32> {
 }
 
 async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
+    // A server process lives to allocate and free request after request.
+    crate::keep_freed_memory();
     if !args.listen.ip().is_loopback() {
         tracing::warn!(listen = %args.listen, "serving the embedded cluster beyond loopback, over plain HTTP");
     }
