@@ -20,6 +20,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::store::{ObjectKey, Store, StoredObject, Write};
 use super::validate;
 use crate::clock::{Clock, rfc3339};
+use crate::cluster::pointer::Pointer;
 
 /// The body of a PATCH, by content type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,9 +156,7 @@ impl ListOptions {
 
     /// Whether an object (by its projection) is selected.
     pub fn selects(&self, projection: &Value) -> bool {
-        let labels = projection
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object);
+        let labels = projection.at("/metadata/labels").and_then(Value::as_object);
         let empty = Map::new();
         self.label_selector
             .as_ref()
@@ -371,7 +370,7 @@ impl Api {
         let mut object = self.intake(resource, self.checked_body(resource, body)?);
         self.place(resource, namespace, &mut object)?;
         let generated = object
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .is_none_or(str::is_empty);
         let mut name = self.assign_name(resource, &mut object)?;
@@ -425,7 +424,7 @@ impl Api {
                         .as_mut()
                         .ok_or_else(|| ApiError::internal("create lost its object"))?;
                     let prefix = object
-                        .pointer("/metadata/generateName")
+                        .at("/metadata/generateName")
                         .and_then(Value::as_str)
                         .unwrap_or("");
                     name = format!("{prefix}{}", random_suffix());
@@ -473,7 +472,7 @@ impl Api {
         let mut object = self.intake(resource, self.checked_body(resource, body)?);
         self.place(resource, namespace, &mut object)?;
         let body_name = object
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("");
         if body_name != name {
@@ -583,7 +582,7 @@ impl Api {
             }
             let mut applied = self.intake(resource, self.checked_body(resource, patch)?);
             self.prune_unknown(resource, name, &mut applied, options.strict_fields)?;
-            let applied_name = applied.pointer("/metadata/name").and_then(Value::as_str);
+            let applied_name = applied.at("/metadata/name").and_then(Value::as_str);
             if applied_name != Some(name) {
                 return Err(ApiError::bad_request(format!(
                     "the name of the object ({}) does not match the name on the URL ({name})",
@@ -822,7 +821,7 @@ impl Api {
         subresource: Option<&str>,
     ) -> Result<Value, ApiError> {
         let name = current
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("");
         if subresource == Some("status") {
@@ -848,7 +847,10 @@ impl Api {
             "deletionGracePeriodSeconds",
             "resourceVersion",
         ] {
-            match current.pointer(&format!("/metadata/{field}")) {
+            match current
+                .get("metadata")
+                .and_then(|metadata| metadata.get(field))
+            {
                 Some(v) => next["metadata"][field] = v.clone(),
                 None => {
                     if let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -858,12 +860,12 @@ impl Api {
             }
         }
         next["metadata"]["name"] = current["metadata"]["name"].clone();
-        if let Some(ns) = current.pointer("/metadata/namespace") {
+        if let Some(ns) = current.at("/metadata/namespace") {
             next["metadata"]["namespace"] = ns.clone();
         }
         next["apiVersion"] = current["apiVersion"].clone();
         next["kind"] = current["kind"].clone();
-        if current.pointer("/metadata/deletionTimestamp").is_some() {
+        if current.at("/metadata/deletionTimestamp").is_some() {
             let had: Vec<&Value> = finalizers(current).collect();
             if let Some(added) = finalizers(&next).find(|f| !had.contains(f)) {
                 return Err(ApiError::invalid(
@@ -881,9 +883,7 @@ impl Api {
         }
         defaults::apply(resource, &mut next);
         validate::update(resource, current, &next)?;
-        let generation = current
-            .pointer("/metadata/generation")
-            .and_then(Value::as_i64);
+        let generation = current.at("/metadata/generation").and_then(Value::as_i64);
         if let Some(generation) = generation {
             let bump = resource.tracks_generation() && !same_spec(current, &next);
             next["metadata"]["generation"] = json!(generation + i64::from(bump));
@@ -990,11 +990,11 @@ impl Api {
     fn after_delete(&self, resource: &Resource, object: &Value) {
         if resource.storage == CRD_STORAGE {
             let group = object
-                .pointer("/spec/group")
+                .at("/spec/group")
                 .and_then(Value::as_str)
                 .unwrap_or("");
             let plural = object
-                .pointer("/spec/names/plural")
+                .at("/spec/names/plural")
                 .and_then(Value::as_str)
                 .unwrap_or("");
             let storage = format!("{plural}.{group}");
@@ -1133,11 +1133,7 @@ impl Api {
             .store
             .get(&namespace_key)
             .ok_or_else(|| ApiError::namespace_not_found(namespace))?;
-        if ns
-            .projection
-            .pointer("/metadata/deletionTimestamp")
-            .is_some()
-        {
+        if ns.projection.at("/metadata/deletionTimestamp").is_some() {
             return Err(ApiError::forbidden(format!(
                 "unable to create new content in namespace {namespace} because it is being terminated"
             )));
@@ -1236,11 +1232,9 @@ fn check_precondition(
     current: &Value,
     next: &Value,
 ) -> Result<(), ApiError> {
-    let wanted = next
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str);
+    let wanted = next.at("/metadata/resourceVersion").and_then(Value::as_str);
     let have = current
-        .pointer("/metadata/resourceVersion")
+        .at("/metadata/resourceVersion")
         .and_then(Value::as_str);
     match wanted {
         Some(wanted) if !wanted.is_empty() && Some(wanted) != have => {
@@ -1304,12 +1298,12 @@ fn deletion(
         Propagation::Orphan => Some("orphan"),
         Propagation::Background => None,
     };
-    let already_deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+    let already_deleting = object.at("/metadata/deletionTimestamp").is_some();
     let grace = pod_grace_period(resource, &object, options);
     if already_deleting {
         // A shorter grace period speeds up a pending pod deletion (`--grace-period=0 --force`).
         let pending_grace = object
-            .pointer("/metadata/deletionGracePeriodSeconds")
+            .at("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_i64);
         if let (Some(grace), Some(pending)) = (grace, pending_grace)
             && grace < pending
@@ -1330,7 +1324,7 @@ fn deletion(
     }
     let namespace_finalizers = resource.plural == "namespaces"
         && object
-            .pointer("/spec/finalizers")
+            .at("/spec/finalizers")
             .and_then(Value::as_array)
             .is_some_and(|f| !f.is_empty());
     let has_finalizers = finalizers(&object).next().is_some();
@@ -1380,11 +1374,11 @@ fn removes_at_once(resource: &Resource, projection: &Value, options: &DeleteOpti
         return true;
     }
     let scheduled = projection
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .is_some_and(|n| !n.is_empty());
     let finished = matches!(
-        projection.pointer("/status/phase").and_then(Value::as_str),
+        projection.at("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")
     );
     !scheduled || finished || options.grace_period_seconds.is_some_and(|g| g <= 0)
@@ -1396,15 +1390,15 @@ fn pod_grace_period(resource: &Resource, object: &Value, options: &DeleteOptions
         return options.grace_period_seconds.map(|_| 0);
     }
     let scheduled = object
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .is_some_and(|n| !n.is_empty());
-    let phase = object.pointer("/status/phase").and_then(Value::as_str);
+    let phase = object.at("/status/phase").and_then(Value::as_str);
     if !scheduled || matches!(phase, Some("Succeeded" | "Failed")) {
         return Some(0);
     }
     let default = object
-        .pointer("/spec/terminationGracePeriodSeconds")
+        .at("/spec/terminationGracePeriodSeconds")
         .and_then(Value::as_i64)
         .unwrap_or(30);
     Some(options.grace_period_seconds.unwrap_or(default).max(0))
@@ -1412,7 +1406,7 @@ fn pod_grace_period(resource: &Resource, object: &Value, options: &DeleteOptions
 
 fn finalizers(object: &Value) -> impl Iterator<Item = &Value> {
     object
-        .pointer("/metadata/finalizers")
+        .at("/metadata/finalizers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -1430,7 +1424,7 @@ fn deletion_complete(object: &Value) -> bool {
             .unwrap_or(0)
             == 0
         && object
-            .pointer("/spec/finalizers")
+            .at("/spec/finalizers")
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty)
 }
@@ -1447,7 +1441,7 @@ fn with_status_of(current: &Value, next: &Value) -> Value {
             }
         }
     }
-    if let Some(managed) = next.pointer("/metadata/managedFields") {
+    if let Some(managed) = next.at("/metadata/managedFields") {
         kept["metadata"]["managedFields"] = managed.clone();
     }
     kept

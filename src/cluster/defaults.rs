@@ -4,6 +4,8 @@
 
 use serde_json::{Value, json};
 
+use crate::cluster::pointer::Pointer;
+
 use super::resources::Resource;
 
 /// Fills in the defaults of `resource`'s kind.
@@ -87,10 +89,7 @@ fn template(object: &mut Value) {
 }
 
 fn namespace(object: &mut Value) {
-    let name = object
-        .pointer("/metadata/name")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let name = object.at("/metadata/name").cloned().unwrap_or(Value::Null);
     let meta = &mut object["metadata"];
     if !meta.get("labels").is_some_and(Value::is_object) {
         meta["labels"] = json!({});
@@ -99,7 +98,7 @@ fn namespace(object: &mut Value) {
     if object.get("spec").is_none() {
         object["spec"] = json!({"finalizers": ["kubernetes"]});
     }
-    if object.pointer("/status/phase").is_none() {
+    if object.at("/status/phase").is_none() {
         object["status"] = json!({"phase": "Active"});
     }
 }
@@ -169,7 +168,7 @@ fn crd(object: &mut Value) {
 /// (the embedded server has no naming conflicts to wait out).
 pub fn crd_status(object: &Value) -> Value {
     let mut names = object
-        .pointer("/spec/names")
+        .at("/spec/names")
         .cloned()
         .unwrap_or_else(|| json!({}));
     if let Some(kind) = names
@@ -181,7 +180,7 @@ pub fn crd_status(object: &Value) -> Value {
         set_default(&mut names, "listKind", json!(format!("{kind}List")));
     }
     let stored: Vec<Value> = object
-        .pointer("/spec/versions")
+        .at("/spec/versions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -190,7 +189,7 @@ pub fn crd_status(object: &Value) -> Value {
         .collect();
     let condition = |kind: &str, reason: &str, message: &str| {
         json!({"type": kind, "status": "True", "reason": reason, "message": message,
-               "lastTransitionTime": object.pointer("/metadata/creationTimestamp").cloned().unwrap_or(Value::Null)})
+               "lastTransitionTime": object.at("/metadata/creationTimestamp").cloned().unwrap_or(Value::Null)})
     };
     json!({
         "conditions": [

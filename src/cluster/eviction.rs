@@ -5,6 +5,8 @@
 
 use serde_json::{Value, json};
 
+use crate::cluster::pointer::Pointer;
+
 use super::api::{Api, DeleteOptions, ListOptions};
 use super::errors::ApiError;
 use super::resources::Resource;
@@ -29,11 +31,11 @@ pub fn evict(
 ) -> Result<(), ApiError> {
     let pod = api.get_value(pods, namespace, name)?;
     let phase = pod
-        .pointer("/status/phase")
+        .at("/status/phase")
         .and_then(Value::as_str)
         .unwrap_or("");
     let terminal = matches!(phase, "Succeeded" | "Failed");
-    let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+    let deleting = pod.at("/metadata/deletionTimestamp").is_some();
     if !terminal && !deleting {
         check_budgets(api, namespace, &pod)?;
     }
@@ -49,7 +51,7 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
         return Ok(());
     };
     let labels = pod
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
@@ -58,12 +60,12 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
         .into_iter()
         .filter_map(|pdb| {
             // A PDB without a selector selects nothing (policy/v1).
-            let selector = LabelSelector::from_object(pdb.pointer("/spec/selector")).ok()??;
+            let selector = LabelSelector::from_object(pdb.at("/spec/selector")).ok()??;
             selector.matches(&labels).then_some((pdb, selector))
         })
         .collect();
     let pdb_name = |pdb: &Value| {
-        pdb.pointer("/metadata/name")
+        pdb.at("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string()
@@ -76,7 +78,7 @@ fn check_budgets(api: &Api, namespace: &str, pod: &Value) -> Result<(), ApiError
             let selected = covered_pods(selector, &namespace_pods);
             // An unhealthy pod may always go when the policy says so, or when the budget is met anyway.
             let policy = pdb
-                .pointer("/spec/unhealthyPodEvictionPolicy")
+                .at("/spec/unhealthyPodEvictionPolicy")
                 .and_then(Value::as_str);
             let budget = budget(&pdb["spec"], &selected);
             if !is_healthy(pod)
@@ -110,12 +112,12 @@ pub fn covered_pods(selector: &LabelSelector, pods: &[Value]) -> Vec<Value> {
     pods.iter()
         .filter(|p| {
             let labels = p
-                .pointer("/metadata/labels")
+                .at("/metadata/labels")
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default();
             let finished = matches!(
-                p.pointer("/status/phase").and_then(Value::as_str),
+                p.at("/status/phase").and_then(Value::as_str),
                 Some("Succeeded" | "Failed")
             );
             selector.matches(&labels) && !finished
@@ -126,9 +128,9 @@ pub fn covered_pods(selector: &LabelSelector, pods: &[Value]) -> Vec<Value> {
 
 /// A pod counts as healthy when Ready and not on its way out.
 pub fn is_healthy(pod: &Value) -> bool {
-    pod.pointer("/metadata/deletionTimestamp").is_none()
+    pod.at("/metadata/deletionTimestamp").is_none()
         && pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -141,7 +143,7 @@ pub fn is_healthy(pod: &Value) -> bool {
 pub fn budget(spec: &Value, pods: &[Value]) -> Budget {
     let expected = pods
         .iter()
-        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .filter(|p| p.at("/metadata/deletionTimestamp").is_none())
         .count() as i64;
     let current_healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
     let desired_healthy = if let Some(min) = spec.get("minAvailable") {

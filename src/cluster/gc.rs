@@ -6,6 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::cluster::pointer::Pointer;
+
 use serde_json::{Value, json};
 
 use super::api::{Api, DeleteOptions, PatchType, Propagation, WriteOptions};
@@ -327,7 +329,7 @@ impl Collector {
         };
         let kept: Vec<Value> = object
             .value()
-            .pointer("/metadata/ownerReferences")
+            .at("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -351,7 +353,7 @@ impl Collector {
         };
         let kept: Vec<Value> = object
             .value()
-            .pointer("/metadata/finalizers")
+            .at("/metadata/finalizers")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -398,7 +400,7 @@ impl Collector {
 
 fn blocks_owner(projection: &Value, owner_uid: &str) -> bool {
     projection
-        .pointer("/metadata/ownerReferences")
+        .at("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

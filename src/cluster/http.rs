@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::pointer::Pointer;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
@@ -536,7 +538,7 @@ impl Call<'_> {
             Rendering::Object => Ok(bytes_response(StatusCode::OK, bytes)),
             Rendering::Table => {
                 let object = parse_json(&bytes)?;
-                let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+                let meta = json!({"resourceVersion": object.at("/metadata/resourceVersion")});
                 Ok(json_response(
                     StatusCode::OK,
                     &table_of(self.api(), &self.resource, &[&object], meta),
@@ -743,11 +745,11 @@ impl Call<'_> {
             },
             propagation,
             precondition_uid: body
-                .pointer("/preconditions/uid")
+                .at("/preconditions/uid")
                 .and_then(Value::as_str)
                 .map(str::to_string),
             precondition_resource_version: body
-                .pointer("/preconditions/resourceVersion")
+                .at("/preconditions/resourceVersion")
                 .and_then(Value::as_str)
                 .map(str::to_string),
         })
@@ -770,7 +772,7 @@ impl Call<'_> {
                 let status = json!({
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": {"name": name, "group": self.resource.group, "kind": self.resource.plural,
-                                "uid": object.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)},
+                                "uid": object.at("/metadata/uid").cloned().unwrap_or(Value::Null)},
                 });
                 Ok(json_response(StatusCode::OK, &status))
             }
@@ -798,7 +800,7 @@ impl Call<'_> {
         let options = DeleteOptions {
             dry_run: self.query.dry_run()?,
             grace_period_seconds: body
-                .pointer("/deleteOptions/gracePeriodSeconds")
+                .at("/deleteOptions/gracePeriodSeconds")
                 .and_then(Value::as_i64),
             ..DeleteOptions::default()
         };

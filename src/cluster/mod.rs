@@ -14,6 +14,7 @@ pub mod kubeconfig;
 pub mod openapi;
 pub mod patch;
 pub mod persist;
+pub mod pointer;
 pub mod protobuf;
 pub mod prune;
 pub mod resources;
@@ -34,6 +35,7 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 use crate::clock::{Clock, SystemClock};
+use crate::cluster::pointer::Pointer;
 use api::{Api, WriteOptions};
 use errors::ApiError;
 use faults::{FaultSettings, Faults};
@@ -255,7 +257,7 @@ fn register_capstan_crds(api: &Api) -> Result<(), ApiError> {
     for crd in crate::api::crds::all() {
         let crd = serde_json::to_value(&crd).map_err(|e| ApiError::internal(e.to_string()))?;
         let name = crd
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(serde_json::Value::as_str)
             .unwrap_or("");
         if api.get(&crds, "", name).is_err() {

@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::cluster::pointer::Pointer;
+
 /// Removes from `object` every field `schema` does not describe and returns their
 /// dotted paths (`spec.moduleLoader.container.modprobe.firmwarepath`).
 pub fn prune(schema: &Value, object: &mut Value) -> Vec<String> {
@@ -16,7 +18,7 @@ pub fn prune(schema: &Value, object: &mut Value) -> Vec<String> {
         if matches!(name.as_str(), "apiVersion" | "kind" | "metadata") {
             continue;
         }
-        match schema.pointer(&format!(
+        match schema.at(&format!(
             "/properties/{}",
             name.replace('~', "~0").replace('/', "~1")
         )) {

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use crate::cluster::pointer::Pointer;
+
 use serde_json::{Value, json};
 
 use super::schema::{BuiltinSchema, CrdSchema, FieldSchema, WithMetadata};
@@ -344,10 +346,10 @@ impl Registry {
                 continue;
             };
             let open_api_schema = version
-                .pointer("/schema/openAPIV3Schema")
+                .at("/schema/openAPIV3Schema")
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "object"}));
-            let has_status = version.pointer("/subresources/status").is_some();
+            let has_status = version.at("/subresources/status").is_some();
             let printer_columns = version
                 .get("additionalPrinterColumns")
                 .and_then(Value::as_array)

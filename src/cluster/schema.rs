@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use crate::cluster::pointer::Pointer;
+
 /// How a list field merges.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ListType {
@@ -107,7 +109,7 @@ impl CrdSchema {
         let mut node = &self.root;
         for name in path {
             node = step_into_items(node);
-            node = match node.pointer(&format!("/properties/{}", escape(name))) {
+            node = match node.at(&format!("/properties/{}", escape(name))) {
                 Some(child) => child,
                 None => node.get("additionalProperties").filter(|v| v.is_object())?,
             };

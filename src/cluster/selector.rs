@@ -9,6 +9,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::cluster::pointer::Pointer;
+
 use serde_json::{Map, Value};
 
 /// Why a label or field selector was rejected.
@@ -928,23 +930,19 @@ fn unescape_value(value: &str) -> Result<String, SelectorError> {
 
 /// The string upstream's selectable-fields set holds for `field` of `object`.
 fn field_value<'a>(object: &'a Value, field: &str) -> Cow<'a, str> {
-    let lookup = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .map_or(Cow::Borrowed(""), scalar_text)
-    };
+    let lookup = |pointer: &str| object.at(pointer).map_or(Cow::Borrowed(""), scalar_text);
     match field {
         "spec.unschedulable" | "spec.hostNetwork" => {
             let pointer = format!("/{}", field.replace('.', "/"));
-            let set = object.pointer(&pointer).and_then(Value::as_bool) == Some(true);
+            let set = object.at(&pointer).and_then(Value::as_bool) == Some(true);
             Cow::Borrowed(if set { "true" } else { "false" })
         }
         // Upstream reads podIPs[0]; podIP mirrors it and is all some writers set.
-        "status.podIP" => match object.pointer("/status/podIPs/0/ip").map(scalar_text) {
+        "status.podIP" => match object.at("/status/podIPs/0/ip").map(scalar_text) {
             Some(ip) if !ip.is_empty() => ip,
             _ => lookup("/status/podIP"),
         },
-        "source" => match object.pointer("/source/component").map(scalar_text) {
+        "source" => match object.at("/source/component").map(scalar_text) {
             Some(component) if !component.is_empty() => component,
             _ => lookup("/reportingComponent"),
         },

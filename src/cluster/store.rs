@@ -10,6 +10,8 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use crate::cluster::pointer::Pointer;
+
 use bytes::Bytes;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -108,7 +110,7 @@ impl StoredObject {
     /// `metadata.uid`.
     pub fn uid(&self) -> &str {
         self.projection
-            .pointer("/metadata/uid")
+            .at("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or("")
     }
@@ -430,7 +432,7 @@ impl Store {
         };
         for (key, object) in records {
             let rv = object
-                .pointer("/metadata/resourceVersion")
+                .at("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(resource_version);

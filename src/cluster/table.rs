@@ -10,6 +10,8 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
+use crate::cluster::pointer::Pointer;
+
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
 
@@ -582,19 +584,17 @@ impl Printer {
                     json!(integer(object, "/status/numberReady")),
                     json!(integer(object, "/status/updatedNumberScheduled")),
                     json!(integer(object, "/status/numberAvailable")),
-                    json!(format_labels(
-                        object.pointer("/spec/template/spec/nodeSelector")
-                    )),
+                    json!(format_labels(object.at("/spec/template/spec/nodeSelector"))),
                     json!(age),
                     json!(names),
                     json!(images),
-                    json!(format_label_selector(object.pointer("/spec/selector"))),
+                    json!(format_label_selector(object.at("/spec/selector"))),
                 ])
             }
             Printer::StatefulSet => {
                 // Defaulting sets spec.replicas to 1 when a StatefulSet omits it.
                 let desired = object
-                    .pointer("/spec/replicas")
+                    .at("/spec/replicas")
                     .and_then(Value::as_i64)
                     .unwrap_or(1);
                 let ready = integer(object, "/status/readyReplicas");
@@ -615,8 +615,8 @@ impl Printer {
             ]),
             Printer::PodDisruptionBudget => Row::new(vec![
                 json!(name),
-                json!(int_or_string(object.pointer("/spec/minAvailable"))),
-                json!(int_or_string(object.pointer("/spec/maxUnavailable"))),
+                json!(int_or_string(object.at("/spec/minAvailable"))),
+                json!(int_or_string(object.at("/spec/maxUnavailable"))),
                 json!(integer(object, "/status/disruptionsAllowed")),
                 json!(age),
             ]),
@@ -653,7 +653,7 @@ fn node_row(node: &Value, now: Timestamp) -> Row {
         status.push("SchedulingDisabled");
     }
     let mut roles = BTreeSet::new();
-    if let Some(Value::Object(labels)) = node.pointer("/metadata/labels") {
+    if let Some(Value::Object(labels)) = node.at("/metadata/labels") {
         for (key, value) in labels {
             if let Some(role) = key.strip_prefix("node-role.kubernetes.io/") {
                 if !role.is_empty() {
@@ -804,7 +804,7 @@ fn pod_row(pod: &Value, now: Timestamp) -> Row {
     }
 
     let deleting = pod
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|d| !d.is_null());
     if deleting && status_reason == "NodeLost" {
         reason = "Unknown".to_string();
@@ -879,7 +879,7 @@ fn exit_description(terminated: &Value) -> String {
 /// A container state (`waiting`, `running`, `terminated`) when present.
 fn state<'a>(status: &'a Value, which: &str) -> Option<&'a Value> {
     status
-        .pointer(&format!("/state/{which}"))
+        .at(&format!("/state/{which}"))
         .filter(|s| s.is_object())
 }
 
@@ -957,7 +957,7 @@ fn service_row(service: &Value, now: Timestamp) -> Row {
             timestamp(service, "/metadata/creationTimestamp"),
             now
         )),
-        json!(format_labels(service.pointer("/spec/selector"))),
+        json!(format_labels(service.at("/spec/selector"))),
     ])
 }
 
@@ -1094,23 +1094,20 @@ fn format_label_selector(selector: Option<&Value>) -> String {
 }
 
 fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    object.at(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 fn integer(object: &Value, pointer: &str) -> i64 {
-    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 fn flag(object: &Value, pointer: &str) -> bool {
-    object.pointer(pointer).and_then(Value::as_bool) == Some(true)
+    object.at(pointer).and_then(Value::as_bool) == Some(true)
 }
 
 fn list<'a>(object: &'a Value, pointer: &str) -> &'a [Value] {
     object
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
 }
@@ -1118,14 +1115,14 @@ fn list<'a>(object: &'a Value, pointer: &str) -> &'a [Value] {
 /// Number of keys of a map field, 0 when absent.
 fn entries(object: &Value, pointer: &str) -> usize {
     object
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_object)
         .map_or(0, Map::len)
 }
 
 fn timestamp(object: &Value, pointer: &str) -> Option<Timestamp> {
     object
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_str)
         .and_then(|t| t.parse().ok())
 }

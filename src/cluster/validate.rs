@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::cluster::pointer::Pointer;
+
 use super::errors::ApiError;
 use super::resources::Resource;
 
@@ -12,7 +14,7 @@ type Causes = Vec<(String, String)>;
 /// Validates an object about to be created.
 pub fn object(resource: &Resource, object: &Value) -> Result<(), ApiError> {
     let name = object
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("");
     let mut causes = Causes::new();
@@ -29,17 +31,17 @@ pub fn object(resource: &Resource, object: &Value) -> Result<(), ApiError> {
 /// Validates the next state of an existing object.
 pub fn update(resource: &Resource, current: &Value, next: &Value) -> Result<(), ApiError> {
     let name = next
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("");
     let mut causes = Causes::new();
     labels(next, &mut causes);
     if resource.plural == "pods" && resource.group.is_empty() {
         let bound = current
-            .pointer("/spec/nodeName")
+            .at("/spec/nodeName")
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty());
-        let next_node = next.pointer("/spec/nodeName").and_then(Value::as_str);
+        let next_node = next.at("/spec/nodeName").and_then(Value::as_str);
         if bound.is_some() && bound != next_node {
             causes.push((
                 "spec.nodeName".into(),
@@ -90,10 +92,7 @@ fn name_format(resource: &Resource, name: &str, causes: &mut Causes) {
 
 /// Label keys and values as Kubernetes restricts them.
 fn labels(object: &Value, causes: &mut Causes) {
-    let Some(labels) = object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-    else {
+    let Some(labels) = object.at("/metadata/labels").and_then(Value::as_object) else {
         return;
     };
     for (key, value) in labels {
@@ -153,7 +152,7 @@ fn label_value(value: &str) -> bool {
 }
 
 fn pod(object: &Value, causes: &mut Causes) {
-    let containers = object.pointer("/spec/containers").and_then(Value::as_array);
+    let containers = object.at("/spec/containers").and_then(Value::as_array);
     match containers {
         None => causes.push(("spec.containers".into(), "Required value".into())),
         Some(list) if list.is_empty() => {
@@ -188,7 +187,7 @@ fn crd(object: &Value, name: &str, causes: &mut Causes) {
     let spec = &object["spec"];
     let group = spec["group"].as_str().unwrap_or("");
     let plural = spec
-        .pointer("/names/plural")
+        .at("/names/plural")
         .and_then(Value::as_str)
         .unwrap_or("");
     if group.is_empty() {
@@ -198,7 +197,7 @@ fn crd(object: &Value, name: &str, causes: &mut Causes) {
         causes.push(("spec.names.plural".into(), "Required value".into()));
     }
     if spec
-        .pointer("/names/kind")
+        .at("/names/kind")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty)
     {

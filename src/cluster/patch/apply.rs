@@ -11,6 +11,7 @@ use std::sync::LazyLock;
 use serde_json::{Map, Value, json};
 
 use super::fieldset::{FieldSet, PathElement, path_text, same_value};
+use crate::cluster::pointer::Pointer;
 use crate::cluster::schema::{FieldSchema, ListType};
 
 /// Metadata fields no manager owns: the object's identity and the server's bookkeeping.
@@ -241,7 +242,7 @@ pub fn track_update(
     now: &str,
     subresource: Option<&str>,
 ) -> Value {
-    if old.is_none() && subresource.is_none() && new.pointer("/metadata/managedFields").is_none() {
+    if old.is_none() && subresource.is_none() && new.at("/metadata/managedFields").is_none() {
         return track_create(new, manager, schema, now);
     }
     track_changes(old, new, manager, schema, now, subresource)
@@ -413,8 +414,8 @@ fn starting_slots(
     through_subresource: bool,
     untouched: impl Fn(&Value) -> bool,
 ) -> Vec<Slot> {
-    let stored = old.pointer("/metadata/managedFields");
-    let carried = new.pointer("/metadata/managedFields");
+    let stored = old.at("/metadata/managedFields");
+    let carried = new.at("/metadata/managedFields");
     let as_stored = through_subresource || carried == stored;
     let Some(Value::Array(stored)) = stored.filter(|_| as_stored) else {
         return starting_entries(old, new, through_subresource)
@@ -466,7 +467,7 @@ fn apply_configuration(applied: &Value) -> Result<Value, ApplyError> {
         ));
     }
     if applied
-        .pointer("/metadata/managedFields")
+        .at("/metadata/managedFields")
         .is_some_and(|fields| !fields.is_null())
     {
         return Err(ApplyError::Invalid(
@@ -493,7 +494,7 @@ fn without_nulls(value: &Value) -> Value {
 /// The string at `pointer`, or empty.
 fn text_at(object: &Value, pointer: &str) -> String {
     object
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string()
@@ -642,7 +643,7 @@ impl ManagedEntry {
 
 /// The entries stored in `object`; fails when they cannot be read.
 fn stored_entries(object: &Value) -> Result<Vec<ManagedEntry>, String> {
-    match object.pointer("/metadata/managedFields") {
+    match object.at("/metadata/managedFields") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(entries)) => entries.iter().map(ManagedEntry::decode).collect(),
         Some(other) => Err(format!("expected a list, got {other}")),
@@ -657,7 +658,7 @@ fn starting_entries(old: &Value, new: &Value, through_subresource: bool) -> Vec<
     if through_subresource {
         return stored();
     }
-    if new.pointer("/metadata/managedFields") == Some(&json!([{}])) {
+    if new.at("/metadata/managedFields") == Some(&json!([{}])) {
         return Vec::new();
     }
     match stored_entries(new) {

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use super::placement;
 use crate::cluster::api::{Api, DeleteOptions, PatchType};
 use crate::cluster::errors::ApiError;
+use crate::cluster::pointer::Pointer;
 use crate::cluster::resources::Resource;
 use crate::cluster::store::{Change, EventType};
 
@@ -91,11 +92,11 @@ impl DaemonSet {
     fn from_object(object: &Value) -> Self {
         let owner = Owner::from_object(KIND, object);
         let spec = &object["spec"];
-        let strategy = match spec.pointer("/updateStrategy/type").and_then(Value::as_str) {
+        let strategy = match spec.at("/updateStrategy/type").and_then(Value::as_str) {
             Some("OnDelete") => UpdateStrategy::OnDelete,
             _ => UpdateStrategy::RollingUpdate {
                 max_unavailable: spec
-                    .pointer("/updateStrategy/rollingUpdate/maxUnavailable")
+                    .at("/updateStrategy/rollingUpdate/maxUnavailable")
                     .cloned()
                     .unwrap_or(json!(1)),
             },

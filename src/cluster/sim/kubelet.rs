@@ -18,6 +18,7 @@ use crate::api::labels;
 use crate::clock::rfc3339;
 use crate::cluster::api::{DeleteOptions, Read, WriteOptions};
 use crate::cluster::errors::ApiError;
+use crate::cluster::pointer::{self, Pointer, annotation};
 use crate::cluster::store::{Change, Closed, EventType, Followed, Follower, ObjectKey};
 
 /// Pods with this label ignore termination until deleted with grace period 0.
@@ -238,14 +239,14 @@ impl Kubelet {
 
     fn observe_pod(&mut self, key: &ObjectKey, pod: &Value) {
         let node = pod
-            .pointer("/spec/nodeName")
+            .at("/spec/nodeName")
             .and_then(Value::as_str)
             .unwrap_or("");
         if node.is_empty() || !self.sim.manages(node) {
             return;
         }
         let uid = pod
-            .pointer("/metadata/uid")
+            .at("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
@@ -253,16 +254,11 @@ impl Kubelet {
             self.forget(key);
         }
         let phase = pod
-            .pointer("/status/phase")
+            .at("/status/phase")
             .and_then(Value::as_str)
             .unwrap_or("Pending");
-        let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
-        let stuck = pod
-            .pointer(&format!(
-                "/metadata/labels/{}",
-                STUCK_LABEL.replace('/', "~1")
-            ))
-            .is_some();
+        let deleting = pod.at("/metadata/deletionTimestamp").is_some();
+        let stuck = pointer::label(pod, STUCK_LABEL).is_some();
         if !self.pods.contains_key(key) {
             if !deleting && matches!(phase, "Succeeded" | "Failed") {
                 return;
@@ -286,7 +282,7 @@ impl Kubelet {
         }
         if deleting && !stuck {
             let grace = pod
-                .pointer("/metadata/deletionGracePeriodSeconds")
+                .at("/metadata/deletionGracePeriodSeconds")
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
             let tracked = self.pods.get_mut(key);
@@ -431,7 +427,7 @@ impl Kubelet {
             return self.write_status(key, rejected_status(&unfit));
         }
         let image = pod
-            .pointer("/spec/containers/0/image")
+            .at("/spec/containers/0/image")
             .and_then(Value::as_str)
             .unwrap_or("");
         let worker = is_worker(&pod);
@@ -511,11 +507,11 @@ impl Kubelet {
     /// while the pod is being deleted, and none while its node is not Ready (the pod is
     /// started again when the node is, in `observe_node`).
     fn startable_on(&mut self, pod: &Value) -> Option<(String, Arc<Value>)> {
-        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        if pod.at("/metadata/deletionTimestamp").is_some() {
             return None;
         }
         let node_name = pod
-            .pointer("/spec/nodeName")
+            .at("/spec/nodeName")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
@@ -568,7 +564,7 @@ impl Kubelet {
         };
         if first_start {
             let node_name = pod
-                .pointer("/spec/nodeName")
+                .at("/spec/nodeName")
                 .and_then(Value::as_str)
                 .unwrap_or("");
             if let Some(node) = self.read_node(node_name)
@@ -642,7 +638,7 @@ impl Kubelet {
         let Some((version, pod)) = self.read_pod(key) else {
             return Ok(None);
         };
-        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        if pod.at("/metadata/deletionTimestamp").is_some() {
             return Ok(None);
         }
         let unreported = self.pods.get_mut(key).and_then(|t| t.unreported.take());
@@ -671,7 +667,7 @@ impl Kubelet {
             unreported,
         } = exit;
         let policy = pod
-            .pointer("/spec/restartPolicy")
+            .at("/spec/restartPolicy")
             .and_then(Value::as_str)
             .unwrap_or("Always");
         let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
@@ -788,7 +784,7 @@ impl Exit {
     fn worker_node(&self) -> Option<&str> {
         is_worker(&self.pod).then(|| {
             self.pod
-                .pointer("/spec/nodeName")
+                .at("/spec/nodeName")
                 .and_then(Value::as_str)
                 .unwrap_or("")
         })
@@ -819,21 +815,12 @@ fn exits_unseen(after: Duration, relist: Duration) -> bool {
 
 /// Whether a pod is one of capstan's kmod workers (recognised as KMM does, by labels).
 pub fn is_worker(pod: &Value) -> bool {
-    let label = |k: &str| {
-        pod.pointer(&format!("/metadata/labels/{}", k.replace('/', "~1")))
-            .and_then(Value::as_str)
-    };
-    label(labels::COMPONENT_LABEL) == Some(labels::WORKER_COMPONENT)
-        && label(labels::WORKER_ACTION_LABEL).is_some()
-}
-
-fn annotation<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
-    pod.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
-        .and_then(Value::as_str)
+    pointer::label(pod, labels::COMPONENT_LABEL) == Some(labels::WORKER_COMPONENT)
+        && pointer::label(pod, labels::WORKER_ACTION_LABEL).is_some()
 }
 
 fn containers(pod: &Value) -> impl Iterator<Item = (String, String)> + '_ {
-    pod.pointer("/spec/containers")
+    pod.at("/spec/containers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -847,7 +834,7 @@ fn containers(pod: &Value) -> impl Iterator<Item = (String, String)> + '_ {
 
 fn container_id(pod: &Value, name: &str, restarts: u32) -> String {
     let uid = pod
-        .pointer("/metadata/uid")
+        .at("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or("");
     format!("cri-o://{:x}", fnv(&format!("{uid}/{name}/{restarts}")))

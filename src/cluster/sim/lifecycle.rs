@@ -16,6 +16,7 @@ use crate::clock::rfc3339;
 use crate::cluster::api::{Api, DeleteOptions, ListOptions, PatchType, WriteOptions};
 use crate::cluster::errors::ApiError;
 use crate::cluster::eviction;
+use crate::cluster::pointer::Pointer;
 use crate::cluster::selector::LabelSelector;
 use crate::cluster::store::{Change, EventType, Followed};
 
@@ -88,9 +89,9 @@ fn options(manager: &str) -> WriteOptions {
 
 /// Adds or removes the unschedulable taint to match `spec.unschedulable`.
 fn taint_if_cordoned(api: &Api, node: &Value) {
-    let cordoned = node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true);
+    let cordoned = node.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true);
     let taints: Vec<Value> = node
-        .pointer("/spec/taints")
+        .at("/spec/taints")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
@@ -171,14 +172,14 @@ fn update_budgets(api: &Api, namespace: &str) -> Result<(), ApiError> {
     }
     let all_pods = api.list_values(&pods, Some(namespace), &ListOptions::default())?;
     for pdb in budgets {
-        let Ok(Some(selector)) = LabelSelector::from_object(pdb.pointer("/spec/selector")) else {
+        let Ok(Some(selector)) = LabelSelector::from_object(pdb.at("/spec/selector")) else {
             continue;
         };
         let selected = eviction::covered_pods(&selector, &all_pods);
         let budget = eviction::budget(&pdb["spec"], &selected);
         let allowed = budget.disruptions_allowed > 0;
         let mut status = json!({
-            "observedGeneration": pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "observedGeneration": pdb.at("/metadata/generation").cloned().unwrap_or(json!(1)),
             "disruptionsAllowed": budget.disruptions_allowed,
             "currentHealthy": budget.current_healthy,
             "desiredHealthy": budget.desired_healthy,
@@ -201,7 +202,7 @@ fn update_budgets(api: &Api, namespace: &str) -> Result<(), ApiError> {
             continue;
         }
         let transition = current
-            .pointer("/conditions/0")
+            .at("/conditions/0")
             .filter(|c| c["status"] == condition["status"])
             .and_then(|c| c.get("lastTransitionTime").cloned())
             .unwrap_or_else(|| json!(rfc3339(api.clock.now())));

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use crate::api::labels;
 use crate::cluster::api::{Api, DeleteOptions, PatchType, WriteOptions};
 use crate::cluster::errors::ApiError;
+use crate::cluster::pointer::{self, Pointer};
 use crate::cluster::store::ObjectKey;
 use crate::worker::simulated::ModuleTable;
 use config::ClusterConfig;
@@ -197,7 +198,7 @@ impl Simulation {
     }
 
     pub(crate) fn node_ip(&self, node: &Value) -> String {
-        node.pointer("/status/addresses")
+        node.at("/status/addresses")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -246,7 +247,7 @@ impl Simulation {
                 return Ok(());
             };
             let rv = node
-                .pointer("/metadata/resourceVersion")
+                .at("/metadata/resourceVersion")
                 .cloned()
                 .unwrap_or(Value::Null);
             let patch = json!({"metadata": {"resourceVersion": rv}, "status": status});
@@ -334,7 +335,7 @@ impl Simulation {
         self.update_modules(name, |modules| *modules = ModuleTable::default())?;
         self.update_node_status(name, |node| {
             let running = node
-                .pointer("/status/nodeInfo/kernelVersion")
+                .at("/status/nodeInfo/kernelVersion")
                 .and_then(Value::as_str)
                 .unwrap_or("");
             let kernel = kernel.unwrap_or(running);
@@ -431,14 +432,8 @@ struct WorkerJob {
 impl WorkerJob {
     /// The pod's work; Err is the reason its worker exits before touching the node.
     fn of(pod: &Value, config: &ClusterConfig) -> Result<WorkerJob, String> {
-        let annotation = |key: &str| {
-            pod.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
-                .and_then(Value::as_str)
-        };
-        let label = |key: &str| {
-            pod.pointer(&format!("/metadata/labels/{}", key.replace('/', "~1")))
-                .and_then(Value::as_str)
-        };
+        let annotation = |key: &str| pointer::annotation(pod, key);
+        let label = |key: &str| pointer::label(pod, key);
         let config_text = annotation(labels::WORKER_CONFIG_ANNOTATION)
             .ok_or("the worker pod has no worker-config annotation")?;
         let worker = crate::worker::config::parse_cached(config_text, labels::WORKER_CONFIG_PATH)

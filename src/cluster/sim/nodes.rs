@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::config::NodeConfig;
 use crate::clock::rfc3339;
+use crate::cluster::pointer::{self, Pointer};
 use crate::worker::simulated::ModuleTable;
 
 /// The API group and version of [`KERNEL_KIND`] objects.
@@ -48,8 +49,8 @@ impl NodeState {
     /// None for nodes the simulation does not run.
     pub fn of(node: &Value, kernel: Option<&Value>) -> Option<NodeState> {
         let meta = node.get("metadata")?;
-        meta.pointer(&format!("/labels/{}", SIMULATED_LABEL.replace('/', "~1")))?;
-        let info = node.pointer("/status/nodeInfo");
+        pointer::label(node, SIMULATED_LABEL)?;
+        let info = node.at("/status/nodeInfo");
         let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
         Some(NodeState {
             name: text(meta.get("name")),
@@ -81,20 +82,14 @@ pub fn kernel_object(name: &str, modules: &ModuleTable) -> Value {
 /// The modules a node registers with: those a state dir from before NodeKernel objects
 /// recorded on its Node, else those its configuration boots with.
 pub fn boot_modules(config: &NodeConfig, node: Option<&Value>) -> ModuleTable {
-    node.and_then(|n| {
-        n.pointer(&format!(
-            "/metadata/annotations/{}",
-            LEGACY_MODULES_ANNOTATION.replace('/', "~1")
-        ))
-    })
-    .and_then(Value::as_str)
-    .and_then(|text| serde_json::from_str(text).ok())
-    .unwrap_or_else(|| config.modules.clone())
+    node.and_then(|n| pointer::annotation(n, LEGACY_MODULES_ANNOTATION))
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_else(|| config.modules.clone())
 }
 
 /// Whether a Node's Ready condition is True.
 pub fn is_ready(node: &Value) -> bool {
-    node.pointer("/status/conditions")
+    node.at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

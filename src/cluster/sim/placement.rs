@@ -6,6 +6,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::cluster::pointer::Pointer;
+
 /// Upstream's plugin name for a pod that asks for another node (`spec.nodeName`).
 pub const NODE_NAME: &str = "NodeName";
 /// Upstream's plugin name for a cordoned node the pod does not tolerate.
@@ -37,7 +39,7 @@ pub struct Unfit {
 pub fn fits(pod_spec: &Value, node: &Value) -> Result<(), Unfit> {
     check_node_name(pod_spec, node)?;
     let cordoned = node
-        .pointer("/spec/unschedulable")
+        .at("/spec/unschedulable")
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if cordoned && !tolerates_unschedulable(pod_spec) {
@@ -109,7 +111,7 @@ fn check_taints(pod_spec: &Value, node: &Value, effects: &[&str]) -> Result<(), 
 pub fn matches_node_selector(pod_spec: &Value, node: &Value) -> bool {
     let empty = Map::new();
     let labels = node
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let selector_matches = pod_spec
@@ -123,8 +125,7 @@ pub fn matches_node_selector(pod_spec: &Value, node: &Value) -> bool {
     if !selector_matches {
         return false;
     }
-    match pod_spec.pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
-    {
+    match pod_spec.at("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution") {
         None | Some(Value::Null) => true,
         Some(required) => required
             .get("nodeSelectorTerms")
@@ -280,7 +281,7 @@ pub fn add_tolerations(pod_spec: &mut Value, tolerations: &[Value]) {
 
 /// `spec.taints` of a node.
 pub fn taints_of(node: &Value) -> &[Value] {
-    node.pointer("/spec/taints")
+    node.at("/spec/taints")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default()
@@ -296,7 +297,7 @@ pub fn tolerations_of(pod_spec: &Value) -> &[Value] {
 }
 
 fn name_of(node: &Value) -> &str {
-    node.pointer("/metadata/name")
+    node.at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("")
 }

@@ -12,6 +12,7 @@ use super::nodes;
 use super::placement;
 use crate::clock::rfc3339;
 use crate::cluster::api::{Api, PatchType, WriteOptions};
+use crate::cluster::pointer::Pointer;
 use crate::cluster::store::{Change, EventType, Followed, ObjectKey};
 
 const MANAGER: &str = "default-scheduler";
@@ -57,16 +58,16 @@ struct Scheduler {
 
 fn wants_scheduling(pod: &Value) -> bool {
     let unbound = pod
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty);
     let ours = pod
-        .pointer("/spec/schedulerName")
+        .at("/spec/schedulerName")
         .and_then(Value::as_str)
         .is_none_or(|s| s == MANAGER);
-    let live = pod.pointer("/metadata/deletionTimestamp").is_none()
+    let live = pod.at("/metadata/deletionTimestamp").is_none()
         && !matches!(
-            pod.pointer("/status/phase").and_then(Value::as_str),
+            pod.at("/status/phase").and_then(Value::as_str),
             Some("Succeeded" | "Failed")
         );
     unbound && ours && live
@@ -126,7 +127,7 @@ impl Scheduler {
         after: Option<&Value>,
     ) -> bool {
         let node_of = |p: Option<&Value>| {
-            p.and_then(|p| p.pointer("/spec/nodeName"))
+            p.and_then(|p| p.at("/spec/nodeName"))
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
                 .map(str::to_string)
@@ -192,7 +193,7 @@ impl Scheduler {
         for (name, node) in &self.nodes {
             let why = if !nodes::is_ready(node) {
                 Some("node(s) were not ready".to_string())
-            } else if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true)
+            } else if node.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true)
                 && !placement::tolerates_unschedulable(&pod["spec"])
             {
                 Some("node(s) were unschedulable".to_string())
@@ -254,7 +255,7 @@ impl Scheduler {
 
     fn mark_unschedulable(&self, key: &ObjectKey, pod: &Value, message: &str) {
         let already = pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()

@@ -24,6 +24,7 @@ use super::workload::{
 };
 use crate::cluster::api::{Api, DeleteOptions, PatchType};
 use crate::cluster::errors::ApiError;
+use crate::cluster::pointer::Pointer;
 use crate::cluster::resources::Resource;
 use crate::cluster::store::{Change, EventType};
 
@@ -85,15 +86,15 @@ struct StatefulSet {
 impl StatefulSet {
     fn from_object(object: &Value) -> Self {
         let spec = &object["spec"];
-        let strategy = match spec.pointer("/updateStrategy/type").and_then(Value::as_str) {
+        let strategy = match spec.at("/updateStrategy/type").and_then(Value::as_str) {
             Some("OnDelete") => UpdateStrategy::OnDelete,
             _ => UpdateStrategy::RollingUpdate {
                 partition: spec
-                    .pointer("/updateStrategy/rollingUpdate/partition")
+                    .at("/updateStrategy/rollingUpdate/partition")
                     .and_then(Value::as_i64)
                     .unwrap_or(0),
                 max_unavailable: spec
-                    .pointer("/updateStrategy/rollingUpdate/maxUnavailable")
+                    .at("/updateStrategy/rollingUpdate/maxUnavailable")
                     .cloned()
                     .unwrap_or(json!(1)),
             },
@@ -102,7 +103,7 @@ impl StatefulSet {
             owner: Owner::from_object(KIND, object),
             replicas: spec["replicas"].as_i64().unwrap_or(1).max(0),
             start: spec
-                .pointer("/ordinals/start")
+                .at("/ordinals/start")
                 .and_then(Value::as_i64)
                 .unwrap_or(0)
                 .max(0),

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::clock::parse_time;
 use crate::cluster::api::{Api, DeleteOptions, Deleted, PatchType, WriteOptions};
 use crate::cluster::errors::ApiError;
+use crate::cluster::pointer::Pointer;
 use crate::cluster::resources::Resource;
 use crate::cluster::store::{Change, Closed, EventType, Followed, Follower, StoredObject};
 
@@ -522,7 +523,7 @@ impl OwnedPod {
     pub fn from_object(pod: &Value) -> Self {
         let meta = &pod["metadata"];
         let ready_condition = pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -532,7 +533,7 @@ impl OwnedPod {
             node: target_node(pod),
             labels: meta["labels"].as_object().cloned().unwrap_or_default(),
             phase: pod
-                .pointer("/status/phase")
+                .at("/status/phase")
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
@@ -578,13 +579,13 @@ impl OwnedPod {
 /// (upstream `GetTargetNodeName`, for daemon pods not yet bound).
 fn target_node(pod: &Value) -> String {
     if let Some(node) = pod
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
     {
         return node.to_string();
     }
-    pod.pointer(
+    pod.at(
         "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
     )
     .and_then(Value::as_array)
@@ -613,13 +614,13 @@ impl Revision {
     pub fn from_object(revision: &Value) -> Self {
         Revision {
             name: revision
-                .pointer("/metadata/name")
+                .at("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
             revision: revision["revision"].as_i64().unwrap_or(0),
             labels: revision
-                .pointer("/metadata/labels")
+                .at("/metadata/labels")
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default(),
@@ -644,7 +645,7 @@ pub(in crate::cluster::sim) fn template_patch(template: &Value) -> Value {
 
 /// The pod template a revision's data holds.
 pub(in crate::cluster::sim) fn template_of_patch(data: &Value) -> Option<Value> {
-    let mut template = data.pointer("/spec/template")?.clone();
+    let mut template = data.at("/spec/template")?.clone();
     template.as_object_mut()?.remove("$patch");
     Some(template)
 }
@@ -936,6 +937,7 @@ pub(in crate::cluster::sim) mod testing {
 
     use crate::clock::rfc3339;
     use crate::cluster::api::{Api, DeleteOptions, ListOptions, PatchType, WriteOptions};
+    use crate::cluster::pointer::Pointer;
     use crate::cluster::store::EventType;
     use crate::cluster::{ClusterOptions, EmbeddedCluster};
 
@@ -1035,7 +1037,7 @@ pub(in crate::cluster::sim) mod testing {
     }
 
     pub fn is_ready(pod: &Value) -> bool {
-        pod.pointer("/status/conditions")
+        pod.at("/status/conditions")
             .and_then(Value::as_array)
             .is_some_and(|c| {
                 c.iter()
@@ -1044,7 +1046,7 @@ pub(in crate::cluster::sim) mod testing {
     }
 
     pub fn is_terminating(pod: &Value) -> bool {
-        pod.pointer("/metadata/deletionTimestamp").is_some()
+        pod.at("/metadata/deletionTimestamp").is_some()
     }
 
     /// Stands in for the kubelet: bound pods become Running and Ready, terminating pods go.
@@ -1057,7 +1059,7 @@ pub(in crate::cluster::sim) mod testing {
                 }
                 let pod = change.value();
                 let bound = pod
-                    .pointer("/spec/nodeName")
+                    .at("/spec/nodeName")
                     .and_then(Value::as_str)
                     .is_some_and(|n| !n.is_empty());
                 let (namespace, name) = (&change.key.namespace, &change.key.name);
