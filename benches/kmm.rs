@@ -470,6 +470,39 @@ async fn counted(client: &kube::Client, nodes: usize) -> bool {
         })
 }
 
+/// How long the store's revision must stay put to count as settled, how often the
+/// harness looks, and how long it waits for that at most.
+const SETTLE: Duration = Duration::from_millis(250);
+const SETTLE_POLL: Duration = Duration::from_millis(20);
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Polls the store's revision (`revision`, first seen at `seen` after `started`) until it
+/// has not moved for [`SETTLE`]; returns it and when it was first seen. After
+/// [`SETTLE_LIMIT`], returns the last one seen.
+async fn settle(
+    workers: &Api<Pod>,
+    any_worker: &ListParams,
+    mut revision: Option<String>,
+    mut seen: Duration,
+    started: Instant,
+) -> (Option<String>, Duration) {
+    let limit = started.elapsed() + SETTLE_LIMIT;
+    loop {
+        tokio::time::sleep(SETTLE_POLL).await;
+        let now = workers
+            .list(any_worker)
+            .await
+            .ok()
+            .and_then(|list| list.metadata.resource_version);
+        let at = started.elapsed();
+        if now != revision {
+            (revision, seen) = (now, at);
+        } else if at - seen >= SETTLE || at >= limit {
+            return (revision, seen);
+        }
+    }
+}
+
 /// Polls until `converge::check` is empty, every node's NMC status lists every module and
 /// every Module's status counts them;
 /// `None` when [`DEADLINE`] passes first.
@@ -488,28 +521,34 @@ async fn wait_converged(
     loop {
         // While a worker pod is left the fleet has not converged. The other checks run
         // cheapest first (ten Modules, then every NMC, then every Node, NMC and Module),
-        // so the full check runs once the last write of a rollout, the Modules'
-        // status, is in. The worker list's resourceVersion is the store's revision: when
-        // it is unchanged after the checks, nothing was written while they read, so the
-        // state they passed is the state of that first list, and the fleet converged
-        // when it answered, not when the checks ended (they take seconds of the
+        // so the full check runs once the Modules' status counts every node. The last
+        // nodes' own writes (their labels, their Events) may follow that status by a few
+        // milliseconds, so the harness then waits for the store's revision (a worker
+        // list's resourceVersion) to settle, noting when it first saw the revision it
+        // settles at. When the revision is still that one after the checks, nothing was
+        // written while they read: the state they passed was there from that moment, and
+        // the fleet converged then, not when the checks ended (they take seconds of the
         // harness's own work at 5,000 nodes).
         let first = workers.list(&any_worker).await;
-        let answered = started.elapsed();
-        let revision = first
+        let mut answered = started.elapsed();
+        let mut revision = first
             .as_ref()
             .ok()
             .and_then(|list| list.metadata.resource_version.clone());
         let pending = match first {
             Ok(list) if list.items.is_empty() => {
-                if !counted(client, nodes).await {
-                    vec!["Module statuses do not count every node yet".to_string()]
-                } else if loaded(client).await.0 != nodes {
-                    vec!["NMC statuses do not list every module yet".to_string()]
+                if counted(client, nodes).await {
+                    (revision, answered) =
+                        settle(&workers, &any_worker, revision, answered, started).await;
+                    if loaded(client).await.0 != nodes {
+                        vec!["NMC statuses do not list every module yet".to_string()]
+                    } else {
+                        controllers::converge::check(client, selection)
+                            .await
+                            .unwrap_or_else(|err| vec![format!("check failed: {err}")])
+                    }
                 } else {
-                    controllers::converge::check(client, selection)
-                        .await
-                        .unwrap_or_else(|err| vec![format!("check failed: {err}")])
+                    vec!["Module statuses do not count every node yet".to_string()]
                 }
             }
             _ => vec!["worker pods are running".to_string()],
