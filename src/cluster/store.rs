@@ -13,8 +13,6 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use crate::cluster::pointer::Pointer;
 
 use bytes::Bytes;
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
@@ -116,83 +114,99 @@ impl StoredObject {
     }
 }
 
-/// A JSON object's entries, keys decoded and values left as they are written.
-struct RawEntries<'a>(Vec<(String, &'a RawValue)>);
+/// The serialized object `bytes` with `metadata.resourceVersion` set to
+/// `resource_version`, byte for byte what serializing the parsed and changed object would
+/// give; `None` unless `bytes` is a compact JSON object whose metadata holds a
+/// resourceVersion (as every stored object's does). Only the old value's place is found,
+/// by a scan of strings and nesting that decodes nothing: a deletion's event copies the
+/// rest of the object's bytes as they are.
+fn with_resource_version(bytes: &[u8], resource_version: u64) -> Option<Vec<u8>> {
+    let (metadata, _) = entry(bytes, 0, b"metadata")?;
+    let (start, end) = entry(bytes, metadata, b"resourceVersion")?;
+    let version = format!("\"{resource_version}\"");
+    let mut out = Vec::with_capacity(bytes.len() + version.len());
+    out.extend_from_slice(&bytes[..start]);
+    out.extend_from_slice(version.as_bytes());
+    out.extend_from_slice(&bytes[end..]);
+    Some(out)
+}
 
-impl<'de> Deserialize<'de> for RawEntries<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Entries;
-        impl<'de> Visitor<'de> for Entries {
-            type Value = RawEntries<'de>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
-                    entries.push(entry);
-                }
-                Ok(RawEntries(entries))
-            }
+/// Where the value of entry `key` (a key without escapes) of the compact JSON object that
+/// starts at `at` in `bytes` starts and ends; `None` when it has none or the bytes are not
+/// such an object.
+fn entry(bytes: &[u8], at: usize, key: &[u8]) -> Option<(usize, usize)> {
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    let mut at = at + 1;
+    if bytes.get(at) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        let key_end = string_end(bytes, at)?;
+        if bytes.get(key_end) != Some(&b':') {
+            return None;
         }
-        deserializer.deserialize_map(Entries)
+        let value_end = value_end(bytes, key_end + 1)?;
+        if &bytes[at + 1..key_end - 1] == key {
+            return Some((key_end + 1, value_end));
+        }
+        match bytes.get(value_end)? {
+            b',' => at = value_end + 1,
+            _ => return None,
+        }
     }
 }
 
-/// The serialized object `bytes` with `metadata.resourceVersion` set (in its place, or
-/// last in the metadata), byte for byte what serializing the parsed and changed object
-/// would give; `None` when `bytes` is not an object with metadata.
-fn with_resource_version(bytes: &[u8], resource_version: u64) -> Option<Vec<u8>> {
-    fn write_entry(out: &mut Vec<u8>, first: &mut bool, key: &str, value: &[u8]) {
-        if !*first {
-            out.push(b',');
-        }
-        *first = false;
-        // Writing a string to a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, key);
-        out.push(b':');
-        out.extend_from_slice(value);
-    }
-    let version = format!("\"{resource_version}\"");
-    let top: RawEntries = serde_json::from_slice(bytes).ok()?;
-    let mut out = Vec::with_capacity(bytes.len() + 8);
-    out.push(b'{');
-    let mut first = true;
-    let mut found = false;
-    for (key, value) in &top.0 {
-        if key != "metadata" {
-            write_entry(&mut out, &mut first, key, value.get().as_bytes());
-            continue;
-        }
-        let metadata: RawEntries = serde_json::from_str(value.get()).ok()?;
-        let mut inner = Vec::with_capacity(value.get().len() + 8);
-        inner.push(b'{');
-        let mut inner_first = true;
-        let mut set = false;
-        for (field, value) in &metadata.0 {
-            if field == "resourceVersion" {
-                set = true;
-                write_entry(&mut inner, &mut inner_first, field, version.as_bytes());
-            } else {
-                write_entry(&mut inner, &mut inner_first, field, value.get().as_bytes());
+/// One past the end of the compact JSON value that starts at `at` in `bytes`.
+fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at)? {
+        b'"' => string_end(bytes, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut at = at;
+            loop {
+                match bytes.get(at)? {
+                    b'"' => {
+                        at = string_end(bytes, at)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(at + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                at += 1;
             }
         }
-        if !set {
-            write_entry(
-                &mut inner,
-                &mut inner_first,
-                "resourceVersion",
-                version.as_bytes(),
-            );
+        _ => {
+            let rest = &bytes[at..];
+            let len = rest
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']'))
+                .unwrap_or(rest.len());
+            (len > 0).then_some(at + len)
         }
-        inner.push(b'}');
-        write_entry(&mut out, &mut first, key, &inner);
-        found = true;
     }
-    out.push(b'}');
-    found.then_some(out)
+}
+
+/// One past the closing quote of the JSON string whose opening quote is at `at`.
+fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut at = at + 1;
+    loop {
+        match bytes.get(at)? {
+            b'"' => return Some(at + 1),
+            b'\\' => at += 2,
+            _ => at += 1,
+        }
+    }
 }
 
 fn object_position(object: &StoredObject) -> (String, String) {
@@ -1083,20 +1097,59 @@ mod tests {
     fn a_resource_version_set_in_the_bytes_reads_as_set_in_the_object() {
         let cases = [
             json!({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": "a", "resourceVersion": "7", "labels": {"resourceVersion": "7"}},
-                   "spec": {"nodeName": "n1", "note": "a \"quoted\" {brace}"},
+                   "metadata": {"name": "a", "resourceVersion": "7", "labels": {"resourceVersion": "7"},
+                                "annotations": {"note": "\"resourceVersion\":\"7\" \\ {[\"", "empty": ""},
+                                "finalizers": [], "generation": 3, "deletionGracePeriodSeconds": null},
+                   "spec": {"nodeName": "n1", "note": "a \"quoted\" {brace} ]", "list": [[1, {"a": [true]}], -1.5e3]},
                    "involvedObject": {"resourceVersion": "7"}}),
-            json!({"kind": "ConfigMap", "metadata": {"name": "no-version"}, "data": {"k": "v"}}),
+            json!({"kind": "Event", "involvedObject": {"kind": "Node", "resourceVersion": "3"},
+                   "metadata": {"resourceVersion": "9"}, "zzz": {"resourceVersion": "1"}}),
+            json!({"metadata": {"name": "ünïcode ✓", "resourceVersion": "1", "uid": "u"}}),
         ];
         for object in cases {
             let bytes = serde_json::to_vec(&object).expect("serialize");
             let mut expected = object.clone();
             expected["metadata"]["resourceVersion"] = json!("12");
-            let spliced = with_resource_version(&bytes, 12).expect("an object with metadata");
-            assert_eq!(spliced, serde_json::to_vec(&expected).expect("serialize"));
+            let spliced = with_resource_version(&bytes, 12).expect("metadata with a version");
+            assert_eq!(
+                String::from_utf8(spliced).expect("utf-8"),
+                serde_json::to_string(&expected).expect("serialize")
+            );
         }
-        assert_eq!(with_resource_version(br#"{"kind":"x"}"#, 1), None);
-        assert_eq!(with_resource_version(b"[1]", 1), None);
+        for unusual in [
+            &br#"{"kind":"ConfigMap","metadata":{"name":"no-version"}}"#[..],
+            br#"{"kind":"x"}"#,
+            br#"{"metadata":"resourceVersion"}"#,
+            br#"{ "metadata": {"resourceVersion": "1"}}"#,
+            br#"{"metadata":{"resourceVersion":"1""#,
+            b"{}",
+            b"[1]",
+            b"",
+        ] {
+            assert_eq!(with_resource_version(unusual, 1), None, "{unusual:?}");
+        }
+    }
+
+    #[test]
+    fn a_deletion_carries_the_object_at_its_new_resource_version() {
+        for object in [
+            json!({"metadata": {"name": "no-version"}, "data": {"k": "v"}}),
+            json!({"metadata": {"name": "a", "resourceVersion": "4"}, "data": {"k": "v"}}),
+        ] {
+            let deleted = StoredObject::new(&object, 4).at_resource_version(12);
+            let mut expected = object.clone();
+            expected["metadata"]["resourceVersion"] = json!("12");
+            assert_eq!(deleted.resource_version, 12);
+            assert_eq!(deleted.value(), expected);
+            assert_eq!(
+                deleted.bytes,
+                serde_json::to_vec(&expected).expect("serialize")
+            );
+            assert_eq!(
+                deleted.projection["metadata"]["resourceVersion"],
+                json!("12")
+            );
+        }
     }
 
     #[test]
