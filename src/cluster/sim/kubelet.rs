@@ -1035,7 +1035,7 @@ mod tests {
                 "n1".into(),
             ])),
             config,
-            history: std::sync::Mutex::new(Vec::new()),
+            history: std::sync::Mutex::new(std::collections::VecDeque::new()),
         });
         sim.register_nodes().expect("node registered");
         sim

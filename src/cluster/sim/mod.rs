@@ -14,7 +14,7 @@ pub mod statefulset;
 mod workload;
 pub mod workloads;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
@@ -56,8 +56,12 @@ pub struct Simulation {
     pub(crate) api: Arc<Api>,
     pub(crate) config: ClusterConfig,
     node_order: Mutex<NodeOrder>,
-    history: Mutex<Vec<ModuleEvent>>,
+    history: Mutex<VecDeque<ModuleEvent>>,
 }
+
+/// How many module-table changes the history keeps, the latest: each holds the node's
+/// whole table, and a fleet rollout makes one per worker pod.
+const MODULE_HISTORY: usize = 20_000;
 
 /// The simulated nodes in configuration order, with each one's position: the kubelet asks
 /// for a node's position or membership on every pod it acts on.
@@ -100,7 +104,7 @@ impl Simulation {
                 config.nodes.iter().map(|n| n.name.clone()).collect(),
             )),
             config,
-            history: Mutex::new(Vec::new()),
+            history: Mutex::new(VecDeque::new()),
         });
         sim.register_nodes()?;
         workloads::create(&sim)?;
@@ -222,12 +226,15 @@ impl Simulation {
             .ok_or_else(|| SimError::NoSuchNode(name.to_string()))
     }
 
-    /// Every change to any node's module table so far, oldest first.
+    /// The changes to any node's module table so far (the last [`MODULE_HISTORY`]), oldest
+    /// first.
     pub fn module_history(&self) -> Vec<ModuleEvent> {
         self.history
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Reads, changes and writes a node's status, retrying on conflicts. `change` gets the
@@ -302,15 +309,14 @@ impl Simulation {
     }
 
     fn record(&self, node: &str, action: &str, modules: &ModuleTable) {
-        self.history
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(ModuleEvent {
-                at: self.api.clock.now(),
-                node: node.to_string(),
-                action: action.to_string(),
-                modules: modules.clone(),
-            });
+        let event = ModuleEvent {
+            at: self.api.clock.now(),
+            node: node.to_string(),
+            action: action.to_string(),
+            modules: modules.clone(),
+        };
+        let mut history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        remember(&mut history, event, MODULE_HISTORY);
     }
 
     /// Reboots a node: a new boot ID, every module unloaded, Ready False for the reboot's
@@ -422,6 +428,14 @@ impl Simulation {
     }
 }
 
+/// Adds `event` to `history`, dropping the oldest beyond `limit`.
+fn remember(history: &mut VecDeque<ModuleEvent>, event: ModuleEvent, limit: usize) {
+    history.push_back(event);
+    while history.len() > limit {
+        history.pop_front();
+    }
+}
+
 /// A kmod worker pod's work, as its annotations and labels give it.
 struct WorkerJob {
     config: crate::api::nmc::ModuleConfig,
@@ -496,5 +510,26 @@ impl Simulation {
             .into_iter()
             .filter_map(|n| self.node(&n).ok().map(|s| (n, s.modules)))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_history_keeps_the_latest_changes() {
+        let event = |node: &str| ModuleEvent {
+            at: Timestamp::UNIX_EPOCH,
+            node: node.to_string(),
+            action: "load".to_string(),
+            modules: ModuleTable::default(),
+        };
+        let mut history = VecDeque::new();
+        for node in ["n1", "n2", "n3", "n4"] {
+            remember(&mut history, event(node), 3);
+        }
+        let nodes: Vec<&str> = history.iter().map(|e| e.node.as_str()).collect();
+        assert_eq!(nodes, ["n2", "n3", "n4"]);
     }
 }
