@@ -17,7 +17,7 @@ use super::patch::{apply, json as json_patch, merge, strategic};
 use super::prune;
 use super::resources::{CRD_STORAGE, Conversion, Registry, Resource};
 use super::selector::{FieldSelector, LabelSelector};
-use super::store::{ObjectKey, Store, StoredObject, Write};
+use super::store::{ObjectKey, Prepared, Store, StoredObject, Write};
 use super::validate;
 use crate::clock::{Clock, rfc3339};
 use crate::cluster::pointer::Pointer;
@@ -82,6 +82,17 @@ pub enum Deleted {
 pub struct Read {
     pub resource_version: u64,
     pub object: Value,
+}
+
+/// What a committed write stored, and the object as written (see [`Store::transact_value`]).
+type Committed = (Option<StoredObject>, Option<Value>);
+
+/// How [`Api::merge_status_read`] ended.
+enum Merged {
+    /// Written, or nothing to write.
+    Done,
+    /// The object changed since it was read (or the write needs the general path).
+    Moved,
 }
 
 /// An object as a write answers it, in the resource's version.
@@ -405,12 +416,15 @@ impl Api {
             return Ok(self.answer(resource, object, None));
         }
         let mut attempts = 1;
-        let mut object = Some(object);
+        let mut prepared = Some(Prepared::new(object));
         let (stored, written) = loop {
             let key = Self::key(resource, namespace, &name);
             let result = self.store.transact_value(&key, |current| match current {
                 Some(_) => Err(ApiError::already_exists(resource, &name)),
-                None => Ok(Write::Put(object.take().unwrap_or(Value::Null))),
+                None => prepared
+                    .take()
+                    .map(Write::PutPrepared)
+                    .ok_or_else(|| ApiError::internal("create lost its object")),
             });
             match result {
                 // A generated name that is taken gets another suffix, as upstream retries.
@@ -420,15 +434,17 @@ impl Api {
                         && attempts < GENERATE_NAME_ATTEMPTS =>
                 {
                     attempts += 1;
-                    let object = object
-                        .as_mut()
-                        .ok_or_else(|| ApiError::internal("create lost its object"))?;
+                    let mut object = prepared
+                        .take()
+                        .ok_or_else(|| ApiError::internal("create lost its object"))?
+                        .into_object();
                     let prefix = object
                         .at("/metadata/generateName")
                         .and_then(Value::as_str)
                         .unwrap_or("");
                     name = format!("{prefix}{}", random_suffix());
                     object["metadata"]["name"] = json!(name);
+                    prepared = Some(Prepared::new(object));
                 }
                 result => match result? {
                     (Some(stored), Some(written)) => break (stored, written),
@@ -455,11 +471,15 @@ impl Api {
         body: Value,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.update_answer(resource, namespace, name, subresource, body, options)
+        self.update_answer(resource, namespace, name, subresource, body, options, None)
             .map(Answer::into_value)
     }
 
-    /// [`update`](Self::update), answering with the stored bytes where it can.
+    /// [`update`](Self::update), answering with the stored bytes where it can, from a
+    /// caller that may have `read` the object: while the store still holds it at that
+    /// resourceVersion, the update starts from the caller's parse instead of parsing the
+    /// stored bytes again.
+    #[allow(clippy::too_many_arguments)]
     pub fn update_answer(
         &self,
         resource: &Resource,
@@ -468,6 +488,7 @@ impl Api {
         subresource: Option<&str>,
         body: Value,
         options: &WriteOptions,
+        read: Option<Read>,
     ) -> Result<Answer, ApiError> {
         let mut object = self.intake(resource, self.checked_body(resource, body)?);
         self.place(resource, namespace, &mut object)?;
@@ -487,7 +508,7 @@ impl Api {
             namespace,
             name,
             options.dry_run,
-            None,
+            read,
             |current| {
                 self.updated(
                     resource,
@@ -541,6 +562,20 @@ impl Api {
         read: Option<Read>,
     ) -> Result<(), ApiError> {
         let manager = manager_of(options);
+        let status_alone = subresource == Some("status")
+            && !options.dry_run
+            && patch
+                .as_object()
+                .is_some_and(|p| p.len() == 1 && p.contains_key("status"));
+        let read = match read {
+            Some(read) if status_alone => {
+                match self.merge_status_read(resource, namespace, name, patch, &manager, read)? {
+                    Merged::Done => return Ok(()),
+                    Merged::Moved => None,
+                }
+            }
+            read => read,
+        };
         self.patch_existing(
             resource,
             (namespace, name, subresource),
@@ -551,6 +586,78 @@ impl Api {
             read,
         )
         .map(|_| ())
+    }
+
+    /// [`merge_patch_read`](Self::merge_patch_read) of a `{"status": ...}` patch through
+    /// the status subresource, from the object as read: the simulated kubelet's writes.
+    /// The subresource keeps everything of the object but its status, so only the
+    /// status is merged and compared, and the object is neither copied nor checked again
+    /// (its spec and metadata passed validation when they were stored, and defaults touch
+    /// the spec alone). Only for a built-in kind served as stored, and an object not being
+    /// deleted; `Moved` hands anything else to the general path, as when the object
+    /// changed since it was read.
+    fn merge_status_read(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        manager: &str,
+        read: Read,
+    ) -> Result<Merged, ApiError> {
+        let key = Self::key(resource, namespace, name);
+        let current = self
+            .store
+            .get(&key)
+            .ok_or_else(|| ApiError::not_found(resource, name))?;
+        let Read {
+            resource_version,
+            mut object,
+        } = read;
+        let plain = resource.custom.is_none()
+            && resource.has_status
+            && resource.conversion == Conversion::None
+            && object.get("apiVersion").and_then(Value::as_str)
+                == Some(resource.api_version().as_str())
+            && object.at("/metadata/deletionTimestamp").is_none();
+        if current.resource_version != resource_version || !plain {
+            return Ok(Merged::Moved);
+        }
+        let Some(fields) = object.as_object_mut() else {
+            return Ok(Merged::Moved);
+        };
+        let old_status = fields.remove("status");
+        let mut merged = Value::Object(Map::new());
+        if let Some(status) = &old_status {
+            merged["status"] = status.clone();
+        }
+        merge::merge_patch(&mut merged, patch);
+        let new_status = merged.as_object_mut().and_then(|m| m.remove("status"));
+        // Unchanged: no write, no new resourceVersion.
+        if new_status == old_status {
+            return Ok(Merged::Done);
+        }
+        if let Some(status) = new_status {
+            fields.insert("status".into(), status);
+        }
+        let now = rfc3339(self.now());
+        let next = apply::track_status_update(
+            old_status.as_ref(),
+            object,
+            manager,
+            resource.schema.as_ref(),
+            &now,
+        );
+        let write = Write::PutPrepared(Prepared::new(next));
+        let Some((stored, _)) =
+            self.commit_if_unmoved(resource, &key, name, resource_version, write)?
+        else {
+            return Ok(Merged::Moved);
+        };
+        if let Some(stored) = stored {
+            self.after_write(resource, &stored);
+        }
+        Ok(Merged::Done)
     }
 
     /// [`patch`](Self::patch), answering with the stored bytes where it can.
@@ -756,35 +863,56 @@ impl Api {
             if dry_run {
                 return Ok(self.answer(resource, next, None));
             }
-            let completes = deletion_complete(&next);
-            let mut next = Some(next);
-            let mut moved = false;
-            let (stored, written) =
-                self.store
-                    .transact_value(&key, |now| -> Result<Write, ApiError> {
-                        let now = now.ok_or_else(|| ApiError::not_found(resource, name))?;
-                        if now.resource_version != current.resource_version {
-                            moved = true;
-                            return Ok(Write::Keep);
-                        }
-                        if completes {
-                            return Ok(Write::Delete);
-                        }
-                        Ok(Write::Put(next.take().unwrap_or(Value::Null)))
-                    })?;
-            if moved {
+            if deletion_complete(&next) {
+                let committed = self.commit_if_unmoved(
+                    resource,
+                    &key,
+                    name,
+                    current.resource_version,
+                    Write::Delete,
+                )?;
+                if committed.is_none() {
+                    continue;
+                }
+                self.after_delete(resource, &next);
+                return Ok(self.answer(resource, next, None));
+            }
+            let write = Write::PutPrepared(Prepared::new(next));
+            let Some((stored, written)) =
+                self.commit_if_unmoved(resource, &key, name, current.resource_version, write)?
+            else {
                 continue;
-            }
-            if completes {
-                let value = next.unwrap_or(Value::Null);
-                self.after_delete(resource, &value);
-                return Ok(self.answer(resource, value, None));
-            }
+            };
             let stored = stored.ok_or_else(|| ApiError::not_found(resource, name))?;
             self.after_write(resource, &stored);
             let written = written.unwrap_or_else(|| stored.value());
             return Ok(self.answer(resource, written, Some(&stored)));
         }
+    }
+
+    /// Commits `write` if the object is still at `resource_version`: the object stored
+    /// and written, or `None` when it has moved on (nothing written).
+    fn commit_if_unmoved(
+        &self,
+        resource: &Resource,
+        key: &ObjectKey,
+        name: &str,
+        resource_version: u64,
+        write: Write,
+    ) -> Result<Option<Committed>, ApiError> {
+        let mut write = Some(write);
+        let mut moved = false;
+        let committed = self
+            .store
+            .transact_value(key, |now| -> Result<Write, ApiError> {
+                let now = now.ok_or_else(|| ApiError::not_found(resource, name))?;
+                if now.resource_version != resource_version {
+                    moved = true;
+                    return Ok(Write::Keep);
+                }
+                Ok(write.take().unwrap_or(Write::Keep))
+            })?;
+        Ok((!moved).then_some(committed))
     }
 
     /// The next state of `current` after a non-apply write of `next` by `manager`: the
@@ -1673,6 +1801,123 @@ mod tests {
         });
         assert!(same_besides_status(&bare, &added));
         assert_eq!(with_status_of(&bare, &added).to_string(), added.to_string());
+    }
+
+    /// A status write from the object as read (the status alone merged and compared)
+    /// stores exactly what the general path stores from the same write, managed fields
+    /// included: a first status, a change, a field dropped with a null, an unchanged
+    /// write (no new resourceVersion), and a write from a stale read (the general path,
+    /// which keeps the newer object's other changes).
+    #[test]
+    fn a_status_write_from_a_read_stores_what_the_general_path_stores() {
+        use crate::clock::ManualClock;
+        let clock = ManualClock::new("2026-01-01T00:00:00Z".parse().expect("time"));
+        let api = Api::new(
+            Arc::new(Store::in_memory(100)),
+            Arc::new(Registry::with_builtins()),
+            Arc::new(clock),
+        );
+        api.ensure_default_namespaces().expect("namespaces");
+        let pods = api.registry.get("", "v1", "pods").expect("pods");
+        let creator = WriteOptions {
+            field_manager: Some("creator".into()),
+            ..WriteOptions::default()
+        };
+        let kubelet = WriteOptions {
+            field_manager: Some("kubelet".into()),
+            ..WriteOptions::default()
+        };
+        for name in ["fast", "general"] {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"a": "b"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}});
+            api.create(&pods, "default", pod, &creator).expect("create");
+        }
+        let stored = |name: &str| {
+            let object = api.get_value(&pods, "default", name).expect("get");
+            let version = api
+                .store
+                .get(&Api::key(&pods, "default", name))
+                .expect("stored")
+                .resource_version;
+            (version, object)
+        };
+        // The two pods' objects, their own identity aside.
+        let comparable = |mut object: Value| {
+            for field in ["name", "uid", "resourceVersion"] {
+                object["metadata"].as_object_mut().unwrap().remove(field);
+            }
+            object
+        };
+        let write = |name: &str, status: Value, fast: bool| {
+            let read = fast.then(|| {
+                let (resource_version, object) = stored(name);
+                Read {
+                    resource_version,
+                    object,
+                }
+            });
+            api.merge_patch_read(
+                &pods,
+                "default",
+                name,
+                Some("status"),
+                &json!({"status": status}),
+                &kubelet,
+                read,
+            )
+            .expect("status write");
+        };
+        let statuses = [
+            json!({"phase": "Running", "podIP": "10.0.0.1",
+                   "conditions": [{"type": "Ready", "status": "True"}]}),
+            json!({"phase": "Succeeded",
+                   "conditions": [{"type": "Ready", "status": "False"}]}),
+            json!({"podIP": null, "message": "done"}),
+            json!({"message": "done"}),
+        ];
+        for status in statuses {
+            let before = stored("fast").0;
+            write("fast", status.clone(), true);
+            write("general", status.clone(), false);
+            let (after, fast) = stored("fast");
+            let (_, general) = stored("general");
+            assert_eq!(
+                comparable(fast.clone()).to_string(),
+                comparable(general).to_string(),
+                "{status}"
+            );
+            let unchanged = status == json!({"message": "done"});
+            assert_eq!(after == before, unchanged, "{status}: {fast}");
+        }
+        // A read the object moved on from: the write lands on the newer object.
+        let (resource_version, object) = stored("fast");
+        api.patch(
+            &pods,
+            "default",
+            "fast",
+            None,
+            PatchType::Merge,
+            json!({"metadata": {"labels": {"c": "d"}}}),
+            &creator,
+        )
+        .expect("label");
+        api.merge_patch_read(
+            &pods,
+            "default",
+            "fast",
+            Some("status"),
+            &json!({"status": {"message": "later"}}),
+            &kubelet,
+            Some(Read {
+                resource_version,
+                object,
+            }),
+        )
+        .expect("status write from a stale read");
+        let (_, fast) = stored("fast");
+        assert_eq!(fast["metadata"]["labels"], json!({"a": "b", "c": "d"}));
+        assert_eq!(fast["status"]["message"], json!("later"));
     }
 
     /// The projection-only decision agrees with [`deletion`]: where it says "at once",

@@ -653,6 +653,7 @@ impl Call<'_> {
             sub,
             self.body_value()?,
             &self.write_options()?,
+            None,
         )?;
         Ok(bytes_response(StatusCode::OK, updated.into_bytes()))
     }

@@ -43,6 +43,15 @@ thread_local! {
     static SERIALIZED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// What storing an object over `current` is: its creation, or a change.
+fn put_event(current: Option<&StoredObject>) -> EventType {
+    if current.is_some() {
+        EventType::Modified
+    } else {
+        EventType::Added
+    }
+}
+
 /// One stored object: its JSON bytes and the projection selectors look at.
 #[derive(Clone, Debug)]
 pub struct StoredObject {
@@ -79,16 +88,23 @@ impl StoredObject {
     /// This object at another resourceVersion (what its deletion's event carries). Only
     /// the metadata is rewritten; the rest of the bytes is copied, not parsed.
     fn at_resource_version(&self, resource_version: u64) -> StoredObject {
-        let mut projection = (*self.projection).clone();
-        projection["metadata"]["resourceVersion"] = json!(resource_version.to_string());
+        self.clone().into_resource_version(resource_version)
+    }
+
+    /// [`at_resource_version`](Self::at_resource_version), taking this object's
+    /// projection rather than copying it when nothing else shares it.
+    fn into_resource_version(self, resource_version: u64) -> StoredObject {
+        let mut projection = self.projection;
+        Arc::make_mut(&mut projection)["metadata"]["resourceVersion"] =
+            json!(resource_version.to_string());
         match with_resource_version(&self.bytes, resource_version) {
             Some(bytes) => StoredObject {
                 resource_version,
                 bytes: Bytes::from(bytes),
-                projection: Arc::new(projection),
+                projection,
             },
             None => {
-                let mut object = self.value();
+                let mut object = serde_json::from_slice(&self.bytes).unwrap_or(Value::Null);
                 object["metadata"]["resourceVersion"] = json!(resource_version.to_string());
                 StoredObject::new(&object, resource_version)
             }
@@ -330,10 +346,35 @@ pub type Resumed = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
 pub enum Write {
     /// Store this object (create or replace); the store sets `metadata.resourceVersion`.
     Put(Value),
+    /// [`Put`](Write::Put) of an object serialized before the store's lock was taken:
+    /// under the lock only its resourceVersion is written into the bytes.
+    PutPrepared(Prepared),
     /// Remove the object.
     Delete,
     /// Leave it as it is.
     Keep,
+}
+
+/// An object to store, serialized (with its projection) by the writer before it takes
+/// the store's lock, at a placeholder resourceVersion. Every write to the store holds
+/// that one lock, so the serialization, the largest part of storing an object, is done
+/// where writers do not wait for each other.
+pub struct Prepared {
+    object: Value,
+    stored: StoredObject,
+}
+
+impl Prepared {
+    pub fn new(mut object: Value) -> Prepared {
+        object["metadata"]["resourceVersion"] = json!("0");
+        let stored = StoredObject::new(&object, 0);
+        Prepared { object, stored }
+    }
+
+    /// The object, to change it and prepare it again.
+    pub fn into_object(self) -> Value {
+        self.object
+    }
 }
 
 /// Store failures that are not the caller's decision.
@@ -631,14 +672,18 @@ impl Store {
             Write::Put(mut object) => {
                 let rv = inner.resource_version + 1;
                 object["metadata"]["resourceVersion"] = json!(rv.to_string());
-                let event = if current.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                };
                 let stored = StoredObject::new(&object, rv);
                 put = Some(object);
-                (event, stored)
+                (put_event(current.as_ref()), stored)
+            }
+            Write::PutPrepared(Prepared { mut object, stored }) => {
+                let rv = inner.resource_version + 1;
+                object["metadata"]["resourceVersion"] = json!(rv.to_string());
+                put = Some(object);
+                (
+                    put_event(current.as_ref()),
+                    stored.into_resource_version(rv),
+                )
             }
             Write::Delete => {
                 let Some(current) = &current else {
@@ -923,6 +968,38 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
                "spec": {"nodeName": "worker-1"}})
+    }
+
+    /// An object serialized before the lock is stored exactly as one serialized under it:
+    /// the same bytes, projection and answer, at the store's next resourceVersion.
+    #[test]
+    fn a_prepared_put_stores_what_a_put_stores() {
+        let store = Store::in_memory(100);
+        let mut object = pod("a");
+        object["metadata"]["labels"] = json!({"app": "x"});
+        object["metadata"]["resourceVersion"] = json!("17");
+        let key = |name: &str| ObjectKey::new("pods", "default", name);
+        let (plain, plain_written) = store
+            .transact_value::<StoreError>(&key("a"), |_| Ok(Write::Put(object.clone())))
+            .expect("put");
+        let (prepared, prepared_written) = store
+            .transact_value::<StoreError>(&key("a"), |_| {
+                Ok(Write::PutPrepared(Prepared::new(object.clone())))
+            })
+            .expect("prepared put");
+        let (plain, prepared) = (plain.expect("stored"), prepared.expect("stored"));
+        assert_eq!(prepared.resource_version, plain.resource_version + 1);
+        let at_plain = prepared.at_resource_version(plain.resource_version);
+        assert_eq!(at_plain.bytes, plain.bytes);
+        assert_eq!(at_plain.projection, plain.projection);
+        let mut written = prepared_written.expect("written");
+        assert_eq!(
+            written["metadata"]["resourceVersion"],
+            json!(prepared.resource_version.to_string())
+        );
+        written["metadata"]["resourceVersion"] = json!(plain.resource_version.to_string());
+        assert_eq!(Some(written), plain_written);
+        assert_eq!(store.get(&key("a")).expect("stored").bytes, prepared.bytes);
     }
 
     fn put(store: &Store, name: &str) -> StoredObject {

@@ -261,7 +261,7 @@ fn track_create(new: Value, manager: &str, schema: &dyn FieldSchema, now: &str) 
             if name == "apiVersion" || name == "kind" {
                 continue;
             }
-            walker.names.push(name.clone());
+            walker.names.push(name);
             let mut child = Value::Object(walker.whole::<Map<String, Value>>(value));
             walker.names.pop();
             if name == "metadata"
@@ -305,27 +305,92 @@ fn track_changes(
     let nothing = Value::Object(Map::new());
     let old = old.unwrap_or(&nothing);
     let (written, removed) = Walker::new(schema).changes(old, &new).written_and_removed();
-    // Entries that own none of the fields the write sets or drops lose nothing: they
-    // stay as stored, neither decoded nor encoded again (the pod's creator, on the
-    // kubelet's status write).
-    let is_writer = |entry: &Value| {
-        let text = |name: &str| entry.get(name).and_then(Value::as_str);
-        text("manager") == Some(manager)
-            && text("operation") == Some(Operation::Update.as_str())
-            && text("subresource").filter(|s| !s.is_empty()) == subresource
-    };
     let mut new = new;
-    let mut slots = starting_slots(old, &mut new, subresource.is_some(), |entry| {
-        !is_writer(entry)
+    let untouched = untouched_by(manager, subresource, &written, &removed);
+    let slots = starting_slots(old, &mut new, subresource.is_some(), untouched);
+    record_write(new, slots, written, &removed, manager, subresource, now)
+}
+
+/// [`track_update`] of a write through the status subresource that changed the status
+/// alone, from `old_status` to the status of `new`, which carries the stored managed
+/// fields: the two statuses are compared, not the whole objects, whose other fields are
+/// the same (the simulated kubelet's status writes).
+pub fn track_status_update(
+    old_status: Option<&Value>,
+    mut new: Value,
+    manager: &str,
+    schema: &dyn FieldSchema,
+    now: &str,
+) -> Value {
+    let mut changes = Changes::default();
+    Walker::new(schema).in_field("status", |walker| {
+        walker.compare(old_status, new.get("status"), &mut changes)
+    });
+    let (written, removed) = changes.tracked().written_and_removed();
+    let subresource = Some("status");
+    let untouched = untouched_by(manager, subresource, &written, &removed);
+    let stored = new.pointer_mut("/metadata/managedFields").map(Value::take);
+    let slots = starting_slots_owned(stored, untouched);
+    record_write(new, slots, written, &removed, manager, subresource, now)
+}
+
+/// The stored entries as slots, taken rather than copied: those `untouched` picks left
+/// undecoded.
+fn starting_slots_owned(stored: Option<Value>, untouched: impl Fn(&Value) -> bool) -> Vec<Slot> {
+    let slots: Result<Vec<Slot>, String> = match stored {
+        Some(Value::Array(entries)) => entries
+            .into_iter()
+            .map(|entry| {
+                if untouched(&entry) {
+                    Ok(Slot::Untouched(entry))
+                } else {
+                    ManagedEntry::decode(&entry).map(Slot::Entry)
+                }
+            })
+            .collect(),
+        _ => Ok(Vec::new()),
+    };
+    // Unreadable stored entries are dropped, as `starting_slots` drops them.
+    slots.unwrap_or_default()
+}
+
+/// Which stored entries a write of `written` and `removed` by `manager` leaves as they
+/// are: entries that own none of those fields lose nothing, and stay as stored, neither
+/// decoded nor encoded again (the pod's creator, on the kubelet's status write).
+fn untouched_by<'a>(
+    manager: &'a str,
+    subresource: Option<&'a str>,
+    written: &'a FieldSet,
+    removed: &'a FieldSet,
+) -> impl Fn(&Value) -> bool + 'a {
+    move |entry: &Value| {
+        let text = |name: &str| entry.get(name).and_then(Value::as_str);
+        let is_writer = text("manager") == Some(manager)
+            && text("operation") == Some(Operation::Update.as_str())
+            && text("subresource").filter(|s| !s.is_empty()) == subresource;
+        !is_writer
             && entry
                 .get("fieldsV1")
                 .and_then(Value::as_object)
                 .is_some_and(|fields| {
                     fields.keys().any(|name| name != ".")
-                        && owns_none(fields, &written)
-                        && owns_none(fields, &removed)
+                        && owns_none(fields, written)
+                        && owns_none(fields, removed)
                 })
-    });
+    }
+}
+
+/// `new` with the managed fields of a write by `manager` of `written` (and of dropping
+/// `removed`), starting from the stored entries' `slots`.
+fn record_write(
+    new: Value,
+    mut slots: Vec<Slot>,
+    written: FieldSet,
+    removed: &FieldSet,
+    manager: &str,
+    subresource: Option<&str>,
+    now: &str,
+) -> Value {
     let nothing_taken = FieldSet::default();
     for entry in slots.iter_mut().filter_map(Slot::entry) {
         // The writer's own entry keeps what it writes again.
@@ -334,7 +399,7 @@ fn track_changes(
         } else {
             &written
         };
-        entry.give_up(taken, &removed);
+        entry.give_up(taken, removed);
     }
     if !written.is_empty() {
         let api_version = text_at(&new, "/apiVersion");
@@ -800,8 +865,41 @@ fn first_duplicate(elements: &[PathElement]) -> Option<&PathElement> {
 /// schema and the path for field sets.
 struct Walker<'s> {
     schema: &'s dyn FieldSchema,
-    names: Vec<String>,
+    names: Names,
     path: Vec<PathElement>,
+}
+
+/// The field names from the root to where a walk is, for the schema: a stack whose
+/// strings are kept when the walk goes up and written over when it goes down again, so
+/// a step allocates nothing once the walk has been as deep before.
+#[derive(Default)]
+struct Names {
+    parts: Vec<String>,
+    depth: usize,
+}
+
+impl Names {
+    fn push(&mut self, name: &str) {
+        match self.parts.get_mut(self.depth) {
+            Some(part) => {
+                part.clear();
+                part.push_str(name);
+            }
+            None => self.parts.push(name.to_string()),
+        }
+        self.depth += 1;
+    }
+
+    fn pop(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+    }
+
+    fn as_strs(&self) -> Vec<&str> {
+        self.parts[..self.depth]
+            .iter()
+            .map(String::as_str)
+            .collect()
+    }
 }
 
 /// How deep [`Walker::compare`] looks for equal subtrees to skip.
@@ -811,13 +909,13 @@ impl<'s> Walker<'s> {
     fn new(schema: &'s dyn FieldSchema) -> Self {
         Walker {
             schema,
-            names: Vec::new(),
+            names: Names::default(),
             path: Vec::new(),
         }
     }
 
     fn in_field<R>(&mut self, name: &str, visit: impl FnOnce(&mut Self) -> R) -> R {
-        self.names.push(name.to_string());
+        self.names.push(name);
         self.path.push(PathElement::field(name));
         let result = visit(self);
         self.names.pop();
@@ -833,8 +931,7 @@ impl<'s> Walker<'s> {
     }
 
     fn list_type(&self) -> ListType {
-        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
-        self.schema.list_type(&names)
+        self.schema.list_type(&self.names.as_strs())
     }
 
     /// The fields an apply configuration sets: every leaf, every item of a granular
@@ -1164,10 +1261,10 @@ impl<'s> Walker<'s> {
         match value {
             Value::Object(fields) => {
                 for (name, field) in fields {
-                    self.names.push(name.clone());
+                    self.names.push(name);
                     let child = self.whole(field);
                     self.names.pop();
-                    whole.put(PathElement::Field(name.clone()), child);
+                    whole.put_field(name, child);
                 }
             }
             Value::Array(items) if !items.is_empty() => {
@@ -1219,6 +1316,8 @@ trait Whole: Sized {
     fn owned() -> Self;
     /// Adds `child` under `element`.
     fn put(&mut self, element: PathElement, child: Self);
+    /// Adds `child` under the field `name`.
+    fn put_field(&mut self, name: &str, child: Self);
     /// The value once everything below it is in.
     fn finished(self) -> Self;
 }
@@ -1230,6 +1329,10 @@ impl Whole for FieldSet {
 
     fn put(&mut self, element: PathElement, child: Self) {
         self.put_child(element, child);
+    }
+
+    fn put_field(&mut self, name: &str, child: Self) {
+        self.put_child(PathElement::field(name), child);
     }
 
     fn finished(self) -> Self {
@@ -1244,6 +1347,11 @@ impl Whole for Map<String, Value> {
 
     fn put(&mut self, element: PathElement, child: Self) {
         self.insert(element.encode(), Value::Object(child));
+    }
+
+    /// The field's encoded name written at once, with no element built only to encode it.
+    fn put_field(&mut self, name: &str, child: Self) {
+        self.insert(PathElement::encode_field(name), Value::Object(child));
     }
 
     /// `.` marks the value itself owned beside what it leads to, as
@@ -2196,7 +2304,7 @@ mod tests {
         match value {
             Value::Object(fields) => {
                 for (name, field) in fields {
-                    walker.names.push(name.clone());
+                    walker.names.push(name);
                     path.push(PathElement::field(name));
                     insert_every_path(walker, path, field, set);
                     path.pop();
@@ -2254,7 +2362,7 @@ mod tests {
         let mut walker = Walker::new(&BuiltinSchema);
         let mut expected = FieldSet::default();
         for (name, field) in object.as_object().unwrap() {
-            walker.names.push(name.clone());
+            walker.names.push(name);
             insert_every_path(
                 &mut walker,
                 &mut vec![PathElement::field(name)],
@@ -2278,7 +2386,7 @@ mod tests {
         let mut bare = object.clone();
         bare.as_object_mut().unwrap().remove("spec");
         let mut spec_only = FieldSet::default();
-        walker.names.push("spec".into());
+        walker.names.push("spec");
         insert_every_path(
             &mut walker,
             &mut vec![PathElement::field("spec")],

@@ -45,6 +45,11 @@ impl PathElement {
         }
     }
 
+    /// The encoding of the field element `name`, without building the element.
+    pub fn encode_field(name: &str) -> String {
+        prefixed("f:", name)
+    }
+
     /// Reads an element's name inside `FieldsV1`; fails on anything but `f:`, `k:` and `v:`.
     fn decode(name: &str) -> Result<Self, String> {
         if let Some(field) = name.strip_prefix("f:") {

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::api::labels;
-use crate::cluster::api::{Api, DeleteOptions, PatchType, WriteOptions};
+use crate::cluster::api::{Api, DeleteOptions, PatchType, Read, WriteOptions};
 use crate::cluster::errors::ApiError;
 use crate::cluster::pointer::{self, Pointer};
 use crate::cluster::store::ObjectKey;
@@ -285,9 +285,12 @@ impl Simulation {
     ) -> Result<(R, ModuleTable), SimError> {
         let kernels = self.resource(KERNELS)?;
         for _ in 0..NODE_WRITE_ATTEMPTS {
-            let kernel = self
-                .kernel_object(name)
+            let stored = self
+                .api
+                .store
+                .get(&ObjectKey::new(KERNELS, "", name))
                 .ok_or_else(|| SimError::NoSuchNode(name.to_string()))?;
+            let kernel = stored.value();
             let before = nodes::loaded_modules(&kernel);
             let mut modules = before.clone();
             let result = change(&mut modules);
@@ -296,10 +299,20 @@ impl Simulation {
             }
             let mut object = nodes::kernel_object(name, &modules);
             object["metadata"]["resourceVersion"] = kernel["metadata"]["resourceVersion"].clone();
-            match self
-                .api
-                .update(&kernels, "", name, None, object, &kubelet_writes())
-            {
+            // The update starts from this read, not from another parse of the same bytes.
+            let read = Read {
+                resource_version: stored.resource_version,
+                object: kernel,
+            };
+            match self.api.update_answer(
+                &kernels,
+                "",
+                name,
+                None,
+                object,
+                &kubelet_writes(),
+                Some(read),
+            ) {
                 Ok(_) => return Ok((result, modules)),
                 Err(err) if err.code == 409 => continue,
                 Err(err) => return Err(err.into()),

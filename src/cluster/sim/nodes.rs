@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 use super::config::NodeConfig;
@@ -66,7 +67,7 @@ impl NodeState {
 pub fn loaded_modules(kernel: &Value) -> ModuleTable {
     kernel
         .get("modules")
-        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .and_then(|m| ModuleTable::deserialize(m).ok())
         .unwrap_or_default()
 }
 
