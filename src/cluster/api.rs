@@ -606,10 +606,6 @@ impl Api {
         read: Read,
     ) -> Result<Merged, ApiError> {
         let key = Self::key(resource, namespace, name);
-        let current = self
-            .store
-            .get(&key)
-            .ok_or_else(|| ApiError::not_found(resource, name))?;
         let Read {
             resource_version,
             mut object,
@@ -620,7 +616,7 @@ impl Api {
             && object.get("apiVersion").and_then(Value::as_str)
                 == Some(resource.api_version().as_str())
             && object.at("/metadata/deletionTimestamp").is_none();
-        if current.resource_version != resource_version || !plain {
+        if !plain {
             return Ok(Merged::Moved);
         }
         let Some(fields) = object.as_object_mut() else {

@@ -93,21 +93,18 @@ impl StoredObject {
 
     /// [`at_resource_version`](Self::at_resource_version), taking this object's
     /// projection rather than copying it when nothing else shares it.
-    fn into_resource_version(self, resource_version: u64) -> StoredObject {
-        let mut projection = self.projection;
-        Arc::make_mut(&mut projection)["metadata"]["resourceVersion"] =
-            json!(resource_version.to_string());
-        match with_resource_version(&self.bytes, resource_version) {
-            Some(bytes) => StoredObject {
-                resource_version,
-                bytes: Bytes::from(bytes),
-                projection,
-            },
-            None => {
-                let mut object = serde_json::from_slice(&self.bytes).unwrap_or(Value::Null);
-                object["metadata"]["resourceVersion"] = json!(resource_version.to_string());
-                StoredObject::new(&object, resource_version)
-            }
+    fn into_resource_version(mut self, resource_version: u64) -> StoredObject {
+        let version = json!(resource_version.to_string());
+        let Some(bytes) = with_resource_version(&self.bytes, resource_version) else {
+            let mut object = self.value();
+            object["metadata"]["resourceVersion"] = version;
+            return StoredObject::new(&object, resource_version);
+        };
+        Arc::make_mut(&mut self.projection)["metadata"]["resourceVersion"] = version;
+        StoredObject {
+            resource_version,
+            bytes: Bytes::from(bytes),
+            projection: self.projection,
         }
     }
 
