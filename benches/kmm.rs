@@ -42,6 +42,8 @@ const DEADLINE: Duration = Duration::from_secs(600);
 const POD_START: f64 = 0.01;
 const POD_STOP: f64 = 0.01;
 const WORKER: f64 = 0.02;
+/// The cluster server's scheduling priority against the controllers' (see `Server::start`).
+const SERVER_NICE: &str = "5";
 
 /// `capstan cluster serve` with `nodes` worker nodes on the default kernel.
 struct Server {
@@ -61,7 +63,16 @@ impl Server {
         let config = dir.join("cluster.yaml");
         std::fs::write(&config, yaml).expect("write cluster.yaml");
         let kubeconfig = dir.join("kubeconfig");
-        let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        // At a lower priority (`SERVER_NICE`) than the controllers. A real cluster's API
+        // server and kubelets run on other machines, and the controllers' one runtime
+        // thread has its CPU to itself; here, whenever all three threads are runnable, the
+        // stand-in's two would take two thirds of the two cores, and the controllers,
+        // whose work paces the rollout, would wait for theirs (docs/benchmarks.md, twelfth
+        // round). `nice` execs the server, so the child's pid (read for memory and CPU) is
+        // the server's.
+        let child = Command::new("nice")
+            .args(["-n", SERVER_NICE])
+            .arg(env!("CARGO_BIN_EXE_capstan"))
             .args(["cluster", "serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(&config)
             .arg("--kubeconfig-out")
@@ -821,7 +832,8 @@ impl ControllersProcess {
         let mut child = tokio::process::Command::new(std::env::current_exe().expect("this binary"))
             .env(CONTROLLERS_ENV, kubeconfig)
             // One runtime worker, as in a pod limited to one CPU (tokio sizes its runtime
-            // from the CPUs the process may use): the cluster's process has the other core.
+            // from the CPUs the process may use): the cluster's process, at a lower
+            // priority, has what the controllers leave of the two cores.
             .env("TOKIO_WORKER_THREADS", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1003,7 +1015,7 @@ async fn main() {
         "\ncapstan KMM controllers (module-nmc, nmc): {MODULES} Modules onto {nodes} simulated worker nodes = {pairs} (node, module) pairs"
     );
     println!(
-        "cluster: `capstan cluster serve` in its own process; timings podStartSeconds {POD_START}, podStopSeconds {POD_STOP}, workerSeconds {WORKER}"
+        "cluster: `capstan cluster serve` in its own process under `nice -n {SERVER_NICE}` (below the controllers' priority); timings podStartSeconds {POD_START}, podStopSeconds {POD_STOP}, workerSeconds {WORKER}"
     );
     println!(
         "writes per pair count every controller write except Events (NMC create/spec/status/metadata, worker pods, node labels, Module status and finalizer); \
