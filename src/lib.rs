@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod controllers;
+pub mod crash;
 pub mod memo;
 pub mod sync;
 pub mod worker;

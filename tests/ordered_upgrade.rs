@@ -6,214 +6,70 @@
 //! device plugin appears). Commit 3 relabels worker-1, which goes through the four steps
 //! while worker-2 and worker-3 stay untouched; commit 4 relabels both, which move one
 //! after the other (`maxNodesInFlight: 1`). Every step's record names the commit and pull
-//! request that asked for it.
+//! request that asked for it, and the offline plan of each commit agrees with the sync.
+//!
+//! The scenario runs twice, side by side: with one long-running sync, and with a fresh
+//! `capstan sync --once` process per commit (commit 4 then lands on a fleet in the middle
+//! of its upgrade, Module at v2 and nodes on v1, taken by a process that saw none of it).
+//! Both must end in the same cluster state and the same history.
 
 mod common;
+mod upgrade;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 
-use capstan::api::{HistoryRecord, RecordType};
-use capstan::cluster::sim::nodes::{self, KERNEL_GROUP, KERNEL_KIND, KERNEL_VERSION, KERNELS};
-use capstan::controllers::{self, Context, Selection};
+use capstan::api::HistoryRecord;
+use capstan::sync::plan::{self, PlanInput};
+use capstan::sync::source::{Auth, Source};
 use common::git::FleetRepo;
-use common::{DEADLINE, wait_until};
-use futures::StreamExt as _;
+use common::wait_until;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use kube::runtime::watcher;
-use tokio_util::sync::CancellationToken;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use upgrade::driver::{Capstan, Mode};
+use upgrade::{NS, label, module, step_records, step_records_all, steps};
 
-const NS: &str = "kmm-demo";
-
-fn module(version: &str) -> String {
-    format!(
-        r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
-kind: Module
-metadata:
-  name: my-kmod
-  namespace: kmm-demo
-spec:
-  selector:
-    node-role.kubernetes.io/worker: ""
-  moduleLoader:
-    container:
-      version: "{version}"
-      modprobe:
-        moduleName: my_kmod
-      kernelMappings:
-        - regexp: '^.+$'
-          containerImage: "registry.example/org/my-kmod:{version}-${{KERNEL_FULL_VERSION}}"
-  devicePlugin:
-    container:
-      image: "registry.example/org/my-kmod-device-plugin:{version}"
-"#
-    )
-}
-
-fn label(node: &str, version: &str) -> String {
-    common::git::node_label(node, "my-kmod", version)
-}
-
-/// What happened on one node, in the cluster's resourceVersion order: its module table
-/// (from its NodeKernel) and whether a device-plugin pod of the module runs there.
-#[derive(Default)]
-struct Timeline {
-    /// resourceVersion -> (the my_kmod version loaded, if any) from the NodeKernel.
-    modules: BTreeMap<u64, Option<String>>,
-    /// resourceVersion -> (pod name, running) from the device-plugin pods.
-    plugins: BTreeMap<u64, (String, bool)>,
-}
-
-fn rv(meta: &kube::api::ObjectMeta) -> u64 {
-    meta.resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Watches `node` and the device-plugin pods on it into a timeline.
-fn record_timeline(client: &kube::Client, node: &str) -> Arc<Mutex<Timeline>> {
-    let timeline = Arc::new(Mutex::new(Timeline::default()));
-    let kind = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(KERNEL_GROUP, KERNEL_VERSION, KERNEL_KIND),
-        KERNELS,
-    );
-    let kernels: Api<DynamicObject> = Api::all_with(client.clone(), &kind);
-    let kernel_events = watcher(
-        kernels,
-        watcher::Config::default().fields(&format!("metadata.name={node}")),
-    );
-    let recorded = timeline.clone();
-    tokio::spawn(kernel_events.for_each(move |event| {
-        if let Ok(watcher::Event::Apply(kernel) | watcher::Event::InitApply(kernel)) = event {
-            let value = serde_json::to_value(&kernel).expect("kernel json");
-            let loaded = nodes::loaded_modules(&value)
-                .get("my_kmod")
-                .map(|m| m.version.clone().unwrap_or_default());
-            recorded
-                .lock()
-                .expect("timeline")
-                .modules
-                .insert(rv(&kernel.metadata), loaded);
-        }
-        futures::future::ready(())
-    }));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod_events = watcher(
-        pods,
-        watcher::Config::default()
-            .labels("kmm.node.kubernetes.io/role=device-plugin")
-            .fields(&format!("spec.nodeName={node}")),
-    );
-    let recorded = timeline.clone();
-    tokio::spawn(pod_events.for_each(move |event| {
-        let mut timeline = recorded.lock().expect("timeline");
-        match event {
-            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                let running = pod.metadata.deletion_timestamp.is_none()
-                    && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                timeline.plugins.insert(
-                    rv(&pod.metadata),
-                    (pod.metadata.name.clone().unwrap_or_default(), running),
-                );
-            }
-            Ok(watcher::Event::Delete(pod)) => {
-                // A deletion's own resourceVersion comes after the pod's last state.
-                timeline.plugins.insert(
-                    rv(&pod.metadata) + 1,
-                    (pod.metadata.name.clone().unwrap_or_default(), false),
-                );
-            }
-            _ => {}
-        }
-        futures::future::ready(())
-    }));
-    timeline
-}
-
-/// Replays a timeline: the sequence of loaded versions, and whether a device plugin ever
-/// ran while the module was not loaded.
-fn replay(timeline: &Timeline) -> (Vec<Option<String>>, Vec<String>) {
-    let mut events: Vec<(u64, bool, String)> = Vec::new();
-    for (rv, loaded) in &timeline.modules {
-        events.push((*rv, true, loaded.clone().unwrap_or_default()));
-    }
-    for (rv, (pod, running)) in &timeline.plugins {
-        events.push((*rv, false, format!("{pod}={running}")));
-    }
-    events.sort();
-    let mut versions: Vec<Option<String>> = Vec::new();
-    let mut loaded: Option<String> = None;
-    let mut running: BTreeMap<String, bool> = BTreeMap::new();
-    let mut violations = Vec::new();
-    // Before the first NodeKernel state (the initial list gives each object its last
-    // resourceVersion) nothing is known about the module.
-    let mut known = false;
-    for (rv, is_node, what) in events {
-        if is_node {
-            known = true;
-            loaded = Some(what).filter(|v| !v.is_empty());
-            if versions.last() != Some(&loaded) {
-                versions.push(loaded.clone());
-            }
-        } else {
-            let (pod, state) = what.split_once('=').expect("pod=state");
-            running.insert(pod.to_string(), state == "true");
-        }
-        if known && loaded.is_none() && running.values().any(|r| *r) {
-            violations.push(format!(
-                "at resourceVersion {rv} a device plugin runs without the module"
-            ));
-        }
-    }
-    (versions, violations)
-}
-
-/// The upgrade-step records of `node` towards `version`, oldest first.
-async fn step_records(client: &kube::Client, node: &str, version: &str) -> Vec<HistoryRecord> {
-    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
-    let mut records: Vec<HistoryRecord> = api
-        .list(&ListParams::default())
-        .await
-        .expect("records")
-        .items
-        .into_iter()
-        .filter(|r| {
-            r.spec.type_ == RecordType::UpgradeStep
-                && r.spec.node.as_deref() == Some(node)
-                && r.spec.to_version.as_deref() == Some(version)
-        })
-        .collect();
-    records.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
-    records
-}
-
-fn steps(records: &[HistoryRecord]) -> Vec<String> {
-    records.iter().filter_map(|r| r.spec.step.clone()).collect()
-}
-
-async fn converged(client: &kube::Client) {
-    let selection = Selection::all();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let pending = controllers::converge::check(client, &selection)
-            .await
-            .expect("check");
-        if pending.is_empty() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not converged: {pending:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+/// What a run of the scenario ends with, free of SHAs and times (which differ between
+/// two repositories): each step record as (node, step, from, to, pull request, subject),
+/// and each node's version labels and loaded version.
+#[derive(Debug, PartialEq)]
+struct Ending {
+    history: Vec<(String, String, String, String, Option<u64>, String)>,
+    nodes: BTreeMap<String, (BTreeMap<String, String>, Option<String>)>,
+    daemon_sets: Vec<String>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
+async fn a_long_running_sync_and_a_process_per_commit_end_alike() {
+    let (long, once) = tokio::join!(
+        nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(Mode::LongRunning),
+        nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(Mode::OncePerCommit),
+    );
+    assert_eq!(long, once);
+}
+
+/// The plan of head against the commit before it: it must accept head, as the sync does.
+fn plan_accepts_head(repo: &std::path::Path) {
+    let state = tempfile::tempdir().expect("tempdir");
+    let source = Source::open(
+        repo.to_str().expect("utf-8"),
+        "main",
+        None,
+        state.path(),
+        Auth::None,
+    )
+    .expect("source");
+    let base = source.resolve("main~1").expect("base");
+    let head = source.resolve("main").expect("head");
+    let plan = plan::offline(&PlanInput::read(&source, base, head, None).expect("input"));
+    assert!(
+        plan.errors.is_empty(),
+        "the plan rejects: {:?}",
+        plan.errors
+    );
+}
+
+async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: Mode) -> Ending {
     let (cluster, client) = common::start_default_simulated().await;
     let mut repo = FleetRepo::new();
     let settings = "maxNodesInFlight: 1\n";
@@ -231,13 +87,9 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
         .map(|(p, c)| (p.as_str(), Some(c.as_str())))
         .collect();
     repo.commit(&changes, "Merge pull request #1 from fleet/initial");
-    let mut syncer = common::syncer(&client, repo.path()).await;
-    let stop = CancellationToken::new();
-    let ctx = Context::new(client.clone(), stop.clone());
-    let running = tokio::spawn(async move { controllers::run(ctx, &Selection::all()).await });
-    syncer.sync().await.expect("first sync");
-    converged(&client).await;
-    let timeline = record_timeline(&client, "worker-1");
+    let mut capstan = Capstan::new(mode, &client, &cluster.kubeconfig(), repo.path()).await;
+    capstan.take_head().await;
+    let timelines = upgrade::timeline::watch(&client, NS, "my_kmod");
     let sim = cluster.simulation().expect("simulation").clone();
     let loaded_version = |node: &str| {
         sim.node(node)
@@ -255,7 +107,8 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
         &[("module.yaml", Some(&module("v2")))],
         "Merge pull request #2 from fleet/my-kmod-v2",
     );
-    syncer.sync().await.expect("sync of the bump");
+    plan_accepts_head(repo.path());
+    capstan.take_head().await;
     let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), NS);
     wait_until("a v2 device-plugin DaemonSet beside v1's", || async {
         let names: Vec<String> = daemon_sets
@@ -269,7 +122,6 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
         names.iter().any(|n| n.ends_with("-v2")) && names.iter().any(|n| n.ends_with("-v1"))
     })
     .await;
-    converged(&client).await;
     for node in nodes {
         assert_eq!(
             loaded_version(node).as_deref(),
@@ -284,8 +136,8 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
         &[("nodes/worker-1.yaml", Some(&label("worker-1", "v2")))],
         "Merge pull request #3 from fleet/worker-1-v2",
     );
-    syncer.sync().await.expect("sync of worker-1");
-    converged(&client).await;
+    plan_accepts_head(repo.path());
+    capstan.take_head().await;
     assert_eq!(loaded_version("worker-1").as_deref(), Some("v2"));
     for node in ["worker-2", "worker-3"] {
         assert_eq!(loaded_version(node).as_deref(), Some("v1"), "{node} waits");
@@ -310,20 +162,15 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
     // From the cluster's own order of writes: v1, then nothing, then v2 (never two
     // versions), and no device plugin while the module is not loaded.
     wait_until("the timeline has seen v2 loaded", || async {
-        timeline
-            .lock()
-            .expect("timeline")
-            .modules
-            .values()
-            .any(|v| v.as_deref() == Some("v2"))
+        timelines.has_loaded("worker-1", "v2")
     })
     .await;
-    let (versions, violations) = replay(&timeline.lock().expect("timeline"));
+    let replay = timelines.replay("worker-1");
     assert_eq!(
-        versions,
+        replay.versions,
         [Some("v1".to_string()), None, Some("v2".to_string())]
     );
-    assert!(violations.is_empty(), "{violations:?}");
+    assert!(replay.violations.is_empty(), "{:?}", replay.violations);
 
     // Commit 4: worker-2 and worker-3 in one commit move strictly one after the other.
     let sha4 = repo.commit(
@@ -333,8 +180,8 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
         ],
         "Merge pull request #4 from fleet/rest-v2",
     );
-    syncer.sync().await.expect("sync of the rest");
-    converged(&client).await;
+    plan_accepts_head(repo.path());
+    capstan.take_head().await;
     let second = step_records(&client, "worker-2", "v2").await;
     let third = step_records(&client, "worker-3", "v2").await;
     for records in [&second, &third] {
@@ -368,6 +215,58 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit() {
             })
     })
     .await;
-    stop.cancel();
-    running.await.expect("controllers stop");
+    capstan.stop().await;
+    ending(&client, &loaded_version).await
+}
+
+async fn ending(client: &kube::Client, loaded_version: &dyn Fn(&str) -> Option<String>) -> Ending {
+    let mut records: Vec<HistoryRecord> = step_records_all(client).await;
+    records.sort_by(|a, b| (&a.spec.node, &a.spec.time).cmp(&(&b.spec.node, &b.spec.time)));
+    let history = records
+        .into_iter()
+        .map(|r| {
+            let spec = r.spec;
+            (
+                spec.node.unwrap_or_default(),
+                spec.step.unwrap_or_default(),
+                spec.from_version.unwrap_or_default(),
+                spec.to_version.unwrap_or_default(),
+                spec.commit.pull_request,
+                spec.commit.subject,
+            )
+        })
+        .collect();
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("nodes")
+        .items
+        .into_iter()
+        .map(|node| {
+            let name = node.metadata.name.unwrap_or_default();
+            let labels = node
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(key, _)| key.contains("kmm.node.kubernetes.io"))
+                .collect();
+            let loaded = loaded_version(&name);
+            (name, (labels, loaded))
+        })
+        .collect();
+    let mut daemon_sets: Vec<String> = Api::<DaemonSet>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("daemon sets")
+        .items
+        .into_iter()
+        .filter_map(|ds| ds.metadata.name)
+        .collect();
+    daemon_sets.sort();
+    Ending {
+        history,
+        nodes,
+        daemon_sets,
+    }
 }

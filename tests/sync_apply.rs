@@ -112,7 +112,7 @@ async fn commits_are_applied_changed_and_pruned() {
         )
         .await
         .unwrap();
-    repo.commit(
+    let retire = repo.commit(
         &[("cm.yaml", None), ("nodes/w2.yaml", None)],
         "Retire settings and worker-2's label",
     );
@@ -122,7 +122,12 @@ async fn commits_are_applied_changed_and_pruned() {
     assert!(maps.get_opt("settings").await.unwrap().is_none());
     let worker2 = nodes.get("worker-2").await.unwrap();
     assert_eq!(label(&worker2, VERSION_LABEL), None);
-    assert_eq!(annotation(&worker2, "capstan.dev/revision"), None);
+    // It keeps only the stamps of the commit that released it, which asked for what the
+    // loss of its labels sets off.
+    assert_eq!(
+        annotation(&worker2, "capstan.dev/revision"),
+        Some(format!("main@sha1:{retire}"))
+    );
     assert_eq!(label(&worker2, "team").as_deref(), Some("ml"));
     assert_eq!(
         label(&worker2, "node-role.kubernetes.io/worker").as_deref(),

@@ -25,6 +25,16 @@ fn sync_once(
     kubeconfig: &std::path::Path,
     state: &std::path::Path,
 ) -> (i32, String) {
+    sync_once_with(repo, kubeconfig, state, &[])
+}
+
+/// `capstan sync --once` with more arguments.
+fn sync_once_with(
+    repo: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    state: &std::path::Path,
+    more: &[&str],
+) -> (i32, String) {
     let output = capstan()
         .args(["sync", "--once", "--repo"])
         .arg(repo)
@@ -32,6 +42,7 @@ fn sync_once(
         .arg(kubeconfig)
         .arg("--state-dir")
         .arg(state)
+        .args(more)
         .output()
         .expect("capstan runs");
     (
@@ -94,6 +105,45 @@ async fn once_exits_0_when_applied_and_1_when_the_commit_is_rejected() {
         ),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_exits_3_naming_what_did_not_converge_within_the_timeout() {
+    // The module's image cannot be pulled: its worker pods fail, it never loads. (No
+    // version: an unversioned Module loads on every selected node, no label needed.)
+    let mut config = capstan::cluster::sim::config::ClusterConfig::default_cluster();
+    config.broken_images = vec!["registry.example/org/my-kmod:broken".into()];
+    let (cluster, _client) = common::start_simulated(config).await;
+    let state = tempfile::tempdir().unwrap();
+    let kubeconfig = write_kubeconfig(&cluster, state.path());
+    let mut repo = FleetRepo::new();
+    let module = common::git::module("my-kmod", "v1")
+        .replace("my-kmod:v1-${KERNEL_FULL_VERSION}", "my-kmod:broken")
+        .replace("      version: \"v1\"\n", "");
+    assert!(!module.contains("version:"), "{module}");
+    repo.commit(
+        &[("ns.yaml", Some(NAMESPACE)), ("module.yaml", Some(&module))],
+        "Broken image",
+    );
+    let run = |more: &'static [&'static str]| {
+        let (repo, kubeconfig, state) = (
+            repo.path().to_path_buf(),
+            kubeconfig.clone(),
+            state.path().to_path_buf(),
+        );
+        tokio::task::spawn_blocking(move || sync_once_with(&repo, &kubeconfig, &state, more))
+    };
+    // Applied without controllers, so the timeout below is all spent waiting for them.
+    let (code, stderr) = run(&["--controllers", "none"]).await.unwrap();
+    assert_eq!(code, 0, "{stderr}");
+
+    let (code, stderr) = run(&["--timeout", "2s"]).await.unwrap();
+    assert_eq!(code, 3, "{stderr}");
+    let pending = stderr
+        .split_once("not converged within 2s; still pending:")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no pending list: {stderr}"));
+    assert!(pending.contains("kmm-demo/my-kmod"), "{stderr}");
 }
 
 /// A running `capstan sync` whose stderr lines arrive on a channel.

@@ -13,11 +13,13 @@ use serde_json::{Map, Value, json};
 use super::defaults;
 use super::errors::ApiError;
 use super::events_v1;
+use super::patch::error::{PatchError, json_type};
 use super::patch::{apply, json as json_patch, merge, strategic};
 use super::prune;
 use super::resources::{CRD_STORAGE, Conversion, Registry, Resource};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{ObjectKey, Prepared, Store, StoredObject, Write};
+use super::typed;
 use super::validate;
 use crate::clock::{Clock, rfc3339};
 use crate::cluster::pointer::Pointer;
@@ -48,6 +50,11 @@ pub struct WriteOptions {
     pub default_manager: Option<String>,
     /// `fieldValidation=Strict`: refuse fields the schema does not know instead of dropping them.
     pub strict_fields: bool,
+    /// Check that a built-in kind's object decodes as its type, as kube-apiserver decodes
+    /// every body (400 naming the field otherwise, see [`typed`]). The HTTP layer sets it
+    /// for every client's write; the simulation's own writes, made from its types, skip
+    /// the cost.
+    pub check_types: bool,
 }
 
 /// `propagationPolicy` of a delete.
@@ -392,6 +399,9 @@ impl Api {
         prepare_create(resource, &mut object, now);
         self.prune_unknown(resource, &name, &mut object, options.strict_fields)?;
         defaults::apply(resource, &mut object);
+        if options.check_types {
+            typed::check(resource, &object)?;
+        }
         validate::object(resource, &object)?;
         let manager = manager_of(options);
         // The status of a kind with a status subresource is among upstream's reset fields:
@@ -515,8 +525,8 @@ impl Api {
                     name,
                     current,
                     object.clone(),
-                    subresource,
-                    &manager,
+                    (subresource, &manager),
+                    options.check_types,
                 )
             },
         )
@@ -685,6 +695,11 @@ impl Api {
             }
             let mut applied = self.intake(resource, self.checked_body(resource, patch)?);
             self.prune_unknown(resource, name, &mut applied, options.strict_fields)?;
+            // As upstream builds its typed patch object first: a field of the wrong type
+            // is a 400 before any conflict. (The result is checked again when validated.)
+            if options.check_types {
+                typed::check(resource, &applied)?;
+            }
             let applied_name = applied.at("/metadata/name").and_then(Value::as_str);
             if applied_name != Some(name) {
                 return Err(ApiError::bad_request(format!(
@@ -716,7 +731,13 @@ impl Api {
                         subresource,
                     )
                     .map_err(|e| apply_error(resource, name, e))?;
-                    self.normalize_update(resource, current, merged, subresource)
+                    self.normalize_update(
+                        resource,
+                        current,
+                        merged,
+                        subresource,
+                        options.check_types,
+                    )
                 },
             );
         }
@@ -757,24 +778,25 @@ impl Api {
                         merge::merge_patch(&mut target, patch);
                         target
                     }
-                    PatchType::Json => json_patch::json_patch(&served, patch).map_err(|e| {
-                        ApiError::invalid(&resource.kind, name, &[("patch".into(), e.to_string())])
-                    })?,
+                    PatchType::Json => json_patch::json_patch(&served, patch)
+                        .map_err(|e| patch_error(resource, name, e))?,
                     PatchType::Strategic => {
                         strategic::strategic_merge_patch(&served, patch, resource.schema.as_ref())
-                            .map_err(|e| {
-                            ApiError::invalid(
-                                &resource.kind,
-                                name,
-                                &[("patch".into(), e.to_string())],
-                            )
-                        })?
+                            .map_err(|e| patch_error(resource, name, e))?
                     }
                     PatchType::Apply => unreachable_patch()?,
                 };
+                let patched = patched_object(patch_type, patched)?;
                 let mut patched = self.intake(resource, patched);
                 self.prune_unknown(resource, name, &mut patched, options.strict_fields)?;
-                self.updated(resource, name, current, patched, subresource, manager)
+                self.updated(
+                    resource,
+                    name,
+                    current,
+                    patched,
+                    (subresource, manager),
+                    options.check_types,
+                )
             },
         )
     }
@@ -806,6 +828,9 @@ impl Api {
         .map_err(|e| apply_error(resource, name, e))?;
         prepare_create(resource, &mut object, now);
         defaults::apply(resource, &mut object);
+        if options.check_types {
+            typed::check(resource, &object)?;
+        }
         validate::object(resource, &object)?;
         if options.dry_run {
             return Ok(self.answer(resource, object, None));
@@ -911,19 +936,20 @@ impl Api {
         Ok((!moved).then_some(committed))
     }
 
-    /// The next state of `current` after a non-apply write of `next` by `manager`: the
-    /// precondition checked, server-owned parts kept, managed fields recorded.
+    /// The next state of `current` after a non-apply write of `next` by `manager`
+    /// (through `subresource`): the precondition checked, server-owned parts kept, the
+    /// types checked when asked, managed fields recorded.
     fn updated(
         &self,
         resource: &Resource,
         name: &str,
         current: &Value,
         next: Value,
-        subresource: Option<&str>,
-        manager: &str,
+        (subresource, manager): (Option<&str>, &str),
+        check_types: bool,
     ) -> Result<Value, ApiError> {
         check_precondition(resource, name, current, &next)?;
-        let next = self.normalize_update(resource, current, next, subresource)?;
+        let next = self.normalize_update(resource, current, next, subresource, check_types)?;
         let now = rfc3339(self.now());
         Ok(apply::track_update(
             Some(current),
@@ -936,13 +962,15 @@ impl Api {
     }
 
     /// Turns a client's full object into the next stored state of `current`: the parts
-    /// the server owns (identity, status or spec depending on the subresource) are kept.
+    /// the server owns (identity, status or spec depending on the subresource) are kept,
+    /// then defaults, the types (with `check_types`) and validation.
     fn normalize_update(
         &self,
         resource: &Resource,
         current: &Value,
         mut next: Value,
         subresource: Option<&str>,
+        check_types: bool,
     ) -> Result<Value, ApiError> {
         let name = current
             .at("/metadata/name")
@@ -1006,6 +1034,9 @@ impl Api {
             }
         }
         defaults::apply(resource, &mut next);
+        if check_types {
+            typed::check(resource, &next)?;
+        }
         validate::update(resource, current, &next)?;
         let generation = current.at("/metadata/generation").and_then(Value::as_i64);
         if let Some(generation) = generation {
@@ -1192,6 +1223,7 @@ impl Api {
                 resource.api_version()
             )));
         }
+        check_metadata(&body)?;
         body["kind"] = json!(resource.kind);
         body["apiVersion"] = json!(resource.api_version());
         if !body.get("metadata").is_some_and(Value::is_object) {
@@ -1288,6 +1320,51 @@ fn unreachable_patch() -> Result<Value, ApiError> {
     Err(ApiError::internal(
         "apply patches are handled before this point",
     ))
+}
+
+/// A patch that could not be applied, answered as upstream answers it: a body that is
+/// not a patch of its type is 400, a patch that does not fit the object 422.
+fn patch_error(resource: &Resource, name: &str, err: PatchError) -> ApiError {
+    match err {
+        PatchError::Malformed { .. } => ApiError::bad_request(err.to_string()),
+        PatchError::Invalid { .. } | PatchError::Rejected { .. } => {
+            ApiError::invalid(&resource.kind, name, &[("patch".into(), err.to_string())])
+        }
+    }
+}
+
+/// What a patch left, if it is still an object whose metadata is an object: a merge
+/// patch that is not an object (`null`, a list, a scalar) replaces the whole object
+/// (RFC 7386), and a JSON patch may replace the root or the metadata. kube-apiserver
+/// cannot decode such a result as the kind, and answers 400; so does this server,
+/// before anything of the result is read or stored.
+fn patched_object(patch_type: PatchType, patched: Value) -> Result<Value, ApiError> {
+    if !patched.is_object() {
+        let why = match patch_type {
+            PatchType::Merge => {
+                "a JSON merge patch that is not a JSON object replaces the whole object (RFC 7386)"
+            }
+            _ => "the patch replaced the whole object",
+        };
+        return Err(ApiError::bad_request(format!(
+            "the patched object must be a JSON object, not {}: {why}",
+            json_type(&patched)
+        )));
+    }
+    check_metadata(&patched)?;
+    Ok(patched)
+}
+
+/// An object's `metadata`, when present, must be a JSON object (upstream cannot decode
+/// anything else); the handlers write the server's fields into it.
+fn check_metadata(object: &Value) -> Result<(), ApiError> {
+    match object.get("metadata") {
+        None | Some(Value::Null | Value::Object(_)) => Ok(()),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "metadata must be a JSON object, not {}",
+            json_type(other)
+        ))),
+    }
 }
 
 fn apply_error(resource: &Resource, name: &str, err: apply::ApplyError) -> ApiError {
@@ -1799,6 +1876,20 @@ mod tests {
         assert_eq!(with_status_of(&bare, &added).to_string(), added.to_string());
     }
 
+    /// An API over an in-memory store keeping `history` changes, with the built-in kinds
+    /// and the default namespaces, at a fixed time.
+    fn started_api(history: usize) -> Api {
+        use crate::clock::ManualClock;
+        let clock = ManualClock::new("2026-01-01T00:00:00Z".parse().expect("time"));
+        let api = Api::new(
+            Arc::new(Store::in_memory(history)),
+            Arc::new(Registry::with_builtins()),
+            Arc::new(clock),
+        );
+        api.ensure_default_namespaces().expect("namespaces");
+        api
+    }
+
     /// A status write from the object as read (the status alone merged and compared)
     /// stores exactly what the general path stores from the same write, managed fields
     /// included: a first status, a change, a field dropped with a null, an unchanged
@@ -1806,14 +1897,7 @@ mod tests {
     /// which keeps the newer object's other changes).
     #[test]
     fn a_status_write_from_a_read_stores_what_the_general_path_stores() {
-        use crate::clock::ManualClock;
-        let clock = ManualClock::new("2026-01-01T00:00:00Z".parse().expect("time"));
-        let api = Api::new(
-            Arc::new(Store::in_memory(100)),
-            Arc::new(Registry::with_builtins()),
-            Arc::new(clock),
-        );
-        api.ensure_default_namespaces().expect("namespaces");
+        let api = started_api(100);
         let pods = api.registry.get("", "v1", "pods").expect("pods");
         let creator = WriteOptions {
             field_manager: Some("creator".into()),
@@ -1972,6 +2056,214 @@ mod tests {
                 assert!(matches!(decided, DeleteStep::Remove(_)), "{what}");
             }
         }
+    }
+
+    /// No write a client can send panics the server: every patch type and updates, with
+    /// values of every JSON type wherever the engines look (the body itself, metadata,
+    /// lists with merge keys, directives), on a built-in kind and a custom resource that
+    /// keeps whatever it is sent, through the object and its status. Each ends in an
+    /// answer or a 4xx error.
+    #[test]
+    fn no_write_body_panics_the_server() {
+        use std::panic::{AssertUnwindSafe, catch_unwind};
+        let api = started_api(100_000);
+        let crds = api
+            .registry
+            .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .expect("crds");
+        let crd = json!({"metadata": {"name": "widgets.example.dev"}, "spec": {
+            "group": "example.dev", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {
+                              "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+        api.create(&crds, "", crd, &WriteOptions::default())
+            .expect("crd");
+        let pods = api.registry.get("", "v1", "pods").expect("pods");
+        let maps = api.registry.get("", "v1", "configmaps").expect("maps");
+        let widgets = api
+            .registry
+            .get("example.dev", "v1", "widgets")
+            .expect("widgets");
+        let objects = [
+            (
+                &pods,
+                json!({"metadata": {"name": "p"},
+                           "spec": {"containers": [{"name": "app", "image": "i",
+                                                    "env": [{"name": "A", "value": "1"}]}]}}),
+            ),
+            (
+                &maps,
+                json!({"metadata": {"name": "p", "labels": {"a": "b"}}, "data": {"a": "1"}}),
+            ),
+            (
+                &widgets,
+                json!({"metadata": {"name": "p", "finalizers": ["f"]},
+                              "spec": {"containers": [{"name": "app"}]}}),
+            ),
+        ];
+        let values = [
+            json!(null),
+            json!(true),
+            json!(3),
+            json!(-1.5),
+            json!("x"),
+            json!([]),
+            json!([1]),
+            json!(["x", "x"]),
+            json!([null]),
+            json!([{}]),
+            json!([[]]),
+            json!({}),
+            json!({"a": null}),
+            json!({"name": 5}),
+            json!({"$patch": "delete"}),
+            json!({"$patch": 5}),
+            json!([{"$patch": "replace"}]),
+            json!({"f:spec": {}}),
+            json!([{"manager": 5, "fieldsV1": []}]),
+            json!([{"manager": "m", "operation": "Apply", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"k:{\"name\":5}": {}}}}]),
+        ];
+        // A patch of each shape, `value` in place of the body or of one field.
+        let shapes: Vec<fn(&Value) -> Value> = vec![
+            |v| v.clone(),
+            |v| json!({"metadata": v}),
+            |v| json!({"metadata": {"labels": v}}),
+            |v| json!({"metadata": {"annotations": {"a": v}}}),
+            |v| json!({"metadata": {"managedFields": v}}),
+            |v| json!({"metadata": {"finalizers": v}}),
+            |v| json!({"metadata": {"ownerReferences": v}}),
+            |v| json!({"metadata": {"name": v, "resourceVersion": v, "generation": v}}),
+            |v| json!({"metadata": {"$deleteFromPrimitiveList/finalizers": v}}),
+            |v| json!({"metadata": {"$setElementOrder/finalizers": v}}),
+            |v| json!({"apiVersion": v, "kind": v}),
+            |v| json!({"spec": v}),
+            |v| json!({"spec": {"containers": v}}),
+            |v| json!({"spec": {"containers": [v]}}),
+            |v| json!({"spec": {"containers": [{"name": v}]}}),
+            |v| json!({"spec": {"containers": [{"name": "app", "env": v}]}}),
+            |v| json!({"spec": {"containers": [{"name": "app", "env": [v]}]}}),
+            |v| json!({"spec": {"$setElementOrder/containers": v, "containers": [{"name": "app"}]}}),
+            |v| json!({"spec": {"containers": [{"name": "app", "$patch": v}]}}),
+            |v| json!({"spec": {"$retainKeys": v, "containers": []}}),
+            |v| json!({"spec": {"tolerations": v, "volumes": v}}),
+            |v| json!({"status": v}),
+            |v| json!({"status": {"conditions": v}}),
+            |v| json!({"status": {"conditions": [v]}}),
+            |v| json!({"data": v}),
+            |v| json!({"$patch": v}),
+        ];
+        let json_patches: Vec<fn(&Value) -> Value> = vec![
+            |v| v.clone(),
+            |v| json!([v]),
+            |v| json!([{"op": "replace", "path": "", "value": v}]),
+            |v| json!([{"op": "add", "path": "/metadata/labels", "value": v}]),
+            |v| json!([{"op": "replace", "path": "/metadata", "value": v}]),
+            |v| json!([{"op": "add", "path": "/spec/containers/0", "value": v}]),
+            |v| json!([{"op": "add", "path": "/status", "value": v}]),
+            |v| json!([{"op": v, "path": "/spec"}]),
+        ];
+        let manager = WriteOptions {
+            field_manager: Some("fuzz".into()),
+            check_types: true,
+            ..WriteOptions::default()
+        };
+        let mut panics = Vec::new();
+        let mut run = |what: String, write: &dyn Fn() -> Result<Value, ApiError>| match catch_unwind(
+            AssertUnwindSafe(write),
+        ) {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => assert!(err.code < 500, "{what}: {err:?}"),
+            Err(_) => panics.push(what),
+        };
+        for (resource, object) in &objects {
+            let kind = &resource.kind;
+            let fresh = || {
+                let _ = api.delete(
+                    resource,
+                    "default",
+                    "p",
+                    &DeleteOptions {
+                        grace_period_seconds: Some(0),
+                        ..DeleteOptions::default()
+                    },
+                );
+                let _ = api.patch(
+                    resource,
+                    "default",
+                    "p",
+                    None,
+                    PatchType::Merge,
+                    json!({"metadata": {"finalizers": null}}),
+                    &manager,
+                );
+                let _ = api.delete(resource, "default", "p", &DeleteOptions::default());
+                api.create(resource, "default", object.clone(), &manager)
+                    .expect("create");
+            };
+            fresh();
+            for sub in [None, Some("status").filter(|_| resource.has_status)] {
+                for value in &values {
+                    for shape in &shapes {
+                        let body = shape(value);
+                        for patch_type in [PatchType::Merge, PatchType::Strategic] {
+                            run(format!("{patch_type:?} {body} to {kind} {sub:?}"), &|| {
+                                api.patch(
+                                    resource,
+                                    "default",
+                                    "p",
+                                    sub,
+                                    patch_type,
+                                    body.clone(),
+                                    &manager,
+                                )
+                            });
+                        }
+                        let mut applied = json!({"apiVersion": resource.api_version(), "kind": kind,
+                                                 "metadata": {"name": "p"}});
+                        merge::merge_patch(&mut applied, &body);
+                        run(format!("apply {applied} to {kind} {sub:?}"), &|| {
+                            api.patch(
+                                resource,
+                                "default",
+                                "p",
+                                sub,
+                                PatchType::Apply,
+                                applied.clone(),
+                                &manager,
+                            )
+                        });
+                        run(format!("update {applied} to {kind} {sub:?}"), &|| {
+                            api.update(resource, "default", "p", sub, applied.clone(), &manager)
+                        });
+                        if api.get(resource, "default", "p").is_err() {
+                            fresh();
+                        }
+                    }
+                    for shape in &json_patches {
+                        let body = shape(value);
+                        run(format!("JSON patch {body} to {kind} {sub:?}"), &|| {
+                            api.patch(
+                                resource,
+                                "default",
+                                "p",
+                                sub,
+                                PatchType::Json,
+                                body.clone(),
+                                &manager,
+                            )
+                        });
+                    }
+                }
+            }
+        }
+        assert!(
+            panics.is_empty(),
+            "{} writes panicked: {panics:#?}",
+            panics.len()
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! read back from the embedded cluster look like those from a real one (and a diff
 //! against them shows no noise from defaults).
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::cluster::pointer::Pointer;
@@ -22,7 +24,7 @@ pub fn apply(resource: &Resource, object: &mut Value) {
         }
         ("", "namespaces") => namespace(object),
         ("", "services") => service(object),
-        ("", "secrets") => set_default(object, "type", json!("Opaque")),
+        ("", "secrets") => secret(object),
         ("apps", "daemonsets") => daemon_set(object),
         ("apps", "statefulsets") => stateful_set(object),
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd(object),
@@ -114,6 +116,47 @@ fn service(object: &mut Value) {
             set_default(port, "protocol", json!("TCP"));
             let number = port.get("port").cloned().unwrap_or(Value::Null);
             set_default(port, "targetPort", number);
+        }
+    }
+}
+
+/// A Secret as kube-apiserver converts it from v1: each `stringData` key written,
+/// base64-encoded, into `data` (over a `data` key of the same name), and `stringData`
+/// dropped, so it is never stored or returned. A `stringData` or `data` of the wrong
+/// type is left for the typed check to refuse.
+fn secret(object: &mut Value) {
+    set_default(object, "type", json!("Opaque"));
+    let Some(secret) = object.as_object_mut() else {
+        return;
+    };
+    let strings_only = match secret.get("stringData") {
+        None => return,
+        Some(Value::Null) => true,
+        Some(Value::Object(strings)) => strings.values().all(Value::is_string),
+        Some(_) => false,
+    };
+    let data_fits = matches!(
+        secret.get("data"),
+        None | Some(Value::Null | Value::Object(_))
+    );
+    if !strings_only || !data_fits {
+        return;
+    }
+    let Some(Value::Object(strings)) = secret.remove("stringData") else {
+        return;
+    };
+    if strings.is_empty() {
+        return;
+    }
+    let data = secret.entry("data").or_insert(Value::Null);
+    if data.is_null() {
+        *data = json!({});
+    }
+    if let Value::Object(data) = data {
+        for (key, text) in strings {
+            if let Value::String(text) = text {
+                data.insert(key, json!(STANDARD.encode(text)));
+            }
         }
     }
 }
@@ -255,6 +298,46 @@ mod tests {
             object,
             json!({"spec": {"items": [{"dirName": "/opt"}, {"dirName": "/x"}], "replicas": 1}})
         );
+    }
+
+    #[test]
+    fn secret_string_data_is_merged_into_data() {
+        let encoded = |text: &str| json!(STANDARD.encode(text));
+        #[rustfmt::skip]
+        let cases: Vec<(&str, Value, Value)> = vec![
+            ("added to data",
+             json!({"data": {"b": encoded("old")}, "stringData": {"a": "x"}}),
+             json!({"data": {"a": encoded("x"), "b": encoded("old")}})),
+            ("over a data key of the same name",
+             json!({"data": {"a": encoded("old")}, "stringData": {"a": "new"}}),
+             json!({"data": {"a": encoded("new")}})),
+            ("without data",
+             json!({"stringData": {"a": "x"}}),
+             json!({"data": {"a": encoded("x")}})),
+            ("with a null data",
+             json!({"data": null, "stringData": {"a": "x"}}),
+             json!({"data": {"a": encoded("x")}})),
+            ("empty",
+             json!({"data": {"b": encoded("old")}, "stringData": {}}),
+             json!({"data": {"b": encoded("old")}})),
+            ("null",
+             json!({"stringData": null}),
+             json!({})),
+            ("not strings: left for the typed check",
+             json!({"stringData": {"a": 1}}),
+             json!({"stringData": {"a": 1}})),
+            ("not a map: left for the typed check",
+             json!({"stringData": ["a"]}),
+             json!({"stringData": ["a"]})),
+            ("data not a map: left for the typed check",
+             json!({"data": "x", "stringData": {"a": "x"}}),
+             json!({"data": "x", "stringData": {"a": "x"}})),
+        ];
+        for (name, mut object, mut want) in cases {
+            secret(&mut object);
+            want["type"] = json!("Opaque");
+            assert_eq!(object, want, "{name}");
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! responses for kubectl), and `Status` errors.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
+use futures::FutureExt as _;
 use http::{HeaderMap, Method, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -96,12 +99,32 @@ pub async fn serve_tls(
 async fn serve(State(server): State<Arc<Server>>, request: Request) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let response = match handle(&server, request).await {
-        Ok(response) => response,
-        Err(err) => error_response(&err),
-    };
+    let response = answer(handle(&server, request)).await;
     tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
     response
+}
+
+/// The response to a request `handling` handles: its answer, its error as a `Status`,
+/// or a 500 `Status` should it panic (a bug), instead of a dropped connection, as
+/// kube-apiserver recovers from a handler's panic.
+async fn answer(handling: impl Future<Output = Result<Response, ApiError>>) -> Response {
+    // Unwind safe in effect: the store and the registry ignore lock poisoning, and a
+    // write commits whole or not at all, so a panic leaves nothing half-written.
+    match AssertUnwindSafe(handling).catch_unwind().await {
+        Ok(Ok(response)) => response,
+        Ok(Err(err)) => error_response(&err),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(%why, "a request handler panicked");
+            error_response(&ApiError::internal(
+                "This request caused the embedded API server to panic (a bug). Look in its log for details.",
+            ))
+        }
+    }
 }
 
 async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiError> {
@@ -506,6 +529,7 @@ impl Call<'_> {
             field_manager: self.query.get("fieldManager").map(str::to_string),
             force: self.query.flag("force"),
             strict_fields: self.query.get("fieldValidation") == Some("Strict"),
+            check_types: true,
             default_manager: self
                 .headers
                 .get(header::USER_AGENT)
@@ -1078,5 +1102,39 @@ mod tests {
             http::HeaderValue::from_static("application/json"),
         );
         assert_eq!(rendering(&headers), Rendering::Object);
+    }
+
+    /// A handler's panic is a 500 Status, not a dropped connection; answers and errors
+    /// go through as they are.
+    #[tokio::test]
+    async fn a_handler_that_panics_is_answered_with_a_500_status() {
+        async fn panics() -> Result<Response, ApiError> {
+            panic!("a handler's bug")
+        }
+        async fn fails() -> Result<Response, ApiError> {
+            Err(ApiError::bad_request("bad"))
+        }
+        async fn answers() -> Result<Response, ApiError> {
+            Ok(text_response(StatusCode::OK, "ok"))
+        }
+        let cases: [(Response, u16, Option<&str>); 3] = [
+            (answer(panics()).await, 500, Some("InternalError")),
+            (answer(fails()).await, 400, Some("BadRequest")),
+            (answer(answers()).await, 200, None),
+        ];
+        for (response, code, reason) in cases {
+            assert_eq!(response.status().as_u16(), code);
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            if let Some(reason) = reason {
+                let status: Value = serde_json::from_slice(&body).expect("a Status");
+                assert_eq!(
+                    (status["kind"].as_str(), status["reason"].as_str()),
+                    (Some("Status"), Some(reason)),
+                    "{status}"
+                );
+            }
+        }
     }
 }

@@ -24,6 +24,7 @@ pub mod sim;
 pub mod store;
 pub mod table;
 pub mod tls;
+pub mod typed;
 pub mod validate;
 pub mod watch;
 

@@ -31,8 +31,10 @@
 //!   (D = M, a device-plugin pod running, or the Module has none).
 //! - **Policy.** An upgrade starts only when the [`Gate`] allows it: a free slot under
 //!   `maxNodesInFlight` (nodes queue in name order, see [`slot`]), and with
-//!   `requirePullRequest`, a commit that merged a pull request. A node that may not start
-//!   keeps its labels as they are.
+//!   `requirePullRequest`, a commit that merged a pull request; and never while the sync
+//!   is still writing a commit, so a commit's moves start in name order (as `capstan plan`
+//!   shows them) rather than in the order its labels were written. A node that may not
+//!   start keeps its labels as they are.
 //! - **Memory.** What cannot be read back from the labels (the version the node leaves once
 //!   W is gone, the commit that asked, the last step and when it was reached, the wait
 //!   already announced) is a [`Progress`] the reconciler keeps in the Node annotation
@@ -188,6 +190,8 @@ pub enum Wait {
     Guard(Guard),
     /// The policy: the node does not move until the gate opens.
     Policy(PolicyWait),
+    /// The sync is writing a commit: the move starts once it is done.
+    SyncApplying,
 }
 
 /// An ordered upgrade of one Module on one node, as the reconciler keeps it in the Node
@@ -295,6 +299,10 @@ pub struct Gate {
     pub slot: Slot,
     /// `requirePullRequest`.
     pub require_pull_request: bool,
+    /// The sync that applies the node is writing a commit (its `GitSync` is `Applying`).
+    /// A move waits until every label of the commit is in, so that the nodes of one commit
+    /// start in name order whatever order the sync's writes came in.
+    pub sync_applying: bool,
 }
 
 /// Where a node stands, for the slots.
@@ -468,6 +476,15 @@ fn begin_upgrade(
             announce: false,
         };
     };
+    if gate.sync_applying {
+        // Nothing is written: the node is looked at again when the sync is done.
+        return Decision {
+            outcome: Outcome::Wait(Wait::SyncApplying),
+            step: None,
+            progress: facts.progress.clone(),
+            announce: false,
+        };
+    }
     let (revision, pull_request) = move_commit(facts, &from, &to);
     let wait = if gate.require_pull_request && pull_request.is_none() {
         Some(PolicyWait::PullRequest)
@@ -806,6 +823,7 @@ mod tests {
         Gate {
             slot: Slot::Free,
             require_pull_request: false,
+            sync_applying: false,
         }
     }
 
@@ -1187,6 +1205,7 @@ mod tests {
                 limit: 1,
             },
             require_pull_request: false,
+            sync_applying: false,
         }
     }
 
@@ -1232,10 +1251,35 @@ mod tests {
     }
 
     #[test]
+    fn a_move_waits_while_the_sync_writes_its_commit() {
+        let applying = Gate {
+            sync_applying: true,
+            ..open()
+        };
+        let mut node = Node::running("v1");
+        node.relabel("v2", stamp("c2", Some(2)));
+        let d = node.reconcile(&applying);
+        assert_eq!(d.outcome, Outcome::Wait(Wait::SyncApplying));
+        assert_eq!((d.step, d.progress, d.announce), (None, None, false));
+        assert_eq!(node.facts.labels, labels("v2", "v1", "v1"));
+        // Once the sync is done the move starts, asked for by the commit that relabelled it.
+        let d = node.reconcile(&open());
+        assert_eq!(write(&d), Some(LabelWrite::RemoveDevicePlugin));
+        let progress = d.progress.expect("progress");
+        assert_eq!(progress.revision.as_deref(), Some("main@sha1:c2"));
+        assert_eq!(progress.pull_request, Some(2));
+        // A move under way goes on while a later commit is written.
+        node.device_plugin_gone();
+        let d = node.reconcile(&applying);
+        assert_eq!(write(&d), Some(LabelWrite::RemoveWorkerPod));
+    }
+
+    #[test]
     fn without_a_pull_request_the_node_is_not_moved() {
         let gate = Gate {
             slot: Slot::Free,
             require_pull_request: true,
+            sync_applying: false,
         };
         let mut node = Node::running("v1");
         node.relabel("v2", stamp("c2", None));
@@ -1260,6 +1304,7 @@ mod tests {
         let gate = Gate {
             slot: Slot::Free,
             require_pull_request: true,
+            sync_applying: false,
         };
         let mut node = Node::running("v1");
         node.relabel("v2", stamp("c2", Some(2)));

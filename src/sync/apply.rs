@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use super::diff::{FIELD_MANAGER, comparable};
 use super::discovery::ClusterKinds;
+use super::follow::Attribution;
 use super::inventory::{Inventory, digest, stamped, stamps_of};
 use super::manifests::{DriftPolicy, Manifest, ObjectId};
 use super::source::CommitInfo;
@@ -231,7 +232,7 @@ pub fn contains(live: &Value, desired: &Value) -> bool {
 }
 
 /// The stamps an object keeps when it is written back after drift: the live ones, when the
-/// object still has them, else the commit being applied.
+/// object still has them, else the commit that asked for its content.
 fn drift_stamps(live: &Value, commit: &CommitInfo) -> (String, Option<u64>) {
     match stamps_of(live) {
         (Some(revision), pull_request) => (revision, pull_request),
@@ -241,15 +242,16 @@ fn drift_stamps(live: &Value, commit: &CommitInfo) -> (String, Option<u64>) {
 
 /// Decides, without writing, which manifests need a write and why.
 ///
-/// `inventory` is what the last apply left (empty on a first sync). With `drift` `Warn`,
-/// drift is reported but not written back.
+/// `inventory` is what the last apply left (empty on a first sync). Each object written is
+/// stamped with the commit `attribution` names for it. With `drift` `Warn`, drift is
+/// reported but not written back.
 pub async fn decide(
     client: &kube::Client,
     kinds: &ClusterKinds,
     manifests: &[Manifest],
     live: &LiveObjects,
     inventory: &Inventory,
-    commit: &CommitInfo,
+    attribution: Attribution<'_>,
     drift: DriftPolicy,
 ) -> Result<Vec<(ObjectId, Action, Value)>, ApplyError> {
     let mut decisions = Vec::new();
@@ -260,6 +262,7 @@ pub async fn decide(
         let unchanged_in_git = inventory
             .get(&id)
             .is_some_and(|entry| entry.digest == digest(&manifest.object));
+        let commit = attribution.commit_of(&id);
         let fresh = || stamped(&manifest.object, &commit.revision(), commit.pull_request);
         match (live_object, unchanged_in_git) {
             (None, false) => decisions.push(Decision {
@@ -418,27 +421,31 @@ pub async fn dry_run(
         })
         .map(|(manifest, object)| {
             async move {
-                ssa(client, kinds, manifest, object, true)
-                    .await
-                    .err()
-                    .map(|err| {
-                        format!(
-                            "{}:{}: {}: {}",
-                            manifest.file,
-                            manifest.line,
-                            manifest.id(),
-                            reason(&err)
-                        )
-                    })
+                match ssa(client, kinds, manifest, object, true).await {
+                    Ok(_) => Ok(None),
+                    Err(err) if refuses(&err) => Ok(Some(format!(
+                        "{}:{}: {}: {}",
+                        manifest.file,
+                        manifest.line,
+                        manifest.id(),
+                        reason(&err)
+                    ))),
+                    // A conflict, a server error or a lost connection says nothing of the
+                    // commit: the sync fails and tries again.
+                    Err(source) => Err(ApplyError::Write {
+                        object: manifest.id().to_string(),
+                        source,
+                    }),
+                }
             }
             .boxed()
         })
         .collect();
     let refused: Vec<String> = futures::stream::iter(checks)
         .buffer_unordered(CONCURRENCY)
-        .filter_map(|refusal| async move { refusal })
-        .collect()
-        .await;
+        .try_filter_map(|refusal| async move { Ok(refusal) })
+        .try_collect()
+        .await?;
     if refused.is_empty() {
         Ok(())
     } else {
@@ -446,6 +453,12 @@ pub async fn dry_run(
         refused.sort();
         Err(ApplyError::Refused(refused))
     }
+}
+
+/// Whether the API server refused the object itself (it is invalid, forbidden, or names
+/// something that does not exist), which rejects the commit; anything else is transient.
+fn refuses(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if matches!(status.code, 400 | 403 | 404 | 405 | 413 | 415 | 422))
 }
 
 /// The server's message for a failed request.
@@ -581,6 +594,29 @@ async fn wait_for_kinds(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_a_refusal_of_the_object_rejects_the_commit() {
+        let status = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure(&format!("{code}"), "")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        for (code, rejects) in [
+            (400, true),
+            (403, true),
+            (404, true),
+            (422, true),
+            (409, false),
+            (429, false),
+            (500, false),
+            (503, false),
+        ] {
+            assert_eq!(refuses(&status(code)), rejects, "{code}");
+        }
+    }
 
     #[test]
     fn containment_of_desired_in_live() {

@@ -122,12 +122,24 @@ pub async fn write_record(
     spec: HistoryRecordSpec,
 ) -> Result<bool, kube::Error> {
     let api: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let (before, after) = match spec.type_ {
+        RecordType::UpgradeStep => ("upgrade.record.before", "upgrade.record.after"),
+        RecordType::Sync | RecordType::Rejected => ("sync.record.before", "sync.record.after"),
+    };
     let mut record = HistoryRecord::new(&record_name(&spec), spec);
     record.metadata.labels = Some(labels_of(&record.spec));
     record.metadata.annotations = Some(stamp_annotations(&record.spec.commit));
+    crate::crash::point(before);
     match api.create(&PostParams::default(), &record).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Ok(_) => {
+            crate::crash::point(after);
+            Ok(true)
+        }
+        // Only "already exists" says the record is there: another 409 (a conflict) is an
+        // error to retry, or the step would be taken as recorded when it is not.
+        Err(kube::Error::Api(status)) if status.code == 409 && status.reason == "AlreadyExists" => {
+            Ok(false)
+        }
         Err(err) => Err(err),
     }
 }

@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod diff;
 pub mod discovery;
+pub mod follow;
 pub mod history;
 pub mod inventory;
 pub mod manifests;

@@ -1,7 +1,9 @@
 //! Pruning: the objects that left the repository are deleted, in the reverse of the apply
 //! stages (Node labels, then objects, then Namespaces and CRDs). Nodes are never deleted:
-//! capstan applies an empty manifest for them, which releases the labels and annotations it
-//! owned and leaves everything else on the Node alone.
+//! capstan applies a manifest holding only the stamps of the commit that removed the Node
+//! from the repository, which releases the labels and other annotations it owned, leaves
+//! everything else on the Node alone, and tells the version-label controller which commit
+//! asked for the module removals that follow.
 //!
 //! An object is deleted only while capstan still manages it (its field manager holds
 //! fields of it): an object recreated or taken over by someone else is left in place and
@@ -16,7 +18,8 @@ use serde_json::json;
 use super::apply::{ApplyError, stage_of};
 use super::diff::FIELD_MANAGER;
 use super::discovery::ClusterKinds;
-use super::inventory::id_of;
+use super::follow::Attribution;
+use super::inventory::{id_of, stamped_by};
 use super::manifests::ObjectId;
 use crate::api::InventoryEntry;
 
@@ -33,12 +36,14 @@ pub enum Pruned {
     Kept(String),
 }
 
-/// Prunes `leftovers` (inventory entries no longer in Git). Stops between objects once
-/// `stop` is set; the objects not reached stay in the inventory for the next sync.
+/// Prunes `leftovers` (inventory entries no longer in Git); a released Node carries the
+/// stamps of the commit `attribution` names for it. Stops between objects once `stop` is
+/// set; the objects not reached stay in the inventory for the next sync.
 pub async fn prune(
     client: &kube::Client,
     kinds: &ClusterKinds,
     leftovers: &[InventoryEntry],
+    attribution: Attribution<'_>,
     stop: &AtomicBool,
 ) -> Result<BTreeMap<ObjectId, Pruned>, ApplyError> {
     let mut ordered: Vec<&InventoryEntry> = leftovers.iter().collect();
@@ -53,7 +58,7 @@ pub async fn prune(
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let outcome = prune_one(client, kinds, entry).await?;
+        let outcome = prune_one(client, kinds, entry, attribution).await?;
         done.insert(id_of(entry), outcome);
     }
     Ok(done)
@@ -63,6 +68,7 @@ async fn prune_one(
     client: &kube::Client,
     kinds: &ClusterKinds,
     entry: &InventoryEntry,
+    attribution: Attribution<'_>,
 ) -> Result<Pruned, ApplyError> {
     let id = id_of(entry);
     let Some(api) = kinds.api(
@@ -87,10 +93,11 @@ async fn prune_one(
             "kind": "Node",
             "metadata": {"name": entry.name},
         });
+        let released = stamped_by(&empty, attribution.commit_of(&id));
         api.patch(
             &entry.name,
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&empty),
+            &Patch::Apply(&released),
         )
         .await
         .map_err(failed)?;

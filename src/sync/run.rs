@@ -25,11 +25,10 @@ use tokio::sync::Notify;
 
 use super::apply::{self, Action, ApplyError};
 use super::discovery::ClusterKinds;
+use super::follow::{self, Attribution, Landed, MAX_REPLAY, Replay};
 use super::history::{self, EventTarget};
 use super::inventory::{self, Inventory};
-use super::manifests::{
-    self, DesiredState, DriftPolicy, MAX_FILE_BYTES, ManifestError, ManifestFile, ObjectId,
-};
+use super::manifests::{DesiredState, DriftPolicy, MAX_FILE_BYTES, ObjectId};
 use super::metrics::Metrics;
 use super::prune::{self, Pruned};
 use super::source::{CommitInfo, Source, SourceError};
@@ -188,6 +187,7 @@ impl Syncer {
             stop: Arc::new(AtomicBool::new(false)),
         };
         syncer.applied = syncer.reload_applied(&sync);
+        syncer.rejected = rejected_head(&syncer.status);
         if let Some(applied) = &syncer.applied {
             syncer.metrics.set_applied_commit(
                 &applied.commit.revision(),
@@ -215,43 +215,42 @@ impl Syncer {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The last applied commit of the status, loaded again from Git. A commit that no
-    /// longer loads (history rewritten) leaves no applied state; the inventory still
-    /// says what capstan owns.
+    /// The last applied commit of the status, loaded again from Git as the state the next
+    /// commit follows: it was accepted once, so it is not judged again (see
+    /// [`follow::load_accepted`]). A commit that no longer loads (history rewritten) leaves
+    /// no applied state; the inventory still says what capstan owns.
     fn reload_applied(&self, sync: &GitSync) -> Option<AppliedCommit> {
         let sha = &sync.status.as_ref()?.last_applied_commit.as_ref()?.sha;
-        let commit = self.source().resolve(sha).ok()?;
-        let desired = self.load(&commit, None).ok()?;
+        let source = self.source();
+        let commit = source.resolve(sha).ok()?;
+        let files = source.files_at(&commit.sha, MAX_FILE_BYTES as u64).ok()?;
+        let desired = follow::load_accepted(&files, source.path(), &self.kinds).ok()?;
         Some(AppliedCommit { commit, desired })
     }
 
-    /// Reads and validates a commit; `previous` is the state it follows.
-    fn load(
-        &self,
-        commit: &CommitInfo,
-        previous: Option<&DesiredState>,
-    ) -> Result<DesiredState, Vec<String>> {
-        let (files, path) = {
-            let source = self.source();
-            let files = source
-                .files_at(&commit.sha, MAX_FILE_BYTES as u64)
-                .map_err(|err| vec![err.to_string()])?;
-            (files, source.path().to_string())
-        };
-        let files: Vec<ManifestFile<'_>> = files
-            .iter()
-            .map(|f| ManifestFile {
-                path: &f.path,
-                contents: &f.contents,
+    /// The commits since the applied one up to `head`, judged in turn (see [`follow::replay`]).
+    fn replay(&self, head: &CommitInfo) -> Replay {
+        let source = self.source();
+        let commits = self
+            .applied
+            .as_ref()
+            .and_then(|applied| {
+                source
+                    .commits_since(&applied.commit.sha, &head.sha, MAX_REPLAY)
+                    .ok()
+                    .flatten()
             })
-            .collect();
-        let desired = manifests::load(&files, &path, &self.kinds).map_err(lines)?;
-        let problems = manifests::check_transition(previous, &desired);
-        if problems.is_empty() {
-            Ok(desired)
-        } else {
-            Err(lines(problems))
-        }
+            .unwrap_or_else(|| vec![head.clone()]);
+        let landed = commits.into_iter().map(|commit| Landed {
+            files: source.files_at(&commit.sha, MAX_FILE_BYTES as u64),
+            commit,
+        });
+        follow::replay(
+            self.applied.as_ref().map(|a| &a.desired),
+            landed,
+            source.path(),
+            &self.kinds,
+        )
     }
 
     /// One sync: the head commit if it is new, else a drift check of the applied one.
@@ -284,38 +283,61 @@ impl Syncer {
                 return Ok(Outcome::Unchanged);
             };
             let result = self
-                .apply(&applied.commit, &applied.desired, false, started)
+                .apply(
+                    &applied.commit,
+                    &applied.desired,
+                    false,
+                    Attribution::all(&applied.commit),
+                    started,
+                )
                 .await;
             self.applied = Some(applied);
             return result.map(|(outcome, _)| outcome);
         }
         self.kinds = ClusterKinds::discover(&self.client).await?;
-        let previous = self.applied.as_ref().map(|a| &a.desired);
-        match self.load(&head, previous) {
-            Err(errors) => {
-                self.reject(&head, errors.clone(), started).await?;
-                Ok(Outcome::Rejected {
-                    commit: head,
-                    errors,
-                })
+        let replay = blocking(|| self.replay(&head));
+        // A valid commit that landed before a rejected head is applied first, as a sync
+        // that saw it would have.
+        if let Some(accepted) = replay.accepted {
+            let attribution = Attribution {
+                applied: &accepted.commit,
+                changed_by: &replay.changed_by,
+            };
+            let (outcome, applied) = self
+                .apply(
+                    &accepted.commit,
+                    &accepted.desired,
+                    true,
+                    attribution,
+                    started,
+                )
+                .await?;
+            if applied {
+                self.rejected = None;
+                self.metrics.set_applied_commit(
+                    &accepted.commit.revision(),
+                    accepted.commit.pull_request,
+                    &accepted.commit.subject,
+                );
+                self.applied = Some(AppliedCommit {
+                    commit: accepted.commit,
+                    desired: accepted.desired,
+                });
             }
-            Ok(desired) => {
-                let (outcome, applied) = self.apply(&head, &desired, true, started).await?;
-                if applied {
-                    self.rejected = None;
-                    self.metrics.set_applied_commit(
-                        &head.revision(),
-                        head.pull_request,
-                        &head.subject,
-                    );
-                    self.applied = Some(AppliedCommit {
-                        commit: head,
-                        desired,
-                    });
+            if replay.rejected.is_none() || !applied {
+                if matches!(outcome, Outcome::Rejected { .. }) {
+                    // Refused by the API server: not tried again until the branch moves.
+                    self.rejected = Some(head.sha.clone());
                 }
-                Ok(outcome)
+                return Ok(outcome);
             }
         }
+        let errors = replay.rejected.unwrap_or_default();
+        self.reject(&head, errors.clone(), started).await?;
+        Ok(Outcome::Rejected {
+            commit: head,
+            errors,
+        })
     }
 
     /// Applies `desired` (of `commit`; `new` when it is not the applied commit). Returns the
@@ -325,6 +347,7 @@ impl Syncer {
         commit: &CommitInfo,
         desired: &DesiredState,
         new: bool,
+        attribution: Attribution<'_>,
         started: Instant,
     ) -> Result<(Outcome, bool), SyncError> {
         let drift = self.options.drift.unwrap_or(desired.settings.drift);
@@ -335,7 +358,7 @@ impl Syncer {
             &desired.manifests,
             &live,
             &self.inventory,
-            commit,
+            attribution,
             drift,
         )
         .await?;
@@ -385,10 +408,19 @@ impl Syncer {
             .iter()
             .any(|(_, action, _)| *action != Action::DriftDetected);
         if writing || (!leftovers.is_empty() && desired.settings.prune) {
-            // Whatever happens next, everything that may get written is in the inventory.
-            let mut union = self.inventory.clone();
-            union.extend(new_inventory.clone());
-            self.inventory = union;
+            // Whatever happens next, everything that may get written is in the inventory, so
+            // a crash leaves nothing capstan cannot prune. The digests stay those of what was
+            // applied (none for a new object) until the writes are done: an object the crash
+            // left unwritten still reads as changed in Git, and is written with the stamps of
+            // the commit that changed it rather than put back as drift.
+            for (id, entry) in &new_inventory {
+                self.inventory
+                    .entry(id.clone())
+                    .or_insert_with(|| InventoryEntry {
+                        digest: String::new(),
+                        ..entry.clone()
+                    });
+            }
             self.status.phase = "Applying".into();
             self.status.last_attempted_commit = Some(history::commit_ref(commit));
             self.put_inventory();
@@ -421,7 +453,14 @@ impl Syncer {
         let mut pruned_ids = BTreeSet::new();
         if !written.interrupted && !leftovers.is_empty() {
             if desired.settings.prune {
-                let pruned = prune::prune(&self.client, &self.kinds, &leftovers, &self.stop).await;
+                let pruned = prune::prune(
+                    &self.client,
+                    &self.kinds,
+                    &leftovers,
+                    attribution,
+                    &self.stop,
+                )
+                .await;
                 let pruned = match pruned {
                     Ok(pruned) => pruned,
                     Err(err) => {
@@ -449,7 +488,8 @@ impl Syncer {
             });
 
         if interrupted {
-            self.finish(commit, &report, "Interrupted", started).await?;
+            self.finish(commit, &report, "Interrupted", attribution, started)
+                .await?;
             return Ok((Outcome::Interrupted(report), false));
         }
         self.inventory = new_inventory;
@@ -457,7 +497,8 @@ impl Syncer {
         if drift_only && report.changes.is_empty() && report.kept.is_empty() {
             return Ok((Outcome::Unchanged, true));
         }
-        self.finish(commit, &report, "Applied", started).await?;
+        self.finish(commit, &report, "Applied", attribution, started)
+            .await?;
         let outcome = if drift_only {
             Outcome::Drift(report)
         } else {
@@ -500,6 +541,7 @@ impl Syncer {
         commit: &CommitInfo,
         report: &Report,
         result: &str,
+        attribution: Attribution<'_>,
         started: Instant,
     ) -> Result<(), SyncError> {
         let reference = history::commit_ref(commit);
@@ -582,32 +624,37 @@ impl Syncer {
         .await;
         self.event(drift || result != "Applied", reason, &message, &reference)
             .await;
-        let node_changes: Vec<(String, String)> = report
-            .changes
-            .iter()
-            .filter(|c| c.kind == "Node")
-            .map(|c| (c.name.clone(), c.action.clone()))
-            .collect();
-        for (node, action) in node_changes {
+        // Each Node's Event names the commit that changed its labels, which is the applied
+        // one unless several commits landed since the last sync.
+        let node_changes: Vec<&Change> =
+            report.changes.iter().filter(|c| c.kind == "Node").collect();
+        for node in node_changes {
+            let id = ObjectId {
+                group: String::new(),
+                kind: node.kind.clone(),
+                namespace: None,
+                name: node.name.clone(),
+            };
+            let by = attribution.commit_of(&id);
             let target = EventTarget {
                 api_version: "v1".into(),
                 kind: "Node".into(),
                 namespace: None,
-                name: node.clone(),
+                name: node.name.clone(),
                 uid: None,
             };
-            let message = format!("{action} by {}", describe_commit(commit));
+            let message = format!("{} by {}", node.action, describe_commit(by));
             if let Err(err) = history::emit_event(
                 &self.client,
                 &target,
                 false,
                 "LabelsFromGit",
                 &message,
-                &reference,
+                &history::commit_ref(by),
             )
             .await
             {
-                tracing::warn!(%node, error = %err, "could not record an event");
+                tracing::warn!(node = %node.name, error = %err, "could not record an event");
             }
         }
         Ok(())
@@ -620,7 +667,6 @@ impl Syncer {
         errors: Vec<String>,
         started: Instant,
     ) -> Result<(), SyncError> {
-        self.rejected = Some(commit.sha.clone());
         let reference = history::commit_ref(commit);
         let error = errors.join("\n");
         self.status.phase = "Failed".into();
@@ -641,6 +687,9 @@ impl Syncer {
             ..SyncRun::default()
         });
         status::write(&self.client, &self.options.name, &self.status).await?;
+        // Only once the status says so: a rejection that could not be recorded is judged
+        // again at the next sync.
+        self.rejected = Some(commit.sha.clone());
         let message = format!(
             "rejected {}: {} problem(s), nothing applied: {}",
             describe_commit(commit),
@@ -750,8 +799,29 @@ fn change(action: &str, id: &ObjectId) -> Change {
     }
 }
 
-fn lines(errors: Vec<ManifestError>) -> Vec<String> {
-    errors.iter().map(ToString::to_string).collect()
+/// Runs `work` (Git reads and YAML parsing) off the runtime's task threads where the
+/// runtime allows it, so other tasks (the controllers) keep running meanwhile.
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
+}
+
+/// The head a restarted sync must not judge again: the commit the status says was
+/// rejected, unless it is the applied one.
+fn rejected_head(status: &GitSyncStatus) -> Option<String> {
+    let rejected = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "CommitRejected");
+    let attempted = status.last_attempted_commit.as_ref()?;
+    let applied = status.last_applied_commit.as_ref().map(|c| &c.sha);
+    (rejected && status.phase == "Failed" && applied != Some(&attempted.sha))
+        .then(|| attempted.sha.clone())
 }
 
 /// `a1b2c3d "Subject" (#42)`.
@@ -846,7 +916,7 @@ fn sync_futures_are_send(
     s: &mut Syncer,
     c: &kube::Client,
     k: &mut ClusterKinds,
-    m: &[manifests::Manifest],
+    m: &[super::manifests::Manifest],
     l: &apply::LiveObjects,
     i: &Inventory,
     ci: &CommitInfo,
@@ -855,9 +925,17 @@ fn sync_futures_are_send(
 ) {
     fn is_send<T: Send>(_: &T) {}
     is_send(&apply::read_live(c, k, m));
-    is_send(&apply::decide(c, k, m, l, i, ci, DriftPolicy::Revert));
+    is_send(&apply::decide(
+        c,
+        k,
+        m,
+        l,
+        i,
+        Attribution::all(ci),
+        DriftPolicy::Revert,
+    ));
     is_send(&apply::dry_run(c, k, m, l, &[]));
     is_send(&apply::write(c, k, m, vec![], stop));
-    is_send(&prune::prune(c, k, e, stop));
+    is_send(&prune::prune(c, k, e, Attribution::all(ci), stop));
     is_send(&s.sync());
 }

@@ -82,10 +82,12 @@ pub async fn write(
             value: serde_json::to_value(status).unwrap_or_default(),
         },
     )]);
+    crate::crash::point("sync.status.before");
     syncs
         .patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .map(|_| ())
+        .await?;
+    crate::crash::point("sync.status.after");
+    Ok(())
 }
 
 /// Sets the `Ready` condition: `True` with reason `Applied`, else `False` with `reason`.

@@ -43,8 +43,55 @@ pub struct Registry {
     options: RegistryOptions,
 }
 
+/// The Debian packages the worker's tests run: the registry, and kmod's `depmod` and
+/// `modprobe` (`gcc` builds the modules).
+const PACKAGES: [(&str, &str); 3] = [
+    ("docker-registry", REGISTRY_BINARY),
+    ("kmod", "/usr/bin/kmod"),
+    ("gcc", "/usr/bin/gcc"),
+];
+
+/// Installs the missing [`PACKAGES`] with apt-get when this runs as root on a Debian
+/// machine, so `cargo test` alone passes on a fresh one; elsewhere the tests that need them
+/// say what to install.
+pub fn ensure_packages() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let missing: Vec<&str> = PACKAGES
+            .iter()
+            .filter(|(_, binary)| !Path::new(binary).exists())
+            .map(|(package, _)| *package)
+            .collect();
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+        if missing.is_empty() || !root || !Path::new("/usr/bin/apt-get").exists() {
+            return;
+        }
+        eprintln!("installing {} with apt-get", missing.join(", "));
+        let apt = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .is_ok_and(|status| status.success())
+        };
+        let installed = apt(&["update", "-qq"])
+            && apt(&[
+                &["install", "-y", "-qq", "--no-install-recommends"],
+                &missing[..],
+            ]
+            .concat());
+        if !installed {
+            eprintln!("apt-get could not install {}", missing.join(", "));
+        }
+    });
+}
+
 impl Registry {
     pub fn start(options: RegistryOptions) -> Registry {
+        ensure_packages();
         // The pushing client needs the process's crypto provider, as capstan's own.
         capstan::install_crypto_provider();
         assert!(
@@ -468,6 +515,7 @@ pub struct Module<'a> {
 /// `<name>_fn` (in `__ksymtab_strings`), and an undefined reference to `<dep>_fn` for each
 /// module it uses, from which `depmod` derives the dependency.
 pub fn compile(module: &Module<'_>, into: &Path) -> PathBuf {
+    ensure_packages();
     let dir = TempDir::new().unwrap();
     let name = module.name;
     let mut source = format!(
@@ -531,6 +579,7 @@ pub fn compile_modules(root: &Path) -> PathBuf {
 
 /// Runs `depmod -b <base> <KERNEL>`.
 pub fn depmod(base: &Path) {
+    ensure_packages();
     let output = Command::new(tool("depmod"))
         .arg("-b")
         .arg(base)

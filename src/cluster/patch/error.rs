@@ -1,5 +1,7 @@
 //! Why a PATCH body could not be applied to an object.
 
+use serde_json::Value;
+
 /// A patch that could not be applied. `path` is a JSON pointer (RFC 6901) into the object
 /// being patched; it is empty when the problem concerns the whole document.
 #[derive(Debug, thiserror::Error)]
@@ -39,5 +41,17 @@ fn located(path: &str) -> String {
         String::new()
     } else {
         format!(" at {path}")
+    }
+}
+
+/// A JSON value's type, as messages name it: "null", "a list", "a map"...
+pub fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
     }
 }

@@ -14,7 +14,7 @@
 
 use serde_json::{Map, Value};
 
-use super::error::PatchError;
+use super::error::{PatchError, json_type};
 use crate::cluster::schema::{FieldSchema, ListType};
 
 const PATCH: &str = "$patch";
@@ -97,17 +97,6 @@ fn invalid(at: &Location, reason: impl Into<String>) -> PatchError {
     PatchError::Invalid {
         path: at.pointer.clone(),
         reason: reason.into(),
-    }
-}
-
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
     }
 }
 

@@ -336,7 +336,9 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
             match data.ctx.client.request_text(request).await {
                 Ok(_) => {}
                 // Created meanwhile (the cache was behind): the NMC event brings us back.
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                // Another 409 created nothing and is retried.
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && status.reason == "AlreadyExists" => {}
                 Err(err) => return Err(err.into()),
             }
         }

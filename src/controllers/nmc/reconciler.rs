@@ -371,6 +371,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     }
 
     // 2. Deletions, but of pods not already going.
+    let mut recheck = false;
     for deletion in &decision.delete {
         let Some(pod) = pod_of(&pods, deletion) else {
             continue;
@@ -392,8 +393,11 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         };
         match delete_pod(&ctx.client, &deletion.namespace, &deletion.name, &params).await {
             Ok(_) => data.expectations.deleted(&name, pod, Instant::now()),
-            // Gone already, or replaced by a pod of the same name.
-            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
+            // Gone already.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            // Replaced by a pod of the same name, whose events bring the NMC back; or a
+            // conflict that deleted nothing, which only a look again finds.
+            Err(kube::Error::Api(status)) if status.code == 409 => recheck = true,
             Err(err) => return Err(err.into()),
         }
     }
@@ -411,11 +415,16 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
             field_manager: Some(managers::NMC.into()),
             ..PostParams::default()
         };
+        crate::crash::point("nmc.worker-pod.before");
         match create_pod(&ctx.client, plan.module.namespace(), &pod, &params).await {
-            Ok(created) => data.expectations.created(&name, &created, Instant::now()),
+            Ok(created) => {
+                crate::crash::point("nmc.worker-pod.after");
+                data.expectations.created(&name, &created, Instant::now());
+            }
             // The previous pod is still terminating, or the cache was behind: the pod's
-            // events bring the NMC back.
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            // events bring the NMC back. Another 409 created nothing and is retried.
+            Err(kube::Error::Api(status))
+                if status.code == 409 && status.reason == "AlreadyExists" => {}
             Err(err) => return Err(err.into()),
         }
     }
@@ -430,13 +439,18 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
                 &Patch::Merge(patch),
             )
             .map_err(kube::Error::BuildRequest)?;
+        crate::crash::point("nmc.ready-labels.before");
         ctx.client
             .request_text(request)
             .await
             .map_err(Error::from)?;
+        crate::crash::point("nmc.ready-labels.after");
     }
 
     events(ctx, stores, &node, &finished).await;
+    if recheck {
+        wait = Some(wait.map_or(RETRY, |w| w.min(RETRY)));
+    }
     Ok(match wait {
         Some(wait) => Action::requeue(wait + Duration::from_millis(10)),
         None => Action::await_change(),

@@ -189,7 +189,8 @@ pub async fn run(ctx: Arc<Context>) {
         .reconcile_on(pod_changes)
         .watches_shared_stream(sync_changes, {
             let shared = shared.clone();
-            let seen: Mutex<HashMap<String, Option<UpgradePolicy>>> = Mutex::new(HashMap::new());
+            let seen: Mutex<HashMap<String, (Option<UpgradePolicy>, bool)>> =
+                Mutex::new(HashMap::new());
             move |sync: Arc<GitSync>| policy_changed(&shared, &seen, &sync)
         })
         .watches_shared_stream(node_ends, {
@@ -293,6 +294,7 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
     let gate = Gate {
         slot: slot(&name, own, &fleet, &policy),
         require_pull_request: policy.require_pull_request,
+        sync_applying: policies.applying(&name),
     };
 
     let mut decided = Vec::new();
@@ -339,8 +341,9 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
             field_manager: Some(managers::VERSION_LABELS.to_string()),
             ..PatchParams::default()
         };
+        crate::crash::point("upgrade.labels.before");
         match nodes.patch(&name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => {}
+            Ok(_) => crate::crash::point("upgrade.labels.after"),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Ok(Action::requeue(CONFLICT_RETRY));
             }
@@ -364,7 +367,7 @@ fn next_look(decided: &[ModuleDecision]) -> Action {
     };
     if waits(|wait| matches!(wait, Wait::Guard(_))) {
         Action::requeue(GUARD_RECHECK)
-    } else if waits(|wait| matches!(wait, Wait::Policy(_))) {
+    } else if waits(|wait| matches!(wait, Wait::Policy(_) | Wait::SyncApplying)) {
         Action::requeue(POLICY_RECHECK)
     } else if decided
         .iter()
@@ -570,6 +573,11 @@ impl Policies {
             .unwrap_or_default()
     }
 
+    /// Whether the sync that applies `node` is writing a commit.
+    fn applying(&self, node: &str) -> bool {
+        self.sync_for(node).is_some_and(applying)
+    }
+
     /// The name records of `node` are filed under.
     fn sync_name(&self, node: &str) -> String {
         self.sync_for(node)
@@ -610,18 +618,31 @@ fn node_of_pod(pod: &Pod) -> Option<ObjectRef<Node>> {
         .map(ObjectRef::new)
 }
 
-/// Every node, when a `GitSync`'s policy changed.
+/// Whether a `GitSync` is writing a commit.
+fn applying(sync: &GitSync) -> bool {
+    sync.status
+        .as_ref()
+        .is_some_and(|status| status.phase == "Applying")
+}
+
+/// Every node, when a `GitSync`'s policy changed or it finished writing a commit (moves
+/// wait for that, see [`Gate::sync_applying`]).
 fn policy_changed(
     shared: &Shared,
-    seen: &Mutex<HashMap<String, Option<UpgradePolicy>>>,
+    seen: &Mutex<HashMap<String, (Option<UpgradePolicy>, bool)>>,
     sync: &GitSync,
 ) -> Vec<ObjectRef<Node>> {
     let policy = sync
         .status
         .as_ref()
         .and_then(|status| status.policy.clone());
-    let previous = lock(seen).insert(sync.name_any(), policy.clone());
-    if previous == Some(policy) {
+    let now = (policy, applying(sync));
+    let previous = lock(seen).insert(sync.name_any(), now.clone());
+    let wakes = match previous {
+        Some((policy, was_applying)) => policy != now.0 || (was_applying && !now.1),
+        None => true,
+    };
+    if !wakes {
         return Vec::new();
     }
     shared

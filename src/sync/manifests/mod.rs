@@ -18,8 +18,10 @@
 //!   Module the commit does not declare with a version;
 //! - declares an object another document declares too.
 //!
-//! Whether a changed version label names the Module's current version depends on the
-//! previous commit too, so that rule is [`check_transition`].
+//! Whether a changed version label names the Module's current version, whether a Module's
+//! version and image change together, and whether a Namespace leaves the repository while
+//! objects still live in it depend on the previous commit too, so those rules are
+//! [`check_transition`].
 
 mod catalog;
 mod rules;

@@ -1,5 +1,6 @@
 //! Rules that compare a commit's desired state with the previous one, because a single
-//! commit cannot tell: which version labels moved, and how a Module's version changed.
+//! commit cannot tell: which version labels moved, how a Module's version changed, and
+//! which Namespaces left the repository.
 //!
 //! A node still labelled with a Module's old version is normal during an ordered upgrade
 //! (seed 002: nodes not relabelled keep the old version); a label that *changes* must name
@@ -23,7 +24,9 @@ use crate::api::Module;
 /// - a Module's `spec.moduleLoader.container.version` does not go from empty to set or
 ///   back (as KMM's webhook refuses);
 /// - a Module's version and kmod images change together: a new version with the same
-///   images, or a changed image under the same version, is refused (seed 002 step 2).
+///   images, or a changed image under the same version, is refused (seed 002 step 2);
+/// - with pruning on, a Namespace whose manifest `next` removes holds none of `next`'s
+///   objects (pruning it would delete them with it).
 ///
 /// Returns every problem, each naming the file and document line of `next`.
 pub fn check_transition(
@@ -33,6 +36,7 @@ pub fn check_transition(
     let mut errors = version_label_moves(previous, next);
     if let Some(previous) = previous {
         errors.extend(module_updates(previous, next));
+        errors.extend(namespaces_pruned_under_objects(previous, next));
     }
     errors.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     errors
@@ -118,6 +122,59 @@ fn module_updates(previous: &DesiredState, next: &DesiredState) -> Vec<ManifestE
         }
     }
     errors
+}
+
+/// The objects of `next` that live in a Namespace `previous` declared and `next` no longer
+/// does. Pruning deletes that Namespace, and the API server deletes everything in it, so
+/// the commit would declare objects and delete them in one go. Without pruning the
+/// Namespace stays, and so do they.
+fn namespaces_pruned_under_objects(
+    previous: &DesiredState,
+    next: &DesiredState,
+) -> Vec<ManifestError> {
+    if !next.settings.prune {
+        return Vec::new();
+    }
+    let declared = |state: &DesiredState| -> BTreeMap<String, String> {
+        state
+            .manifests
+            .iter()
+            .filter(|m| is_namespace(m))
+            .map(|m| (m.name.clone(), format!("{}:{}", m.file, m.line)))
+            .collect()
+    };
+    let kept = declared(next);
+    let removed: BTreeMap<String, String> = declared(previous)
+        .into_iter()
+        .filter(|(name, _)| !kept.contains_key(name))
+        .collect();
+    let mut errors = Vec::new();
+    for object in &next.manifests {
+        let Some(namespace) = object.namespace.as_deref() else {
+            continue;
+        };
+        let Some(was_at) = removed.get(namespace) else {
+            continue;
+        };
+        let id = object.id();
+        errors.push(ManifestError::new(
+            &object.file,
+            Some(object.line),
+            Some(FieldPath::of(&["metadata", "namespace"]).to_string()),
+            format!(
+                "Namespace {namespace} leaves the repository (the previous commit declared it at \
+                 {was_at}) but {id} stays in it: pruning the Namespace would delete the {kind} \
+                 with it; keep the Namespace's manifest, or remove everything in it in the same \
+                 commit",
+                kind = id.kind
+            ),
+        ));
+    }
+    errors
+}
+
+fn is_namespace(manifest: &Manifest) -> bool {
+    manifest.api_version == "v1" && manifest.kind == "Namespace"
 }
 
 /// The parts of a Module an update must change together.

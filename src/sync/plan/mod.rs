@@ -31,6 +31,7 @@ pub use render::{COMMENT_LIMIT, render_json, render_markdown, render_text, summa
 
 use crate::sync::diff::DiffError;
 use crate::sync::discovery::ClusterKinds;
+use crate::sync::follow;
 use crate::sync::inventory::{Inventory, id_of, inventory_of, read_sync};
 use crate::sync::manifests::{
     Catalog, DesiredState, MAX_COMMIT_BYTES, ManifestError, ManifestFile, Settings, StaticCatalog,
@@ -248,15 +249,19 @@ impl States {
             manifests: Vec::new(),
             settings: Settings::default(),
         };
+        // Base is what the merge follows, loaded as sync restores its applied commit: checked
+        // alone, not judged again against its own predecessor.
         let base = match &input.base_files {
-            Ok(files) => load_files(files, &input.path, catalog).unwrap_or_else(|errors| {
-                warnings.push(format!(
-                    "base commit {short} does not validate ({} errors); head is compared with \
+            Ok(files) => {
+                follow::load_accepted(files, &input.path, catalog).unwrap_or_else(|errors| {
+                    warnings.push(format!(
+                        "base commit {short} does not validate ({} errors); head is compared with \
                      an empty base",
-                    errors.len()
-                ));
-                empty()
-            }),
+                        errors.len()
+                    ));
+                    empty()
+                })
+            }
             // The change adds the path.
             Err(SourceError::PathNotFound { .. }) => empty(),
             Err(error) => {

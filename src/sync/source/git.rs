@@ -333,6 +333,36 @@ impl Source {
         Ok(self.commit_info(&commit, &self.branch))
     }
 
+    /// The commits that took the branch from `since` to `head`, oldest first and `head` last,
+    /// following first parents (a merged pull request is its merge commit, not the commits
+    /// of its branch).
+    ///
+    /// `None` when `since` is not among the `limit` first-parent ancestors of `head`: the
+    /// branch was rewritten, or moved further than `limit` commits. Fails when either
+    /// commit cannot be read.
+    pub fn commits_since(
+        &self,
+        since: &str,
+        head: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<CommitInfo>>, SourceError> {
+        let since = self.find_commit(since)?.id();
+        let mut commit = self.find_commit(head)?;
+        let mut walked = Vec::new();
+        while walked.len() < limit {
+            if commit.id() == since {
+                walked.reverse();
+                return Ok(Some(walked));
+            }
+            walked.push(self.commit_info(&commit, &self.branch));
+            match commit.parent(0) {
+                Ok(parent) => commit = parent,
+                Err(_) => break,
+            }
+        }
+        Ok(None)
+    }
+
     /// Every file under the tracked path at a commit, sorted by path.
     ///
     /// Symlinks inside the repository resolve to their target's contents (a link to a folder
