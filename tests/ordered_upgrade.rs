@@ -19,8 +19,6 @@ mod upgrade;
 use std::collections::BTreeMap;
 
 use capstan::api::HistoryRecord;
-use capstan::sync::plan::{self, PlanInput};
-use capstan::sync::source::{Auth, Source};
 use common::git::FleetRepo;
 use common::wait_until;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -48,20 +46,9 @@ async fn a_long_running_sync_and_a_process_per_commit_end_alike() {
     assert_eq!(long, once);
 }
 
-/// The plan of head against the commit before it: it must accept head, as the sync does.
+/// The plan of head against the commit before it must accept head, as the sync does.
 fn plan_accepts_head(repo: &std::path::Path) {
-    let state = tempfile::tempdir().expect("tempdir");
-    let source = Source::open(
-        repo.to_str().expect("utf-8"),
-        "main",
-        None,
-        state.path(),
-        Auth::None,
-    )
-    .expect("source");
-    let base = source.resolve("main~1").expect("base");
-    let head = source.resolve("main").expect("head");
-    let plan = plan::offline(&PlanInput::read(&source, base, head, None).expect("input"));
+    let plan = upgrade::plan_of(repo, "main");
     assert!(
         plan.errors.is_empty(),
         "the plan rejects: {:?}",

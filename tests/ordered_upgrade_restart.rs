@@ -2,40 +2,16 @@
 //! again: the upgrade completes with exactly one record and one Event per step.
 
 mod common;
+mod upgrade;
 
 use std::process::{Child, Command, Stdio};
 
 use capstan::api::{HistoryRecord, RecordType};
-use capstan::controllers::{self, Selection};
 use common::git::FleetRepo;
-use common::{DEADLINE, wait_until};
+use common::wait_until;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
-
-fn module(version: &str) -> String {
-    format!(
-        r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
-kind: Module
-metadata:
-  name: my-kmod
-  namespace: kmm-demo
-spec:
-  selector:
-    node-role.kubernetes.io/worker: ""
-  moduleLoader:
-    container:
-      version: "{version}"
-      modprobe:
-        moduleName: my_kmod
-      kernelMappings:
-        - regexp: '^.+$'
-          containerImage: "registry.example/org/my-kmod:{version}"
-  devicePlugin:
-    container:
-      image: "registry.example/org/my-kmod-device-plugin:{version}"
-"#
-    )
-}
+use upgrade::{converged, module};
 
 /// `capstan sync` following `repo` into the cluster of `kubeconfig`.
 fn capstan_sync(
@@ -77,23 +53,6 @@ async fn records_to_v2(client: &kube::Client) -> Vec<HistoryRecord> {
                 && r.spec.to_version.as_deref() == Some("v2")
         })
         .collect()
-}
-
-async fn converged(client: &kube::Client) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let pending = controllers::converge::check(client, &Selection::all())
-            .await
-            .expect("check");
-        if pending.is_empty() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not converged: {pending:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,8 +21,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use capstan::api::{HistoryRecord, RecordType};
 use capstan::cluster::sim::config::ClusterConfig;
-use capstan::sync::plan::{self, PlanInput};
-use capstan::sync::source::{Auth, Source};
 use common::DEADLINE;
 use common::git::{FleetRepo, NAMESPACE, module, node_label};
 use futures::StreamExt as _;
@@ -141,19 +139,7 @@ impl Fleet {
 
 /// The offline plan of `head` against the commit before it, node by node, with its waves.
 fn planned(repo: &std::path::Path, head: &str) -> (BTreeMap<String, Move>, Vec<Vec<String>>) {
-    let state = tempfile::tempdir().expect("tempdir");
-    let source = Source::open(
-        repo.to_str().expect("utf-8"),
-        "main",
-        None,
-        state.path(),
-        Auth::None,
-    )
-    .expect("source");
-    let base = source.resolve(&format!("{head}~1")).expect("base");
-    let head = source.resolve(head).expect("head");
-    let input = PlanInput::read(&source, base, head, None).expect("plan input");
-    let plan = plan::offline(&input);
+    let plan = upgrade::plan_of(repo, head);
     assert!(
         plan.errors.is_empty(),
         "the plan rejects: {:?}",

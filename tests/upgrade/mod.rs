@@ -48,6 +48,25 @@ spec:
     )
 }
 
+/// The offline plan of `head` (a revision of the repository at `repo`) against the commit
+/// before it.
+pub fn plan_of(repo: &std::path::Path, head: &str) -> capstan::sync::plan::Plan {
+    use capstan::sync::plan::{self, PlanInput};
+    use capstan::sync::source::{Auth, Source};
+    let state = tempfile::tempdir().expect("tempdir");
+    let source = Source::open(
+        repo.to_str().expect("utf-8 path"),
+        "main",
+        None,
+        state.path(),
+        Auth::None,
+    )
+    .expect("source");
+    let base = source.resolve(&format!("{head}~1")).expect("base");
+    let head = source.resolve(head).expect("head");
+    plan::offline(&PlanInput::read(&source, base, head, None).expect("plan input"))
+}
+
 /// The Node manifest that labels `node` for `version` of my-kmod.
 pub fn label(node: &str, version: &str) -> String {
     crate::common::git::node_label(node, "my-kmod", version)
