@@ -290,7 +290,17 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         facts.iter().map(|(_, facts)| facts),
         policy.require_pull_request,
     );
-    let fleet = fleet_standings(shared, &policies);
+    let mut fleet = fleet_standings(shared, &policies);
+    if own == Standing::Queued && slot(&name, own, &fleet, &policy) == Slot::Free {
+        // About to start: count the slots on the nodes as the API server has them, since a
+        // cache that missed another node's start (a watch that dropped) would let two
+        // nodes into one slot.
+        let listed = nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(failed("listing nodes"))?;
+        fleet = standings_of(shared, &policies, listed.items.iter());
+    }
     let gate = Gate {
         slot: slot(&name, own, &fleet, &policy),
         require_pull_request: policy.require_pull_request,
@@ -469,10 +479,20 @@ fn has_work(shared: &Shared, node: &Node) -> bool {
 
 /// Every cached node's standing, for the slots.
 fn fleet_standings(shared: &Shared, policies: &Policies) -> Vec<(String, Standing)> {
-    shared
-        .nodes
-        .state()
-        .iter()
+    standings_of(
+        shared,
+        policies,
+        shared.nodes.state().iter().map(Arc::as_ref),
+    )
+}
+
+/// The standing of each of `nodes`.
+fn standings_of<'a>(
+    shared: &Shared,
+    policies: &Policies,
+    nodes: impl Iterator<Item = &'a Node>,
+) -> Vec<(String, Standing)> {
+    nodes
         .map(|node| {
             let name = node.name_any();
             let facts: Vec<NodeModuleFacts> = module_keys(shared, node)
