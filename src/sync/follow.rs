@@ -95,9 +95,9 @@ pub struct Replay {
     pub changed_by: BTreeMap<ObjectId, CommitInfo>,
 }
 
-/// Judges `landed` (oldest first, the head last; read lazily) in turn, each after the last one accepted,
-/// starting from `previous` (the applied state), and tracks which commit last changed each
-/// object. A rejected commit changes nothing: what it changed is attributed to the next
+/// Judges `landed` (oldest first, the head last; read lazily) in turn, each after the last
+/// one accepted, starting from `previous` (the applied state), and tracks which commit last
+/// changed each object. A rejected commit changes nothing: what it changed is attributed to the next
 /// accepted commit that still has it, as a sync that saw every commit would have applied it.
 pub fn replay(
     previous: Option<&DesiredState>,
@@ -105,7 +105,6 @@ pub fn replay(
     path: &str,
     catalog: &dyn Catalog,
 ) -> Replay {
-    let mut last: Option<DesiredState> = None;
     let mut replay = Replay::default();
     // Commits that change nothing under the path are common (a monorepo's other folders):
     // the same files give the same verdict after the same accepted state.
@@ -138,7 +137,7 @@ pub fn replay(
             }
             continue;
         }
-        let before = last.as_ref().or(previous);
+        let before = replay.accepted.as_ref().map(|a| &a.desired).or(previous);
         match judge(before, &files, path, catalog) {
             Ok(desired) => {
                 let old: BTreeMap<ObjectId, String> = before
@@ -169,7 +168,6 @@ pub fn replay(
                 changed_by.append(&mut replay.changed_by);
                 replay.changed_by = changed_by;
                 seen = Some((files, Ok(())));
-                last = Some(desired.clone());
                 replay.accepted = Some(Accepted { commit, desired });
             }
             Err(errors) => {
