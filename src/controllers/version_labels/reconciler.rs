@@ -294,12 +294,20 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
     if own == Standing::Queued && slot(&name, own, &fleet, &policy) == Slot::Free {
         // About to start: count the slots on the nodes as the API server has them, since a
         // cache that missed another node's start (a watch that dropped) would let two
-        // nodes into one slot.
-        let listed = nodes
-            .list(&ListParams::default())
+        // nodes into one slot. Standings read labels and annotations only: metadata is
+        // enough.
+        let listed: Vec<Node> = nodes
+            .list_metadata(&ListParams::default())
             .await
-            .map_err(failed("listing nodes"))?;
-        fleet = standings_of(shared, &policies, listed.items.iter());
+            .map_err(failed("listing nodes"))?
+            .items
+            .into_iter()
+            .map(|partial| Node {
+                metadata: partial.metadata,
+                ..Node::default()
+            })
+            .collect();
+        fleet = standings_of(shared, &policies, listed.iter());
     }
     let gate = Gate {
         slot: slot(&name, own, &fleet, &policy),
