@@ -59,21 +59,8 @@ fn plan_accepts_head(repo: &std::path::Path) {
 async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: Mode) -> Ending {
     let (cluster, client) = common::start_default_simulated().await;
     let mut repo = FleetRepo::new();
-    let settings = "maxNodesInFlight: 1\n";
     let nodes = ["worker-1", "worker-2", "worker-3"];
-    let mut files: Vec<(String, String)> = vec![
-        ("capstan.yaml".into(), settings.into()),
-        ("namespace.yaml".into(), common::git::NAMESPACE.into()),
-        ("module.yaml".into(), module("v1")),
-    ];
-    for node in nodes {
-        files.push((format!("nodes/{node}.yaml"), label(node, "v1")));
-    }
-    let changes: Vec<(&str, Option<&str>)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), Some(c.as_str())))
-        .collect();
-    repo.commit(&changes, "Merge pull request #1 from fleet/initial");
+    upgrade::commit_initial_fleet(&mut repo, &[]);
     let mut capstan = Capstan::new(mode, &client, &cluster.kubeconfig(), repo.path()).await;
     capstan.take_head().await;
     let timelines = upgrade::timeline::watch(&client, NS, "my_kmod");

@@ -151,19 +151,7 @@ async fn ordered_upgrade(faults: FaultSettings) -> Vec<Step> {
     })
     .await;
     let mut repo = FleetRepo::new();
-    let mut files: Vec<(String, String)> = vec![
-        ("capstan.yaml".into(), "maxNodesInFlight: 1\n".into()),
-        ("namespace.yaml".into(), common::git::NAMESPACE.into()),
-        ("module.yaml".into(), module("v1")),
-    ];
-    for node in NODES {
-        files.push((format!("nodes/{node}.yaml"), label(node, "v1")));
-    }
-    let changes: Vec<(&str, Option<&str>)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), Some(c.as_str())))
-        .collect();
-    let mut commits = vec![repo.commit(&changes, "Merge pull request #1 from fleet/initial")];
+    let mut commits = vec![upgrade::commit_initial_fleet(&mut repo, &[])];
     let mut syncer = start_syncer(&client, repo.path()).await;
     let stop = CancellationToken::new();
     let ctx = Context::new(client.clone(), stop.clone());

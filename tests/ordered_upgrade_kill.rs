@@ -28,7 +28,7 @@ use capstan::api::GitSync;
 use capstan::cluster::sim::config::ClusterConfig;
 use capstan::controllers::{self, Selection};
 use capstan::crash::{CRASH_AT_VAR, POINTS};
-use common::git::{FleetRepo, NAMESPACE, config_map};
+use common::git::{FleetRepo, config_map};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
@@ -507,20 +507,8 @@ enum Ended {
 /// The fleet at v1: three labelled workers, `maxNodesInFlight: 1`, a ConfigMap; its SHA.
 fn initial_fleet() -> (FleetRepo, String) {
     let mut repo = FleetRepo::new();
-    let mut files: Vec<(String, String)> = vec![
-        ("capstan.yaml".into(), "maxNodesInFlight: 1\n".into()),
-        ("namespace.yaml".into(), NAMESPACE.into()),
-        ("module.yaml".into(), module("v1")),
-        ("settings.yaml".into(), config_map("settings", "a")),
-    ];
-    for node in NODES {
-        files.push((format!("nodes/{node}.yaml"), label(node, "v1")));
-    }
-    let changes: Vec<(&str, Option<&str>)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), Some(c.as_str())))
-        .collect();
-    let head = repo.commit(&changes, "Merge pull request #1 from fleet/initial");
+    let head =
+        upgrade::commit_initial_fleet(&mut repo, &[("settings.yaml", config_map("settings", "a"))]);
     (repo, head)
 }
 

@@ -6,12 +6,11 @@ mod upgrade;
 
 use std::process::{Child, Command, Stdio};
 
-use capstan::api::{HistoryRecord, RecordType};
 use common::git::FleetRepo;
 use common::wait_until;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
-use upgrade::{converged, module};
+use upgrade::{converged, module, step_records};
 
 /// `capstan sync` following `repo` into the cluster of `kubeconfig`.
 fn capstan_sync(
@@ -40,21 +39,6 @@ fn capstan_sync(
         .expect("capstan sync starts")
 }
 
-async fn records_to_v2(client: &kube::Client) -> Vec<HistoryRecord> {
-    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
-    api.list(&ListParams::default())
-        .await
-        .expect("records")
-        .items
-        .into_iter()
-        .filter(|r| {
-            r.spec.type_ == RecordType::UpgradeStep
-                && r.spec.node.as_deref() == Some("worker-1")
-                && r.spec.to_version.as_deref() == Some("v2")
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
     // Workers take a second, so the kill lands while worker-1's old module is unloading.
@@ -65,28 +49,7 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
     let kubeconfig = dir.path().join("kubeconfig");
     capstan::cluster::kubeconfig::write(&kubeconfig, &cluster.kubeconfig()).expect("kubeconfig");
     let mut repo = FleetRepo::new();
-    let mut initial = vec![
-        (
-            "capstan.yaml".to_string(),
-            "maxNodesInFlight: 1\n".to_string(),
-        ),
-        (
-            "namespace.yaml".to_string(),
-            common::git::NAMESPACE.to_string(),
-        ),
-        ("module.yaml".to_string(), module("v1")),
-    ];
-    for node in ["worker-1", "worker-2", "worker-3"] {
-        initial.push((
-            format!("nodes/{node}.yaml"),
-            common::git::node_label(node, "my-kmod", "v1"),
-        ));
-    }
-    let changes: Vec<(&str, Option<&str>)> = initial
-        .iter()
-        .map(|(p, c)| (p.as_str(), Some(c.as_str())))
-        .collect();
-    let first = repo.commit(&changes, "Merge pull request #1 from fleet/initial");
+    let first = upgrade::commit_initial_fleet(&mut repo, &[]);
     let state = dir.path().join("state");
     let mut capstan = capstan_sync(repo.path(), &kubeconfig, &state);
     let syncs: Api<capstan::api::GitSync> = Api::namespaced(client.clone(), "capstan-system");
@@ -121,23 +84,23 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
     );
     // Kill it hard once the upgrade is under way and before it is done.
     wait_until("worker-1's upgrade is under way", || async {
-        !records_to_v2(&client).await.is_empty()
+        !step_records(&client, "worker-1", "v2").await.is_empty()
     })
     .await;
     capstan.kill().expect("SIGKILL");
     capstan.wait().expect("reaped");
-    let steps_before_kill = records_to_v2(&client).await.len();
+    let steps_before_kill = step_records(&client, "worker-1", "v2").await.len();
 
     let mut capstan = capstan_sync(repo.path(), &kubeconfig, &state);
     wait_until("worker-1's upgrade completes", || async {
-        records_to_v2(&client).await.len() >= 4
+        step_records(&client, "worker-1", "v2").await.len() >= 4
     })
     .await;
     converged(&client).await;
     let _ = capstan.kill();
     let _ = capstan.wait();
 
-    let records = records_to_v2(&client).await;
+    let records = step_records(&client, "worker-1", "v2").await;
     let mut steps: Vec<(String, String)> = records
         .iter()
         .map(|r| (r.spec.time.clone(), r.spec.step.clone().unwrap_or_default()))

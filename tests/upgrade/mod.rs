@@ -67,6 +67,35 @@ pub fn plan_of(repo: &std::path::Path, head: &str) -> capstan::sync::plan::Plan 
     plan::offline(&PlanInput::read(&source, base, head, None).expect("plan input"))
 }
 
+/// The three workers at v1 under `maxNodesInFlight: 1`, with `extra` files beside them,
+/// committed to `repo` as pull request #1; returns the commit's SHA.
+pub fn commit_initial_fleet(
+    repo: &mut crate::common::git::FleetRepo,
+    extra: &[(&str, String)],
+) -> String {
+    let mut files: Vec<(String, String)> = vec![
+        ("capstan.yaml".into(), "maxNodesInFlight: 1\n".into()),
+        (
+            "namespace.yaml".into(),
+            crate::common::git::NAMESPACE.into(),
+        ),
+        ("module.yaml".into(), module("v1")),
+    ];
+    for node in ["worker-1", "worker-2", "worker-3"] {
+        files.push((format!("nodes/{node}.yaml"), label(node, "v1")));
+    }
+    files.extend(
+        extra
+            .iter()
+            .map(|(path, text)| (path.to_string(), text.clone())),
+    );
+    let changes: Vec<(&str, Option<&str>)> = files
+        .iter()
+        .map(|(path, text)| (path.as_str(), Some(text.as_str())))
+        .collect();
+    repo.commit(&changes, "Merge pull request #1 from fleet/initial")
+}
+
 /// The Node manifest that labels `node` for `version` of my-kmod.
 pub fn label(node: &str, version: &str) -> String {
     crate::common::git::node_label(node, "my-kmod", version)
