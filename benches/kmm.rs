@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use capstan::api::labels::{COMPONENT_LABEL, WORKER_COMPONENT};
-use capstan::api::module::Module;
-use capstan::api::nmc::NodeModulesConfig;
+use capstan_api::labels::{COMPONENT_LABEL, WORKER_COMPONENT};
+use capstan_api::module::Module;
+use capstan_api::nmc::NodeModulesConfig;
 use capstan::controllers::{self, Context, Selection};
 use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -943,7 +943,7 @@ fn header() {
 
 #[tokio::main]
 async fn main() {
-    capstan::install_crypto_provider();
+    capstan_api::install_crypto_provider();
     let selection: Selection = "module-nmc,nmc".parse().expect("selection");
     if let Some(kubeconfig) = std::env::var_os(CONTROLLERS_ENV) {
         controllers_process(Path::new(&kubeconfig), &selection).await;

@@ -9,20 +9,16 @@
 //!
 //! `cargo bench --bench ordered_upgrade`; `BENCH_SCALE=0.1` for 50 nodes.
 
-// The tests' Git helper; the benchmark uses part of it.
 mod common;
-#[allow(dead_code)]
-#[path = "../tests/common/git.rs"]
-mod git;
 
 use std::time::{Duration, Instant};
 
-use capstan::api::{HistoryRecord, RecordType};
-use capstan::cluster::sim::config::{ClusterConfig, NodeConfig};
-use capstan::cluster::{ClusterOptions, EmbeddedCluster};
+use capstan_api::{HistoryRecord, RecordType};
+use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
+use capstan_cluster::{ClusterOptions, EmbeddedCluster};
 use capstan::controllers::{self, Context, Selection};
 use capstan::sync::run::{SyncOptions, Syncer};
-use git::FleetRepo;
+use capstan_testing::git::{self, FleetRepo};
 use kube::api::{Api, ListParams};
 use tokio_util::sync::CancellationToken;
 

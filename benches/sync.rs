@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use capstan::cluster::sim::config::{ClusterConfig, NodeConfig};
-use capstan::cluster::{ClusterOptions, EmbeddedCluster};
+use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
+use capstan_cluster::{ClusterOptions, EmbeddedCluster};
 use capstan::sync::metrics::Metrics;
 use capstan::sync::run::{self, Outcome, SyncOptions, Syncer, Wakers};
 use capstan::sync::source::{Auth, Source, watch_refs};
@@ -173,7 +173,7 @@ fn secs(d: Duration) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    capstan::install_crypto_provider();
+    capstan_api::install_crypto_provider();
     let mut table: Vec<[String; 3]> = Vec::new();
     let big = scaled(10_000);
     let small = scaled(2_000);

@@ -1,68 +1,15 @@
 //! capstan: a GitOps reconciler for ordered, node-level upgrades on Kubernetes.
 //!
-//! The crate holds the command line's implementation (`cli`), the Rust types of the
-//! kinds capstan handles (`api`) and the embedded cluster it runs against by default
-//! and in tests (`cluster`).
+//! This crate is the product: `sync` follows a Git branch into a cluster, `controllers`
+//! carry out what it applied (KMM's Module -> NodeModulesConfig -> worker pods, the
+//! ordered-upgrade version labels), `history` records every step against the commit that
+//! asked for it, and `cli` is the command line. The kinds live in `capstan-api`, the kmod
+//! worker in `capstan-worker`, and the embedded cluster in `capstan-cluster`, used only
+//! through the default `embedded-cluster` feature (docs/architecture.md).
 
-pub mod api;
 pub mod cli;
-pub mod clock;
-pub mod cluster;
 pub mod controllers;
 pub mod crash;
-pub mod memo;
+pub mod history;
+pub mod runtime;
 pub mod sync;
-pub mod worker;
-
-/// mimalloc for every binary built on this crate (capstan, its tests and benches). The
-/// embedded cluster and the controllers allocate and free small JSON values on every
-/// request and watch event; glibc's allocator spent about a third of their CPU doing it
-/// (docs/benchmarks.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// `mi_option_purge_delay`'s place in mimalloc 3's `mi_option_t` (its default is 1,000 ms).
-const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
-
-unsafe extern "C" {
-    #[cfg(test)]
-    fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
-}
-
-/// Keeps the memory the process frees for its own later allocations instead of handing
-/// it back to the OS a second after (mimalloc's purge). A process that allocates and
-/// frees at a steady high rate, as the embedded cluster's server does, otherwise gets
-/// back fresh pages the kernel must zero first: 30,000 page faults in the fleet
-/// benchmark, against 1,600 without purging, at the same peak (docs/benchmarks.md).
-/// The process holds its peak until it exits.
-pub fn keep_freed_memory() {
-    // SAFETY: mimalloc's option setter takes any option and value, at any time.
-    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
-}
-
-/// Installs ring as the process's rustls crypto provider. kube and every other TLS
-/// user must share one provider, or the first TLS connection panics; call this once
-/// at start-up (later calls are harmless).
-pub fn install_crypto_provider() {
-    // Err means a provider is already installed, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_purge_delay_option_is_mimallocs() {
-        // SAFETY: reading an option is always allowed.
-        let delay = || unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) };
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            // purge_delay's default in mimalloc 3; an option list that moved would
-            // show another option's here.
-            assert_eq!(delay(), 1000);
-        }
-        keep_freed_memory();
-        assert_eq!(delay(), -1);
-    }
-}

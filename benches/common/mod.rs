@@ -3,6 +3,10 @@
 // Each benchmark uses a part.
 #![allow(dead_code)]
 
+/// The allocator capstan's binaries choose, so a benchmark measures what they run.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `BENCH_SCALE` (default 1): the share of the full load a run takes.
 pub fn factor() -> f64 {
     std::env::var("BENCH_SCALE")

@@ -2,6 +2,6 @@
 
 /// Prints the CRDs to stdout.
 pub fn run() -> anyhow::Result<i32> {
-    print!("{}", crate::api::crds::to_yaml()?);
+    print!("{}", capstan_api::crds::to_yaml()?);
     Ok(0)
 }

@@ -1,5 +1,6 @@
 //! The command line: one file per subcommand. `main.rs` only wires arguments here.
 
+#[cfg(feature = "embedded-cluster")]
 pub mod cluster;
 pub mod crds;
 pub mod history;
@@ -20,6 +21,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run or manage the embedded Kubernetes cluster.
+    #[cfg(feature = "embedded-cluster")]
     Cluster(cluster::ClusterArgs),
     /// Print capstan's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
     Crds,
@@ -36,6 +38,7 @@ pub enum Command {
 /// Runs a parsed command line; the exit code is the process's.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
+        #[cfg(feature = "embedded-cluster")]
         Command::Cluster(args) => cluster::run(args).await,
         Command::Crds => crds::run(),
         Command::Sync(args) => sync::run(*args).await,

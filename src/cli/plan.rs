@@ -65,7 +65,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<i32> {
     let plan = match &args.kubeconfig {
         None => plan::offline(&input),
         Some(path) => {
-            plan::live(&input, &super::cluster::client_for(path).await?, &args.name).await?
+            plan::live(&input, &crate::runtime::client_for(path).await?, &args.name).await?
         }
     };
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();

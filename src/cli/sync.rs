@@ -1,7 +1,7 @@
 //! `capstan sync`: follow a branch into a cluster (the embedded one unless `--kubeconfig`).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,9 +10,7 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio::sync::Notify;
 
-use super::cluster::{client_for, wait_for_shutdown_signal};
-use crate::cluster::sim::config::ClusterConfig;
-use crate::cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
+use crate::runtime::{client_for, shutdown_signal};
 use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
 use crate::controllers::{self, Context, Selection};
 use crate::sync::manifests::DriftPolicy;
@@ -129,10 +127,41 @@ fn auth(args: &SyncArgs) -> anyhow::Result<Auth> {
 }
 
 /// The cluster to sync into: the kubeconfig's, or the embedded one, started loudly.
-async fn connect(args: &SyncArgs) -> anyhow::Result<(kube::Client, Option<EmbeddedCluster>)> {
+async fn connect(args: &SyncArgs) -> anyhow::Result<(kube::Client, Option<Embedded>)> {
     if let Some(path) = &args.kubeconfig {
         return Ok((client_for(path).await?, None));
     }
+    let (client, cluster) = start_embedded(args).await?;
+    Ok((client, Some(cluster)))
+}
+
+/// The embedded cluster `capstan sync` started; nothing without the feature.
+#[cfg(feature = "embedded-cluster")]
+type Embedded = capstan_cluster::EmbeddedCluster;
+
+/// Without the `embedded-cluster` feature no embedded cluster is ever started.
+#[cfg(not(feature = "embedded-cluster"))]
+enum Embedded {}
+
+#[cfg(not(feature = "embedded-cluster"))]
+impl Embedded {
+    async fn shutdown(self) {
+        match self {}
+    }
+}
+
+#[cfg(not(feature = "embedded-cluster"))]
+async fn start_embedded(_: &SyncArgs) -> anyhow::Result<(kube::Client, Embedded)> {
+    anyhow::bail!(
+        "--kubeconfig is required: this capstan was built without its embedded cluster \
+         (the `embedded-cluster` feature)"
+    )
+}
+
+#[cfg(feature = "embedded-cluster")]
+async fn start_embedded(args: &SyncArgs) -> anyhow::Result<(kube::Client, Embedded)> {
+    use capstan_cluster::sim::config::ClusterConfig;
+    use capstan_cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
     let config = match &args.cluster_config {
         Some(path) => ClusterConfig::read(path)?,
         None => ClusterConfig::default_cluster(),
@@ -161,10 +190,11 @@ async fn connect(args: &SyncArgs) -> anyhow::Result<(kube::Client, Option<Embedd
     let client = cluster
         .client()
         .context("connecting to the embedded cluster")?;
-    Ok((client, Some(cluster)))
+    Ok((client, cluster))
 }
 
-fn absolute(path: &Path) -> PathBuf {
+#[cfg(feature = "embedded-cluster")]
+fn absolute(path: &std::path::Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
@@ -203,7 +233,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     let stop_controllers = tokio_util::sync::CancellationToken::new();
     let ctx = Context::configured(
         client.clone(),
-        Arc::new(crate::clock::SystemClock),
+        Arc::new(capstan_api::clock::SystemClock),
         stop_controllers.clone(),
         args.worker_image.clone(),
     );
@@ -235,7 +265,7 @@ async fn run_once(
     let stop = syncer.stop_flag();
     let outcome = tokio::select! {
         outcome = tokio::time::timeout_at(deadline, syncer.sync()) => outcome,
-        _ = wait_for_shutdown_signal() => {
+        _ = shutdown_signal() => {
             stop.store(true, Ordering::SeqCst);
             return 1;
         }
@@ -258,7 +288,7 @@ async fn run_once(
     }
     tokio::select! {
         code = wait_for_convergence(client, selection, deadline, timeout) => code,
-        _ = wait_for_shutdown_signal() => 1,
+        _ = shutdown_signal() => 1,
     }
 }
 
@@ -353,7 +383,7 @@ async fn run_forever(
         let stop_loop = stop_loop.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            wait_for_shutdown_signal().await;
+            shutdown_signal().await;
             eprintln!("stopping: finishing the write in flight");
             stop_loop.notify_one();
             shutdown.notify_waiters();
@@ -387,7 +417,7 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
                 report.duration.as_millis()
             );
             for change in &report.changes {
-                eprintln!("{time}   {}", crate::sync::history::describe_change(change));
+                eprintln!("{time}   {}", crate::history::describe_change(change));
             }
             for (id, reason) in &report.kept {
                 eprintln!("{time}   kept {id}: {reason}");
@@ -396,7 +426,7 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
         Ok(Outcome::Drift(report)) => {
             eprintln!("{time} drift: {}", report.summary());
             for change in &report.changes {
-                eprintln!("{time}   {}", crate::sync::history::describe_change(change));
+                eprintln!("{time}   {}", crate::history::describe_change(change));
             }
         }
         Ok(Outcome::Interrupted(report)) => {

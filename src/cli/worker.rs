@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
-use crate::worker::image::{self, PullOptions};
-use crate::worker::kernel::HostKernel;
-use crate::worker::pull_secret::{self, PullSecret};
-use crate::worker::run::{self, Paths};
-use crate::worker::{self, config, one_line};
+use capstan_worker::image::{self, PullOptions};
+use capstan_worker::kernel::HostKernel;
+use capstan_worker::pull_secret::{self, PullSecret};
+use capstan_worker::run::{self, Paths};
+use capstan_worker::{self as worker, config, one_line};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {

@@ -30,10 +30,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::api::labels;
-use crate::api::module::Module;
-use crate::api::nmc::NodeModulesConfig;
-use crate::controllers::lean::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
+use capstan_api::labels;
+use capstan_api::module::Module;
+use capstan_api::nmc::NodeModulesConfig;
+use crate::controllers::skipped_fields::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
 
 /// Changes a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;

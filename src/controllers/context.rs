@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Clock, SystemClock};
+use capstan_api::clock::{Clock, SystemClock};
 use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
 use crate::controllers::recorder::{EventKey, Recorder};
 
@@ -18,7 +18,7 @@ pub const EVENT_REPORTER: &str = "capstan-controllers";
 /// would open one API connection per node at the same moment. A few more than the API
 /// server has cores keep it busy; more only queue there, and cost here: kube's runner
 /// polls every reconcile in flight whenever one of them wakes, and a node that waits for
-/// its turn gathers its changes into one reconcile (docs/benchmarks.md, fifth round).
+/// its turn gathers its changes into one reconcile (docs/benchmarks.md).
 pub const CONCURRENCY: u16 = 16;
 
 /// Field managers of the controllers' writes: one per controller, so that Git (manager

@@ -25,9 +25,9 @@ use kube::{Client, ResourceExt};
 use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
 use super::{ControllerName, Selection};
-use crate::api::labels::{self, ModuleLabel};
-use crate::api::module::Module;
-use crate::api::nmc::NodeModulesConfig;
+use capstan_api::labels::{self, ModuleLabel};
+use capstan_api::module::Module;
+use capstan_api::nmc::NodeModulesConfig;
 
 /// Most pending items [`check`] lists.
 const SHOWN: usize = 20;

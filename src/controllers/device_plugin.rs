@@ -51,13 +51,13 @@ use thiserror::Error;
 
 use super::module_nmc::ModuleFacts;
 use super::node::NodeFacts;
-use crate::api::labels::{
+use capstan_api::labels::{
     APPLIED_DIGEST_ANNOTATION, DEVICE_PLUGIN_ROLE, KUBELET_DEVICE_PLUGINS_PATH,
     KUBELET_DEVICE_PLUGINS_VOLUME, LABEL_NAME_MAX, LabelError, MODULE_NAME_LABEL, ModuleKey,
     ROLE_LABEL, validate_label_value,
 };
-use crate::api::module::{DaemonSetStatus, DevicePluginContainerSpec, DevicePluginSpec};
-use crate::sync::inventory::{digest, sha256_hex};
+use capstan_api::module::{DaemonSetStatus, DevicePluginContainerSpec, DevicePluginSpec};
+use capstan_api::canonical::{digest, sha256_hex};
 
 pub mod reconciler;
 
@@ -378,7 +378,7 @@ pub fn daemon_set(
 /// The device plugin pod: upstream's template, from `spec.devicePlugin` and the Module.
 fn pod_spec(
     plugin: &DevicePluginSpec,
-    module: &crate::api::module::ModuleSpec,
+    module: &capstan_api::module::ModuleSpec,
     node_selector: BTreeMap<String, String>,
 ) -> PodSpec {
     let kubelet_mount = VolumeMount {
@@ -552,7 +552,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::module::Module;
+    use capstan_api::module::Module;
 
     const UID: &str = "4f1c2a9e-0000-4000-8000-000000000001";
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::labels::ModuleKey;
-use crate::api::nmc::NodeModulesConfig;
+use capstan_api::labels::ModuleKey;
+use capstan_api::nmc::NodeModulesConfig;
 
 /// The NMC annotation holding the failures.
 pub const FAILURES_ANNOTATION: &str = "capstan.dev/worker-failures";

@@ -21,10 +21,10 @@ use std::convert::Infallible;
 use regex::Regex;
 use thiserror::Error;
 
-use crate::api::labels::ModuleKey;
-use crate::api::module::{KernelMapping, ModuleLoaderContainerSpec};
-use crate::api::nmc::{DEFAULT_IMAGE_PULL_POLICY, ModuleConfig};
-use crate::memo::Memo;
+use capstan_api::labels::ModuleKey;
+use capstan_api::module::{KernelMapping, ModuleLoaderContainerSpec};
+use capstan_api::nmc::{DEFAULT_IMAGE_PULL_POLICY, ModuleConfig};
+use capstan_api::text_memo::Memo;
 
 /// Every variable an image template may use.
 pub const TEMPLATE_VARIABLES: [&str; 8] = [
@@ -274,7 +274,7 @@ fn variable(name: &str, kernel: &str, key: &ModuleKey) -> Result<String, Templat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::module::{ModprobeSpec, TlsOptions};
+    use capstan_api::module::{ModprobeSpec, TlsOptions};
 
     const KERNEL: &str = "6.0.15-300.fc37.x86_64";
 

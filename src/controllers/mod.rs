@@ -31,8 +31,10 @@ pub mod context;
 pub mod converge;
 pub mod device_plugin;
 pub mod failures;
+#[cfg(test)]
+pub mod fixtures;
 pub mod kernel_mapping;
-pub mod lean;
+pub mod skipped_fields;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;

@@ -30,9 +30,9 @@ use kube::ResourceExt;
 
 use super::kernel_mapping::{self, KernelMappingError};
 use super::node::{NodeFacts, labels_match};
-use crate::api::labels::{LabelError, ModuleKey};
-use crate::api::module::{DaemonSetStatus, Module};
-use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig};
+use capstan_api::labels::{LabelError, ModuleKey};
+use capstan_api::module::{DaemonSetStatus, Module};
+use capstan_api::nmc::{NodeModuleSpec, NodeModulesConfig};
 
 /// A Module with its checked key, as this controller decides on it.
 #[derive(Clone, Debug, PartialEq)]
@@ -248,10 +248,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use crate::api::module::{
+    use capstan_api::module::{
         KernelMapping, ModprobeSpec, ModuleLoaderContainerSpec, ModuleLoaderSpec, ModuleSpec,
     };
-    use crate::api::nmc::{
+    use capstan_api::nmc::{
         ModuleConfig, NodeModuleStatus, NodeModulesConfigSpec, NodeModulesConfigStatus,
     };
 

@@ -53,12 +53,12 @@ use k8s_openapi::api::core::v1::{LocalObjectReference, Pod, Toleration};
 use thiserror::Error;
 
 use super::node::NodeFacts;
-use crate::api::labels::{
+use capstan_api::labels::{
     LabelError, MODULE_NAME_LABEL, ModuleKey, ModuleLabel, WORKER_ACTION_LABEL,
     WORKER_CONFIG_ANNOTATION, WORKER_MODULE_VERSION_ANNOTATION, WorkerAction,
 };
-use crate::api::nmc::{ModuleConfig, NodeModuleSpec, NodeModuleStatus, NodeModulesConfig};
-use crate::worker::config as worker_config;
+use capstan_api::nmc::{ModuleConfig, NodeModuleSpec, NodeModuleStatus, NodeModulesConfig};
+use capstan_worker::config as worker_config;
 
 /// `status.phase` of a pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -819,7 +819,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use crate::api::module::ModprobeSpec;
+    use capstan_api::module::ModprobeSpec;
 
     const KERNEL: &str = "6.0.15-300.fc37.x86_64";
     const NEW_KERNEL: &str = "6.1.7-200.fc37.x86_64";
@@ -1719,7 +1719,7 @@ mod tests {
     fn input_from_an_nmc() {
         let mut nmc = NodeModulesConfig::new(
             "node-1",
-            crate::api::nmc::NodeModulesConfigSpec {
+            capstan_api::nmc::NodeModulesConfigSpec {
                 modules: vec![spec("v1", KERNEL)],
             },
         );
@@ -1727,7 +1727,7 @@ mod tests {
         let input = NmcInput::new(&node, &nmc, &[]);
         assert_eq!(input.spec.len(), 1);
         assert!(input.status.is_empty() && input.nmc_labels.is_empty());
-        nmc.status = Some(crate::api::nmc::NodeModulesConfigStatus {
+        nmc.status = Some(capstan_api::nmc::NodeModulesConfigStatus {
             modules: vec![status("v1", KERNEL, BOOT)],
         });
         assert_eq!(NmcInput::new(&node, &nmc, &[]).status.len(), 1);

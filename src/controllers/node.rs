@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
-use crate::api::labels::UNSCHEDULABLE_TAINT;
+use capstan_api::labels::UNSCHEDULABLE_TAINT;
 
 /// The facts about one node that the KMM controllers decide on.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -50,8 +50,8 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::api::labels::ModuleKey;
-use crate::api::{UpgradePolicy, UpgradeStep};
+use capstan_api::labels::ModuleKey;
+use capstan_api::{UpgradePolicy, UpgradeStep};
 
 /// The three version labels of one Module on one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

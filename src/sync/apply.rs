@@ -21,7 +21,8 @@ use serde_json::Value;
 use super::diff::{FIELD_MANAGER, comparable};
 use super::discovery::ClusterKinds;
 use super::follow::Attribution;
-use super::inventory::{Inventory, digest, stamped, stamps_of};
+use super::inventory::{Inventory, stamped, stamps_of};
+use capstan_api::canonical::digest;
 use super::manifests::{DriftPolicy, Manifest, ObjectId};
 use super::source::CommitInfo;
 

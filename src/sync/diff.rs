@@ -9,7 +9,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use similar::TextDiff;
 
-use crate::api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
+use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
 
 /// The field manager capstan applies what comes from Git with.
 pub const FIELD_MANAGER: &str = "capstan";

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use super::inventory::digest;
+use capstan_api::canonical::digest;
 use super::manifests::{
     Catalog, DesiredState, ManifestError, ManifestFile, ObjectId, check_transition, load,
 };

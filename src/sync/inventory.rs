@@ -13,31 +13,16 @@ use serde_json::Value;
 
 use super::manifests::{Manifest, ObjectId};
 use super::source::CommitInfo;
-use crate::api::capstan::SYSTEM_NAMESPACE;
-use crate::api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
-use crate::api::{GitSync, InventoryEntry};
-use crate::cluster::canonical::canonical_json;
+use capstan_api::capstan::SYSTEM_NAMESPACE;
+use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
+use capstan_api::{GitSync, InventoryEntry};
+use capstan_api::canonical::digest;
 
 /// The `GitSync` name when `--name` is not given.
 pub const DEFAULT_SYNC_NAME: &str = "capstan";
 
 /// The inventory, by object.
 pub type Inventory = BTreeMap<ObjectId, InventoryEntry>;
-
-/// The digest of a manifest's object: the first 16 hexadecimal digits of the SHA-256 of
-/// its canonical JSON (sorted keys), so key order in the file does not matter.
-pub fn digest(object: &Value) -> String {
-    sha256_hex(&canonical_json(object), 8)
-}
-
-/// The first `bytes` bytes of the SHA-256 of `data`, in hexadecimal.
-pub fn sha256_hex(data: &[u8], bytes: usize) -> String {
-    let hash = ring::digest::digest(&ring::digest::SHA256, data);
-    hash.as_ref()[..bytes]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
 
 /// The inventory entry for an applied manifest.
 pub fn entry_of(manifest: &Manifest) -> InventoryEntry {
@@ -135,19 +120,6 @@ pub fn stamps_of(live: &Value) -> (Option<String>, Option<u64>) {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn digest_ignores_key_order_and_sees_values() {
-        let a =
-            json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}});
-        let b =
-            json!({"data": {"y": "2", "x": "1"}, "metadata": {"name": "a"}, "kind": "ConfigMap"});
-        let c =
-            json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1", "y": "3"}});
-        assert_eq!(digest(&a), digest(&b));
-        assert_ne!(digest(&a), digest(&c));
-        assert_eq!(digest(&a).len(), 16);
-    }
 
     #[test]
     fn stamps_are_added_replaced_and_removed() {

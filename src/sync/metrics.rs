@@ -22,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::clock::{Clock, SystemClock};
+use capstan_api::clock::{Clock, SystemClock};
 
 /// The media type of [`Metrics::encode`]'s output: OpenMetrics text 1.0.0, which Prometheus
 /// scrapes natively.
@@ -251,7 +251,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use capstan_api::clock::ManualClock;
 
     fn lines(metrics: &Metrics) -> Vec<String> {
         metrics.encode().lines().map(str::to_string).collect()

@@ -4,7 +4,6 @@ pub mod apply;
 pub mod diff;
 pub mod discovery;
 pub mod follow;
-pub mod history;
 pub mod inventory;
 pub mod manifests;
 pub mod metrics;

@@ -21,7 +21,7 @@ use super::discovery::ClusterKinds;
 use super::follow::Attribution;
 use super::inventory::{id_of, stamped_by};
 use super::manifests::ObjectId;
-use crate::api::InventoryEntry;
+use capstan_api::InventoryEntry;
 
 /// What pruning did to one object.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,15 +26,15 @@ use tokio::sync::Notify;
 use super::apply::{self, Action, ApplyError};
 use super::discovery::ClusterKinds;
 use super::follow::{self, Attribution, Landed, MAX_REPLAY, Replay};
-use super::history::{self, EventTarget};
+use crate::history::{self, EventTarget};
 use super::inventory::{self, Inventory};
 use super::manifests::{DesiredState, DriftPolicy, MAX_FILE_BYTES, ObjectId};
 use super::metrics::Metrics;
 use super::prune::{self, Pruned};
 use super::source::{CommitInfo, Source, SourceError};
 use super::status;
-use crate::api::capstan::{MAX_RUNS, SYSTEM_NAMESPACE};
-use crate::api::{
+use capstan_api::capstan::{MAX_RUNS, SYSTEM_NAMESPACE};
+use capstan_api::{
     Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecordSpec, InventoryEntry,
     RecordType, SyncRun,
 };

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::diff::FIELD_MANAGER;
 use super::discovery::ClusterKinds;
-use crate::api::capstan::SYSTEM_NAMESPACE;
-use crate::api::{GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord};
+use capstan_api::capstan::SYSTEM_NAMESPACE;
+use capstan_api::{GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord};
 
 /// How long capstan's own CRDs get to become served.
 const CRD_DEADLINE: Duration = Duration::from_secs(60);

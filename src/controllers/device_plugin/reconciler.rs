@@ -30,8 +30,8 @@ use serde_json::json;
 use thiserror::Error;
 
 use super::{Step, StepAction, Why, decide, plugin_status};
-use crate::api::labels::{DEVICE_PLUGIN_ROLE, ROLE_LABEL};
-use crate::api::module::Module;
+use capstan_api::labels::{DEVICE_PLUGIN_ROLE, ROLE_LABEL};
+use capstan_api::module::Module;
 use crate::controllers::context::{Context, managers};
 use crate::controllers::module_nmc::ModuleFacts;
 use crate::controllers::node::NodeFacts;

@@ -30,10 +30,10 @@ use tokio::time::Instant;
 
 use super::tally::{Tally, Verdict};
 use super::{EntryAction, ModuleFacts, decide};
-use crate::api::labels::{ModuleKey, ModuleLabel};
-use crate::api::module::{Module, ModuleCondition, ModuleStatus};
-use crate::api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
-use crate::clock::rfc3339;
+use capstan_api::labels::{ModuleKey, ModuleLabel};
+use capstan_api::module::{Module, ModuleCondition, ModuleStatus};
+use capstan_api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
+use capstan_api::clock::rfc3339;
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context, managers};
 use crate::controllers::node::NodeFacts;
@@ -567,7 +567,7 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
     };
     let api: Api<Module> = Api::namespaced(data.ctx.client.clone(), facts.key.namespace());
     let name = facts.key.name();
-    let finalizer = crate::api::labels::MODULE_FINALIZER;
+    let finalizer = capstan_api::labels::MODULE_FINALIZER;
     let finalizers = module.finalizers();
     let has_finalizer = finalizers.iter().any(|f| f == finalizer);
     if facts.deleting() {
@@ -666,7 +666,7 @@ const FAILURES_SHOWN: usize = 3;
 /// its status stays.
 fn conditions(
     current: &ModuleStatus,
-    counts: &crate::api::module::DaemonSetStatus,
+    counts: &capstan_api::module::DaemonSetStatus,
     failures: &[(String, crate::controllers::failures::WorkerFailure)],
     now: &str,
 ) -> Vec<ModuleCondition> {
@@ -735,8 +735,8 @@ fn conditions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::module::{DaemonSetStatus, ModuleSpec};
-    use crate::api::nmc::ModuleConfig;
+    use capstan_api::module::{DaemonSetStatus, ModuleSpec};
+    use capstan_api::nmc::ModuleConfig;
 
     fn module(name: &str, selector: &[(&str, &str)]) -> ModuleFacts {
         let mut spec: ModuleSpec = serde_json::from_value(json!({
@@ -1017,7 +1017,7 @@ mod wakes {
     use kube::runtime::watcher;
 
     use super::*;
-    use crate::api::nmc::NodeModuleStatus;
+    use capstan_api::nmc::NodeModuleStatus;
 
     fn nmc(generation: i64, label: Option<&str>, loaded: bool) -> NodeModulesConfig {
         let mut nmc = NodeModulesConfig::new("n1", NodeModulesConfigSpec::default());
@@ -1031,7 +1031,7 @@ mod wakes {
                 namespace: "kmm".to_string(),
                 ..NodeModuleStatus::default()
             };
-            nmc.status = Some(crate::api::nmc::NodeModulesConfigStatus {
+            nmc.status = Some(capstan_api::nmc::NodeModulesConfigStatus {
                 modules: vec![status],
             });
         }

@@ -18,9 +18,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use super::{Held, ModuleFacts, held, loader_counts};
-use crate::api::labels::{ModuleKey, ModuleLabel};
-use crate::api::module::DaemonSetStatus;
-use crate::api::nmc::NodeModulesConfig;
+use capstan_api::labels::{ModuleKey, ModuleLabel};
+use capstan_api::module::DaemonSetStatus;
+use capstan_api::nmc::NodeModulesConfig;
 use crate::controllers::failures::{WorkerFailure, WorkerFailures};
 use crate::controllers::node::labels_match;
 
@@ -297,8 +297,8 @@ mod tests {
     use kube::runtime::watcher;
 
     use super::*;
-    use crate::api::module::{Module, ModuleSpec};
-    use crate::api::nmc::{
+    use capstan_api::module::{Module, ModuleSpec};
+    use capstan_api::nmc::{
         ModuleConfig, NodeModuleSpec, NodeModuleStatus, NodeModulesConfigSpec,
         NodeModulesConfigStatus,
     };

@@ -29,14 +29,14 @@ use super::expectations::Expectations;
 use super::own_writes::OwnWrites;
 use super::worker_pod;
 use super::{DeleteReason, LabelChanges, NmcInput, PodDeletion, WorkerPod, decide};
-use crate::api::labels::{ModuleKey, ModuleLabel, WorkerAction};
-use crate::api::module::Module;
-use crate::api::nmc::NodeModulesConfig;
-use crate::clock::rfc3339;
+use capstan_api::labels::{ModuleKey, ModuleLabel, WorkerAction};
+use capstan_api::module::Module;
+use capstan_api::nmc::NodeModulesConfig;
+use capstan_api::clock::rfc3339;
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context, managers};
 use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
-use crate::controllers::lean::Lean;
+use crate::controllers::skipped_fields::Lean;
 use crate::controllers::node::NodeFacts;
 
 /// Why a reconcile failed; it is retried.

@@ -39,19 +39,19 @@ use super::{
     Decision, Gate, LabelWrite, NodeModuleFacts, Outcome, PolicyWait, Progress, Slot, Standing,
     StepReached, VersionLabels, Wait, decide, label_action, slot, standing,
 };
-use crate::api::capstan::SYSTEM_NAMESPACE;
-use crate::api::labels::{
+use capstan_api::capstan::SYSTEM_NAMESPACE;
+use capstan_api::labels::{
     DEVICE_PLUGIN_ROLE, FROM_VERSION_ANNOTATION, MODULE_ANNOTATION, MODULE_NAME_LABEL, ModuleKey,
     ModuleLabel, PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION, ROLE_LABEL, TO_VERSION_ANNOTATION,
     UPGRADE_ANNOTATION_PREFIX, UPGRADE_STEP_ANNOTATION,
 };
-use crate::api::module::Module;
-use crate::api::{
+use capstan_api::module::Module;
+use capstan_api::{
     CommitRef, GitSync, HistoryRecord, HistoryRecordSpec, RecordType, UpgradePolicy, UpgradeStep,
 };
-use crate::clock::rfc3339_micros;
+use capstan_api::clock::rfc3339_micros;
 use crate::controllers::context::{Context, managers};
-use crate::sync::history::{self, EventTarget};
+use crate::history::{self, EventTarget};
 use crate::sync::inventory::DEFAULT_SYNC_NAME;
 
 /// Changes a watch subscriber may fall behind by before the watch waits for it.

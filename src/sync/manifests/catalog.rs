@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::api::crds;
+use capstan_api::crds;
 
 /// What the cluster serves. Live syncs answer from API discovery; offline plans use
 /// [`StaticCatalog`].

@@ -16,11 +16,11 @@ use serde_json::{Map, Value};
 use super::catalog::{Catalog, Scope, capstan_crds};
 use super::yaml::{FieldPath, Node, NodeValue};
 use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
-use crate::api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
-use crate::api::module::{KernelMapping, ModprobeSpec};
-use crate::api::{LeaderWorkerSet, Module, UpgradeConfig, crds};
-use crate::cluster::validate::label_key;
-use crate::worker::modprobe::canonical_name;
+use capstan_api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
+use capstan_api::module::{KernelMapping, ModprobeSpec};
+use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig, crds};
+use capstan_api::names::label_key;
+use capstan_worker::modprobe::canonical_name;
 
 /// A document with a valid header, and the tree it came from (for lines).
 pub struct Parsed {
@@ -657,7 +657,7 @@ pub fn classify<V>(key: &str, modules: &BTreeMap<ModuleKey, V>) -> Option<KmmLab
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::module::ModprobeArgs;
+    use capstan_api::module::ModprobeArgs;
 
     fn modprobe(name: &str, raw: Option<(&[&str], &[&str])>, order: &[&str]) -> ModprobeSpec {
         let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();

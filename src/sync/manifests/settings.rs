@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::yaml::{self, FieldPath, Node, NodeValue};
 use super::{ManifestError, closest_name, rules, syntax_error};
-use crate::api::UpgradePolicy;
+use capstan_api::UpgradePolicy;
 
 /// Name of the settings file, at the root of the synced path. It is not a manifest.
 pub const SETTINGS_FILE: &str = "capstan.yaml";

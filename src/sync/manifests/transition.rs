@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::rules::{KmmLabel, classify, is_node, modules_in};
 use super::yaml::FieldPath;
 use super::{DesiredState, Manifest, ManifestError, ObjectId};
-use crate::api::Module;
+use capstan_api::Module;
 
 /// Checks the step from `previous` (the last applied or base commit; `None` when there is
 /// none) to `next`:

@@ -11,7 +11,7 @@ use super::PlanError;
 use super::model::{ObjectAction, ObjectChange, ObjectRef};
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
-use crate::api::InventoryEntry;
+use capstan_api::InventoryEntry;
 use crate::sync::diff::{
     Action, DiffError, FIELD_MANAGER, comparable, diff_object, mask_secrets, unified,
 };

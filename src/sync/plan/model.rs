@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::api::capstan::UpgradeStep;
+use capstan_api::capstan::UpgradeStep;
 use crate::sync::manifests::{ManifestError, ObjectId};
 use crate::sync::source::CommitInfo;
 

@@ -1,0 +1,186 @@
+//! The types of the built-in kinds. kube-apiserver decodes a built-in object into its Go
+//! type before anything else, so a field of the wrong type (`"replicas": "three"`) is a
+//! 400 naming it instead of an object stored to break every typed client that lists its
+//! namespace. The embedded server decodes a client's write into the k8s-openapi type
+//! instead, once, on the object as it would be stored (after a patch, and after
+//! defaults); server-side apply decodes its configuration first too.
+
+use k8s_openapi::api::{apps, coordination, core, events, policy};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::errors::ApiError;
+use super::events_v1;
+use super::resources::{Conversion, Resource};
+use super::sim::nodes::{KERNEL_GROUP, KERNELS};
+use capstan_worker::simulated::ModuleTable;
+
+/// Whether an object decodes as a kind's type; `Err` says where and why not.
+type Decode = fn(&Value) -> Result<(), String>;
+
+/// (group, resource, decode) of every built-in kind the server serves.
+const TYPES: &[(&str, &str, Decode)] = &[
+    ("", "namespaces", decodes::<core::v1::Namespace>),
+    ("", "nodes", decodes::<core::v1::Node>),
+    ("", "pods", decodes::<core::v1::Pod>),
+    ("", "configmaps", decodes::<core::v1::ConfigMap>),
+    ("", "secrets", decodes::<core::v1::Secret>),
+    ("", "serviceaccounts", decodes::<core::v1::ServiceAccount>),
+    ("", "services", decodes::<core::v1::Service>),
+    ("", "events", decodes::<core::v1::Event>),
+    ("events.k8s.io", "events", decodes::<events::v1::Event>),
+    ("apps", "daemonsets", decodes::<apps::v1::DaemonSet>),
+    ("apps", "statefulsets", decodes::<apps::v1::StatefulSet>),
+    (
+        "apps",
+        "controllerrevisions",
+        decodes::<apps::v1::ControllerRevision>,
+    ),
+    (
+        "policy",
+        "poddisruptionbudgets",
+        decodes::<policy::v1::PodDisruptionBudget>,
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        decodes::<coordination::v1::Lease>,
+    ),
+    (KERNEL_GROUP, KERNELS, decodes::<NodeKernel>),
+    (
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        decodes::<CustomResourceDefinition>,
+    ),
+];
+
+/// A simulated node's loaded modules (see `sim::nodes`), the one built-in kind that is
+/// capstan's own.
+#[derive(Deserialize)]
+struct NodeKernel {
+    #[serde(rename = "metadata")]
+    _metadata: Option<ObjectMeta>,
+    #[serde(rename = "modules")]
+    _modules: Option<ModuleTable>,
+}
+
+/// Checks that `object`, in its stored form, decodes as `resource`'s type, as
+/// kube-apiserver decodes a built-in kind on create, update and after a patch. Custom
+/// resources pass (their schema prunes them instead).
+///
+/// Fails with 400 BadRequest naming the field in upstream's words:
+/// `ConfigMap in version "v1" cannot be handled as a ConfigMap: data.a: invalid type: ...`.
+pub fn check(resource: &Resource, object: &Value) -> Result<(), ApiError> {
+    if resource.custom.is_some() {
+        return Ok(());
+    }
+    let Some(decode) = decoder(&resource.group, &resource.plural) else {
+        return Ok(());
+    };
+    let decoded = match resource.conversion {
+        Conversion::None => decode(object),
+        // In the served version, so that the message names the fields the client wrote.
+        Conversion::EventsV1 => decode(&events_v1::from_core(object.clone())),
+    };
+    decoded.map_err(|why| {
+        ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {why}",
+            kind = resource.kind,
+            version = resource.version,
+        ))
+    })
+}
+
+fn decoder(group: &str, plural: &str) -> Option<Decode> {
+    TYPES
+        .iter()
+        .find(|(g, p, _)| *g == group && *p == plural)
+        .map(|(_, _, decode)| *decode)
+}
+
+/// Decodes `object` as `T`. Only a failure decodes again, tracking the path to name the
+/// field: a valid object costs one plain decode.
+fn decodes<T: DeserializeOwned>(object: &Value) -> Result<(), String> {
+    if T::deserialize(object).is_ok() {
+        return Ok(());
+    }
+    match serde_path_to_error::deserialize::<_, T>(object) {
+        Ok(_) => Ok(()),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Registry;
+    use serde_json::json;
+
+    /// Every built-in kind the registry serves has a type here, and nothing here is
+    /// left over from a kind no longer served.
+    #[test]
+    fn every_built_in_kind_has_a_type() {
+        let registry = Registry::with_builtins();
+        let served: Vec<(String, String)> = registry
+            .all()
+            .iter()
+            .map(|r| (r.group.clone(), r.plural.clone()))
+            .collect();
+        for (group, plural) in &served {
+            assert!(decoder(group, plural).is_some(), "{group}/{plural}");
+        }
+        for (group, plural, _) in TYPES {
+            assert!(
+                served.iter().any(|(g, p)| g == group && p == plural),
+                "{group}/{plural} is not served"
+            );
+        }
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        let registry = Registry::with_builtins();
+        #[rustfmt::skip]
+        let cases: Vec<(&str, &str, Value, Option<&str>)> = vec![
+            ("", "configmaps", json!({"metadata": {"name": "c"}, "data": {"a": "1"}}), None),
+            ("", "configmaps", json!({"metadata": {"name": "c"}, "data": {"a": 1}}),
+             Some("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: data.a: invalid type: integer `1`, expected a string")),
+            ("", "configmaps", json!({"metadata": "c"}), Some(": metadata: invalid type: string")),
+            ("", "pods", json!({"spec": {"containers": [{"name": "a"}, {"name": 2}]}}),
+             Some(": spec.containers[1].name: invalid type: integer")),
+            // Quantities may be numbers, as upstream reads them.
+            ("", "pods", json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": 1}}}]}}), None),
+            // Fields upstream requires but omits when empty may be missing.
+            ("", "pods", json!({"spec": {}}), None),
+            ("apps", "statefulsets", json!({"spec": {"replicas": "three"}}),
+             Some("StatefulSet in version \"v1\" cannot be handled as a StatefulSet: spec.replicas: invalid type: string \"three\", expected i32")),
+            ("policy", "poddisruptionbudgets", json!({"spec": {"minAvailable": "50%"}}), None),
+            ("sim.capstan.dev", "nodekernels", json!({"modules": {"m": {"version": "v1"}}}), None),
+            ("sim.capstan.dev", "nodekernels", json!({"modules": {"m": {"version": 1}}}),
+             Some(": modules.m.version: invalid type: integer")),
+            ("events.k8s.io", "events", json!({"involvedObject": {}, "count": 1}), None),
+            // Stored as core/v1, named as events.k8s.io/v1 names it.
+            ("events.k8s.io", "events", json!({"involvedObject": {}, "count": "many"}),
+             Some(": deprecatedCount: invalid type: string")),
+        ];
+        for (group, plural, object, want) in cases {
+            let resource = registry
+                .all()
+                .into_iter()
+                .find(|r| r.group == group && r.plural == plural)
+                .expect("served");
+            let got = check(&resource, &object).map_err(|e| (e.code, e.message));
+            match want {
+                None => assert_eq!(got, Ok(()), "{plural} {object}"),
+                Some(part) => {
+                    let (code, message) = got.expect_err(plural);
+                    assert_eq!(code, 400, "{message}");
+                    assert!(message.contains(part), "{plural} {object}: {message}");
+                }
+            }
+        }
+    }
+}

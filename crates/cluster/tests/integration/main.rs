@@ -1,0 +1,21 @@
+//! The embedded cluster's integration tests: its Kubernetes API (`api_*`) and its node and
+//! workload simulation (`sim_*`), in one test binary.
+
+use capstan_testing as common;
+
+
+
+mod api_bad_input;
+mod api_custom_resources;
+mod api_deletion;
+mod api_eviction;
+mod api_objects;
+mod api_patch;
+mod api_persistence;
+mod api_selectors;
+mod api_server_side_apply;
+mod api_watch;
+mod sim_drain;
+mod sim_kubelet;
+mod sim_nodes;
+mod sim_workloads;

@@ -1,0 +1,740 @@
+//! Commit-linked history: what capstan did, and the commit and pull request that asked for
+//! it.
+//!
+//! Every record is written twice: as a Kubernetes Event (annotated with
+//! `capstan.dev/revision` and `capstan.dev/pull-request`, as Flux annotates its events),
+//! which `kubectl get events` shows and which expires; and as a durable `HistoryRecord` in
+//! `capstan-system`, bounded by the `historyRetention` setting, which `capstan history`
+//! reads. The ordered-upgrade controller writes its steps to the same store.
+//!
+//! Records of upgrade steps have names derived from what they record (node, module,
+//! versions, step, commit), so writing one twice (after a restart) keeps one record.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use serde::Serialize;
+
+use capstan_api::canonical::sha256_hex;
+use crate::sync::source::CommitInfo;
+use capstan_api::capstan::SYSTEM_NAMESPACE;
+use capstan_api::labels::{
+    PULL_REQUEST_ANNOTATION, RECORD_COMMIT_LABEL, RECORD_MODULE_LABEL, RECORD_NODE_LABEL,
+    RECORD_SYNC_LABEL, RECORD_TYPE_LABEL, REVISION_ANNOTATION,
+};
+use capstan_api::{Change, CommitRef, HistoryRecord, HistoryRecordSpec, RecordType, UpgradeStep};
+use capstan_api::clock::rfc3339_micros;
+
+/// The component name on capstan's Events.
+pub const COMPONENT: &str = "capstan";
+/// Longest Event message; longer ones are cut with a note of how much was left out.
+const MAX_EVENT_MESSAGE: usize = 1024;
+
+/// A commit as records name it.
+pub fn commit_ref(commit: &CommitInfo) -> CommitRef {
+    CommitRef {
+        sha: commit.sha.clone(),
+        short_sha: commit.short_sha().to_string(),
+        revision: commit.revision(),
+        author: commit.author.clone(),
+        time: commit.time.to_string(),
+        subject: commit.subject.clone(),
+        pull_request: commit.pull_request,
+    }
+}
+
+/// A commit as records name it, from its `capstan.dev/revision` (`<branch>@sha1:<sha>`) and
+/// `capstan.dev/pull-request` stamps: what an object applied from Git says of the commit
+/// that last changed it. Author, time and subject are left empty; an empty revision gives an
+/// empty reference (an object no commit stamped).
+pub fn commit_ref_of_stamp(revision: &str, pull_request: Option<u64>) -> CommitRef {
+    let sha = revision
+        .rsplit_once("@sha1:")
+        .map_or(revision, |(_, sha)| sha)
+        .to_string();
+    CommitRef {
+        short_sha: sha.get(..7).unwrap_or(&sha).to_string(),
+        sha,
+        revision: revision.to_string(),
+        pull_request,
+        ..CommitRef::default()
+    }
+}
+
+/// The name of a record. Upgrade steps: `step-` and a hash of node, module, versions, step
+/// and commit, so the same step of the same commit is one record however often it is
+/// written. Other records: type, short SHA and a hash of the time.
+pub fn record_name(spec: &HistoryRecordSpec) -> String {
+    let hash = |parts: &[&str]| sha256_hex(parts.join("\n").as_bytes(), 6);
+    match spec.type_ {
+        RecordType::UpgradeStep => format!(
+            "step-{}-{}",
+            spec.commit.short_sha,
+            hash(&[
+                &spec.sync,
+                spec.node.as_deref().unwrap_or(""),
+                spec.module.as_deref().unwrap_or(""),
+                spec.from_version.as_deref().unwrap_or(""),
+                spec.to_version.as_deref().unwrap_or(""),
+                spec.step.as_deref().unwrap_or(""),
+                &spec.commit.sha,
+            ])
+        ),
+        RecordType::Sync => format!(
+            "sync-{}-{}",
+            spec.commit.short_sha,
+            hash(&[&spec.sync, &spec.time])
+        ),
+        RecordType::Rejected => format!(
+            "rejected-{}-{}",
+            spec.commit.short_sha,
+            hash(&[&spec.sync, &spec.time])
+        ),
+    }
+}
+
+/// The labels a record is found by.
+fn labels_of(spec: &HistoryRecordSpec) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        (
+            RECORD_TYPE_LABEL.to_string(),
+            spec.type_.as_str().to_string(),
+        ),
+        (RECORD_COMMIT_LABEL.to_string(), spec.commit.sha.clone()),
+        (RECORD_SYNC_LABEL.to_string(), spec.sync.clone()),
+    ]);
+    if let Some(node) = &spec.node {
+        labels.insert(RECORD_NODE_LABEL.to_string(), node.clone());
+    }
+    if let Some(module) = &spec.module {
+        labels.insert(RECORD_MODULE_LABEL.to_string(), module.replace('/', "."));
+    }
+    labels
+}
+
+/// Writes a record. Returns `false` when a record of the same name exists already (an
+/// upgrade step written again after a restart).
+pub async fn write_record(
+    client: &kube::Client,
+    spec: HistoryRecordSpec,
+) -> Result<bool, kube::Error> {
+    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let (before, after) = match spec.type_ {
+        RecordType::UpgradeStep => ("upgrade.record.before", "upgrade.record.after"),
+        RecordType::Sync | RecordType::Rejected => ("sync.record.before", "sync.record.after"),
+    };
+    let mut record = HistoryRecord::new(&record_name(&spec), spec);
+    record.metadata.labels = Some(labels_of(&record.spec));
+    record.metadata.annotations = Some(stamp_annotations(&record.spec.commit));
+    crate::crash::point(before);
+    match api.create(&PostParams::default(), &record).await {
+        Ok(_) => {
+            crate::crash::point(after);
+            Ok(true)
+        }
+        // Only "already exists" says the record is there: another 409 (a conflict) is an
+        // error to retry, or the step would be taken as recorded when it is not.
+        Err(kube::Error::Api(status)) if status.code == 409 && status.reason == "AlreadyExists" => {
+            Ok(false)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+fn stamp_annotations(commit: &CommitRef) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::new();
+    if !commit.revision.is_empty() {
+        annotations.insert(REVISION_ANNOTATION.to_string(), commit.revision.clone());
+    }
+    if let Some(pr) = commit.pull_request {
+        annotations.insert(PULL_REQUEST_ANNOTATION.to_string(), pr.to_string());
+    }
+    annotations
+}
+
+/// Deletes the oldest records of `sync` beyond `keep`. Returns how many went.
+pub async fn enforce_retention(
+    client: &kube::Client,
+    sync: &str,
+    keep: u32,
+) -> Result<usize, kube::Error> {
+    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let mut records = api
+        .list(&ListParams::default().labels(&format!("{RECORD_SYNC_LABEL}={sync}")))
+        .await?
+        .items;
+    let keep = keep.max(1) as usize;
+    if records.len() <= keep {
+        return Ok(0);
+    }
+    records.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
+    let excess = records.len() - keep;
+    for record in &records[..excess] {
+        let name = record.metadata.name.as_deref().unwrap_or_default();
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(excess)
+}
+
+/// Which records `capstan history` shows.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Records about this node: its upgrade steps, and syncs that changed its labels.
+    pub node: Option<String>,
+    /// Records about this Module (`namespace/name`): its upgrade steps, and syncs that
+    /// changed it.
+    pub module: Option<String>,
+    /// Records of commits whose SHA starts with this.
+    pub commit: Option<String>,
+}
+
+impl Filter {
+    /// Whether `spec` is one of the records asked for.
+    pub fn matches(&self, spec: &HistoryRecordSpec) -> bool {
+        let node_ok = self.node.as_ref().is_none_or(|node| {
+            spec.node.as_ref() == Some(node)
+                || spec
+                    .changes
+                    .iter()
+                    .any(|c| c.kind == "Node" && &c.name == node)
+        });
+        let module_ok = self.module.as_ref().is_none_or(|module| {
+            spec.module.as_ref() == Some(module)
+                || spec.changes.iter().any(|c| {
+                    c.kind == "Module"
+                        && c.namespace
+                            .as_ref()
+                            .is_some_and(|ns| format!("{ns}/{}", c.name) == *module)
+                })
+        });
+        let commit_ok = self
+            .commit
+            .as_ref()
+            .is_none_or(|sha| spec.commit.sha.starts_with(&sha.to_ascii_lowercase()));
+        node_ok && module_ok && commit_ok
+    }
+}
+
+/// The records `filter` selects, oldest first.
+pub async fn list(
+    client: &kube::Client,
+    filter: &Filter,
+) -> Result<Vec<HistoryRecord>, kube::Error> {
+    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let mut params = ListParams::default();
+    if let Some(sha) = filter.commit.as_ref().filter(|sha| sha.len() == 40) {
+        params = params.labels(&format!("{RECORD_COMMIT_LABEL}={sha}"));
+    }
+    let mut records: Vec<HistoryRecord> = api
+        .list(&params)
+        .await?
+        .items
+        .into_iter()
+        .filter(|record| filter.matches(&record.spec))
+        .collect();
+    records.sort_by(|a, b| (&a.spec.time, &a.metadata.name).cmp(&(&b.spec.time, &b.metadata.name)));
+    Ok(records)
+}
+
+/// A record as `capstan history --format json` prints it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordView<'a> {
+    /// The record's object name.
+    pub name: &'a str,
+    /// For an upgrade step: the upgrade it belongs to (see [`upgrade_id`]), the same for
+    /// every step of one upgrade.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<String>,
+    /// The record.
+    #[serde(flatten)]
+    pub spec: &'a HistoryRecordSpec,
+}
+
+impl<'a> RecordView<'a> {
+    /// The view of `record`.
+    pub fn of(record: &'a HistoryRecord) -> RecordView<'a> {
+        RecordView {
+            name: record.metadata.name.as_deref().unwrap_or_default(),
+            upgrade: upgrade_id(&record.spec),
+            spec: &record.spec,
+        }
+    }
+}
+
+/// Which upgrade an upgrade-step record belongs to: node, module, versions and commit, as
+/// `worker-1 kmm-demo/my-kmod v1->v2 3cf3bea` (`none` for a missing version). `None` for
+/// other records.
+pub fn upgrade_id(spec: &HistoryRecordSpec) -> Option<String> {
+    (spec.type_ == RecordType::UpgradeStep).then(|| {
+        format!(
+            "{} {} {}->{} {}",
+            spec.node.as_deref().unwrap_or("?"),
+            spec.module.as_deref().unwrap_or("?"),
+            spec.from_version.as_deref().unwrap_or("none"),
+            spec.to_version.as_deref().unwrap_or("none"),
+            spec.commit.short_sha,
+        )
+    })
+}
+
+/// The steps of one ordered upgrade: one Module on one node, between two versions, asked
+/// for by one commit.
+#[derive(Clone, Debug)]
+pub struct Upgrade<'a> {
+    /// Its [`upgrade_id`].
+    pub id: String,
+    /// The step records, oldest first.
+    pub steps: Vec<&'a HistoryRecord>,
+}
+
+impl Upgrade<'_> {
+    /// The first step's record (an upgrade has at least one).
+    fn first(&self) -> &HistoryRecordSpec {
+        &self.steps[0].spec
+    }
+
+    /// How many steps the move has in all (4; 2 for a first label or a removed one).
+    pub fn expected_steps(&self) -> usize {
+        let spec = self.first();
+        UpgradeStep::for_move(spec.from_version.as_deref(), spec.to_version.as_deref()).len()
+    }
+}
+
+/// The upgrade-step records of `records` grouped by upgrade, in the order each upgrade's
+/// first step happened (`records` oldest first, as [`list`] returns them).
+pub fn upgrades(records: &[HistoryRecord]) -> Vec<Upgrade<'_>> {
+    let mut grouped: Vec<Upgrade<'_>> = Vec::new();
+    for record in records {
+        let Some(id) = upgrade_id(&record.spec) else {
+            continue;
+        };
+        match grouped.iter_mut().find(|upgrade| upgrade.id == id) {
+            Some(upgrade) => upgrade.steps.push(record),
+            None => grouped.push(Upgrade {
+                id,
+                steps: vec![record],
+            }),
+        }
+    }
+    grouped
+}
+
+/// Upgrades as text: a heading per upgrade (node, module, versions, commit and pull
+/// request, steps done, total time), then each step with its time, commit, pull request and
+/// duration (since the step before, or since the upgrade started).
+pub fn render_upgrades_text(upgrades: &[Upgrade<'_>]) -> String {
+    let mut out = String::new();
+    for upgrade in upgrades {
+        let first = upgrade.first();
+        let total: f64 = upgrade
+            .steps
+            .iter()
+            .filter_map(|record| record.spec.duration_seconds)
+            .sum();
+        let subject = if first.commit.subject.is_empty() {
+            String::new()
+        } else {
+            format!(" \"{}\"", first.commit.subject)
+        };
+        let _ = writeln!(
+            out,
+            "{} {} {} -> {}, commit {}{}{}: {} of {} steps, {total:.1}s",
+            first.node.as_deref().unwrap_or("?"),
+            first.module.as_deref().unwrap_or("?"),
+            first.from_version.as_deref().unwrap_or("none"),
+            first.to_version.as_deref().unwrap_or("none"),
+            short_or_unknown(&first.commit),
+            subject,
+            first
+                .commit
+                .pull_request
+                .map_or(String::new(), |pr| format!(" (#{pr})")),
+            upgrade.steps.len(),
+            upgrade.expected_steps(),
+        );
+        out.push_str(
+            "  TIME                  STEP                       COMMIT   PR     DURATION\n",
+        );
+        for record in &upgrade.steps {
+            let spec = &record.spec;
+            let step = spec.step.as_deref().unwrap_or("?");
+            let number = UpgradeStep::ALL
+                .iter()
+                .find(|s| s.as_str() == step)
+                .map_or("?".to_string(), |s| s.number().to_string());
+            let duration = spec
+                .duration_seconds
+                .map_or("-".to_string(), |seconds| format!("{seconds:.1}s"));
+            let _ = writeln!(
+                out,
+                "  {:<21} {number} {step:<24} {:<8} {:<6} {duration}",
+                short_time(&spec.time),
+                short_or_unknown(&spec.commit),
+                pull_request(&spec.commit),
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn short_or_unknown(commit: &CommitRef) -> &str {
+    if commit.short_sha.is_empty() {
+        "-"
+    } else {
+        &commit.short_sha
+    }
+}
+
+fn pull_request(commit: &CommitRef) -> String {
+    commit
+        .pull_request
+        .map_or("-".to_string(), |pr| format!("#{pr}"))
+}
+
+/// `2026-11-21 10:14:13` of an RFC 3339 time.
+fn short_time(time: &str) -> String {
+    time.get(..19).unwrap_or(time).replace('T', " ")
+}
+
+/// Records as a text table: time, type, commit, pull request, and what happened.
+pub fn render_text(records: &[HistoryRecord]) -> String {
+    if records.is_empty() {
+        return "No history records.\n".to_string();
+    }
+    let mut out = String::from("TIME                  TYPE          COMMIT   PR     WHAT\n");
+    for record in records {
+        let spec = &record.spec;
+        let _ = writeln!(
+            out,
+            "{:<21} {:<13} {:<8} {:<6} {}",
+            short_time(&spec.time),
+            spec.type_.as_str(),
+            short_or_unknown(&spec.commit),
+            pull_request(&spec.commit),
+            describe(spec)
+        );
+    }
+    out
+}
+
+/// `configured Module kmm-demo/my-kmod`, `released Node worker-2`.
+pub fn describe_change(change: &Change) -> String {
+    match &change.namespace {
+        Some(ns) => format!("{} {} {ns}/{}", change.action, change.kind, change.name),
+        None => format!("{} {} {}", change.action, change.kind, change.name),
+    }
+}
+
+/// One line for a record.
+fn describe(spec: &HistoryRecordSpec) -> String {
+    match spec.type_ {
+        RecordType::UpgradeStep => {
+            let mut line = format!(
+                "{} {} {} -> {}: {}",
+                spec.node.as_deref().unwrap_or("?"),
+                spec.module.as_deref().unwrap_or("?"),
+                spec.from_version.as_deref().unwrap_or("none"),
+                spec.to_version.as_deref().unwrap_or("none"),
+                spec.step.as_deref().unwrap_or("?"),
+            );
+            if let Some(seconds) = spec.duration_seconds {
+                let _ = write!(line, " ({seconds:.1}s)");
+            }
+            line
+        }
+        _ => spec.message.clone(),
+    }
+}
+
+/// What an Event is about.
+#[derive(Clone, Debug)]
+pub struct EventTarget {
+    /// `apiVersion` of the object.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace; Events about cluster-scoped objects go to `default`, as kubectl expects.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// UID, when known (kubectl describe matches on it).
+    pub uid: Option<String>,
+}
+
+/// Emits a core/v1 Event about `target`, annotated with the commit's revision and pull
+/// request. `warning` makes it a Warning event.
+pub async fn emit_event(
+    client: &kube::Client,
+    target: &EventTarget,
+    warning: bool,
+    reason: &str,
+    message: &str,
+    commit: &CommitRef,
+) -> Result<(), kube::Error> {
+    emit_annotated_event(
+        client,
+        target,
+        warning,
+        reason,
+        message,
+        commit,
+        BTreeMap::new(),
+    )
+    .await
+}
+
+/// [`emit_event`] with more annotations beside the commit's (the module, versions and
+/// step of an ordered-upgrade step).
+pub async fn emit_annotated_event(
+    client: &kube::Client,
+    target: &EventTarget,
+    warning: bool,
+    reason: &str,
+    message: &str,
+    commit: &CommitRef,
+    annotations: BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    let namespace = target.namespace.clone().unwrap_or_else(|| "default".into());
+    let now = jiff::Timestamp::now();
+    let name = format!("{}.{:016x}", target.name, rand::random::<u64>());
+    let mut all_annotations = annotations;
+    all_annotations.extend(stamp_annotations(commit));
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace.clone()),
+            annotations: Some(all_annotations),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some(target.api_version.clone()),
+            kind: Some(target.kind.clone()),
+            namespace: target.namespace.clone(),
+            name: Some(target.name.clone()),
+            uid: target.uid.clone(),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.to_string()),
+        message: Some(truncate(message)),
+        type_: Some(if warning { "Warning" } else { "Normal" }.to_string()),
+        count: Some(1),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        event_time: Some(MicroTime(now)),
+        action: Some(reason.to_string()),
+        reporting_component: Some(COMPONENT.to_string()),
+        reporting_instance: Some(COMPONENT.to_string()),
+        source: Some(EventSource {
+            component: Some(COMPONENT.to_string()),
+            host: None,
+        }),
+        ..Event::default()
+    };
+    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
+    api.create(&PostParams::default(), &event).await.map(|_| ())
+}
+
+/// `message` cut to [`MAX_EVENT_MESSAGE`] bytes at a character boundary.
+fn truncate(message: &str) -> String {
+    if message.len() <= MAX_EVENT_MESSAGE {
+        return message.to_string();
+    }
+    let note = " … (more in `capstan history`)";
+    let mut end = MAX_EVENT_MESSAGE - note.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &message[..end])
+}
+
+/// The time records are stamped with: now, RFC 3339 with microseconds.
+pub fn now() -> String {
+    rfc3339_micros(jiff::Timestamp::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(type_: RecordType) -> HistoryRecordSpec {
+        HistoryRecordSpec {
+            time: "2026-11-21T10:00:00.000000Z".into(),
+            type_,
+            sync: "capstan".into(),
+            commit: CommitRef {
+                sha: "a".repeat(40),
+                short_sha: "aaaaaaa".into(),
+                revision: format!("main@sha1:{}", "a".repeat(40)),
+                pull_request: Some(42),
+                ..CommitRef::default()
+            },
+            message: "applied".into(),
+            ..HistoryRecordSpec::default()
+        }
+    }
+
+    #[test]
+    fn step_records_are_named_by_what_they_record() {
+        let mut step = spec(RecordType::UpgradeStep);
+        step.node = Some("worker-1".into());
+        step.module = Some("kmm/a".into());
+        step.step = Some("old-module-unloaded".into());
+        let mut later = step.clone();
+        later.time = "2026-11-21T11:00:00.000000Z".into();
+        assert_eq!(record_name(&step), record_name(&later));
+        let mut other = step.clone();
+        other.node = Some("worker-2".into());
+        assert_ne!(record_name(&step), record_name(&other));
+        assert!(record_name(&step).starts_with("step-aaaaaaa-"));
+        let sync = spec(RecordType::Sync);
+        let mut sync_later = sync.clone();
+        sync_later.time = "2026-11-21T11:00:00.000000Z".into();
+        assert_ne!(record_name(&sync), record_name(&sync_later));
+    }
+
+    #[test]
+    fn filters_by_node_module_and_commit() {
+        let mut sync = spec(RecordType::Sync);
+        sync.changes = vec![
+            Change {
+                action: "configured".into(),
+                kind: "Node".into(),
+                namespace: None,
+                name: "worker-1".into(),
+            },
+            Change {
+                action: "configured".into(),
+                kind: "Module".into(),
+                namespace: Some("kmm".into()),
+                name: "a".into(),
+            },
+        ];
+        let mut step = spec(RecordType::UpgradeStep);
+        step.node = Some("worker-2".into());
+        step.module = Some("kmm/b".into());
+        let filter = |node: Option<&str>, module: Option<&str>, commit: Option<&str>| Filter {
+            node: node.map(str::to_string),
+            module: module.map(str::to_string),
+            commit: commit.map(str::to_string),
+        };
+        let cases = [
+            (filter(None, None, None), true, true),
+            (filter(Some("worker-1"), None, None), true, false),
+            (filter(Some("worker-2"), None, None), false, true),
+            (filter(None, Some("kmm/a"), None), true, false),
+            (filter(None, Some("kmm/b"), None), false, true),
+            (filter(None, None, Some("AAAA")), true, true),
+            (filter(None, None, Some("b")), false, false),
+        ];
+        for (f, sync_shown, step_shown) in cases {
+            assert_eq!(f.matches(&sync), sync_shown, "{f:?} sync");
+            assert_eq!(f.matches(&step), step_shown, "{f:?} step");
+        }
+    }
+
+    fn step_record(
+        node: &str,
+        step: UpgradeStep,
+        to: &str,
+        sha: char,
+        time: &str,
+    ) -> HistoryRecord {
+        let mut spec = spec(RecordType::UpgradeStep);
+        spec.time = time.into();
+        spec.commit.sha = sha.to_string().repeat(40);
+        spec.commit.short_sha = sha.to_string().repeat(7);
+        spec.node = Some(node.into());
+        spec.module = Some("kmm-demo/my-kmod".into());
+        spec.step = Some(step.as_str().into());
+        spec.from_version = Some("v1".into());
+        spec.to_version = Some(to.into());
+        spec.duration_seconds = Some(1.5);
+        HistoryRecord::new(&record_name(&spec), spec)
+    }
+
+    #[test]
+    fn steps_are_grouped_by_upgrade_and_shown_step_by_step() {
+        use UpgradeStep::*;
+        let records = vec![
+            step_record(
+                "worker-1",
+                DevicePluginStopped,
+                "v2",
+                'b',
+                "2026-11-21T10:00:01.000000Z",
+            ),
+            spec_record(spec(RecordType::Sync)),
+            step_record(
+                "worker-1",
+                OldModuleUnloaded,
+                "v2",
+                'b',
+                "2026-11-21T10:00:02.500000Z",
+            ),
+            step_record(
+                "worker-1",
+                DevicePluginStopped,
+                "v3",
+                'c',
+                "2026-11-21T11:00:00.000000Z",
+            ),
+        ];
+        let upgrades = upgrades(&records);
+        assert_eq!(upgrades.len(), 2);
+        assert_eq!(upgrades[0].id, "worker-1 kmm-demo/my-kmod v1->v2 bbbbbbb");
+        assert_eq!(upgrades[0].steps.len(), 2);
+        assert_eq!(upgrades[0].expected_steps(), 4);
+        let text = render_upgrades_text(&upgrades);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "worker-1 kmm-demo/my-kmod v1 -> v2, commit bbbbbbb (#42): 2 of 4 steps, 3.0s"
+        );
+        assert!(lines[1].contains("STEP") && lines[1].contains("DURATION"));
+        assert_eq!(
+            lines[2],
+            "  2026-11-21 10:00:01   1 device-plugin-stopped    bbbbbbb  #42    1.5s"
+        );
+        assert!(lines[3].contains("2 old-module-unloaded"), "{text}");
+        assert!(text.contains("v1 -> v3, commit ccccccc"), "{text}");
+        let view = serde_json::to_value(RecordView::of(&records[0])).unwrap();
+        assert_eq!(view["upgrade"], "worker-1 kmm-demo/my-kmod v1->v2 bbbbbbb");
+        assert_eq!(view["step"], "device-plugin-stopped");
+        let sync = serde_json::to_value(RecordView::of(&records[1])).unwrap();
+        assert!(sync.get("upgrade").is_none());
+    }
+
+    fn spec_record(spec: HistoryRecordSpec) -> HistoryRecord {
+        HistoryRecord::new("sync-record", spec)
+    }
+
+    #[test]
+    fn commits_are_read_from_stamps() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let commit = commit_ref_of_stamp(&format!("main@sha1:{sha}"), Some(7));
+        assert_eq!(commit.sha, sha);
+        assert_eq!(commit.short_sha, "0123456");
+        assert_eq!(commit.revision, format!("main@sha1:{sha}"));
+        assert_eq!(commit.pull_request, Some(7));
+        assert_eq!(commit_ref_of_stamp("", None), CommitRef::default());
+        assert!(stamp_annotations(&CommitRef::default()).is_empty());
+    }
+
+    #[test]
+    fn long_event_messages_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(2000);
+        let cut = truncate(&long);
+        assert!(cut.len() <= MAX_EVENT_MESSAGE);
+        assert!(cut.ends_with("(more in `capstan history`)"));
+        assert_eq!(truncate("short"), "short");
+    }
+}

@@ -1,0 +1,66 @@
+//! What a capstan process needs from its environment: a client for the cluster a
+//! kubeconfig names, and the shutdown signals.
+//!
+//! Shutdown is two-stage, as kubert's: the first SIGINT or SIGTERM asks capstan to
+//! drain (the sync in flight finishes its write and records its status, the controllers
+//! stop taking work), a second one ends the process at once.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// Exit code of a process ended by a second signal while it drained.
+pub const EXIT_ABORTED: i32 = 130;
+
+/// A client for the cluster of the kubeconfig at `path` (its current context). Requests
+/// are not retried by the client: capstan's loops retry, each at its own pace.
+pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let kubeconfig: kube::config::Kubeconfig = serde_saphyr::from_str(&text)
+        .with_context(|| format!("{} is not a kubeconfig", path.display()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("using the kubeconfig {}", path.display()))?;
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Completes at the first SIGINT or SIGTERM: the time to drain. From then on, the next
+/// one ends the process with [`EXIT_ABORTED`] without waiting for the drain.
+pub async fn shutdown_signal() {
+    let Ok(mut signals) = Signals::new() else {
+        // No signal handler can be installed: only Ctrl-C is left to wait for.
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    signals.next().await;
+    tokio::spawn(async move {
+        signals.next().await;
+        eprintln!("second signal: exiting without finishing the drain");
+        std::process::exit(EXIT_ABORTED);
+    });
+}
+
+/// SIGINT and SIGTERM, as one stream.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}

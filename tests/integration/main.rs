@@ -1,0 +1,30 @@
+//! capstan's integration tests, one module per user-visible behaviour, in one test binary
+//! (one link of the crate instead of one per module).
+
+mod common;
+mod fleet;
+mod registry;
+mod upgrade;
+
+mod action;
+mod cluster_cli;
+mod controllers_device_plugin;
+mod kmm_loading;
+mod ordered_upgrade;
+mod ordered_upgrade_faults;
+mod ordered_upgrade_kill;
+mod ordered_upgrade_labels;
+mod ordered_upgrade_restart;
+mod plan_cli;
+mod plan_fidelity;
+mod sync_apply;
+mod sync_bad_commits;
+mod sync_cli;
+mod sync_diff;
+mod sync_drift;
+mod sync_follow;
+mod sync_invalid;
+mod sync_restart;
+mod sync_server;
+mod worker_cli;
+mod worker_image;

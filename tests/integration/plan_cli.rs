@@ -1,0 +1,341 @@
+//! `capstan plan` from the command line, on fleet repositories made in each test: exit
+//! codes as Terraform's, errors naming file, line and field, markdown for pull requests,
+//! JSON with the ordered-upgrade steps, and a live plan against the embedded cluster.
+
+use crate::common;
+use crate::fleet;
+
+use capstan_cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
+use fleet::{Fleet, VERSION_LABEL, capstan, fleet_v1, fleet_v2, stdout, with};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const PLAN: [&str; 4] = ["plan", "--path", "fleet", "--detailed-exitcode"];
+
+#[test]
+fn a_change_outside_the_fleet_plans_no_changes() {
+    let head = with(&fleet_v1(), &[("README.md", Some("# the fleet".into()))]);
+    let fleet = Fleet::proposal(&fleet_v1(), &head);
+    let output = capstan(fleet.path(), &PLAN);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    assert!(
+        stdout(&output).ends_with("Plan: No changes.\n"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn changes_exit_2_with_detailed_exitcode_and_0_without() {
+    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let detailed = capstan(fleet.path(), &PLAN);
+    assert_eq!(detailed.status.code(), Some(2), "{}", stdout(&detailed));
+    let text = stdout(&detailed);
+    assert!(
+        text.contains("~ Module kmm-demo/my-kmod  configure  fleet/modules/my-kmod.yaml:1"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "Plan: 0 to create, 2 to configure, 0 to prune; 1 node upgrade \
+             (worker-1: kmm-demo/my-kmod v1 → v2)\n"
+        ),
+        "{text}"
+    );
+    let plain = capstan(fleet.path(), &PLAN[..3]);
+    assert_eq!(plain.status.code(), Some(0));
+    // Not a terminal: no colours.
+    assert!(!stdout(&plain).contains('\x1b'));
+}
+
+#[test]
+fn an_invalid_head_exits_1_naming_file_line_and_field() {
+    // worker-2 moved to v3, a version no Module declares.
+    let head = with(
+        &fleet_v2(),
+        &[(
+            "fleet/nodes/worker-2.yaml",
+            Some(fleet::node("worker-2", "v3")),
+        )],
+    );
+    let fleet = Fleet::proposal(&fleet_v1(), &head);
+    let output = capstan(fleet.path(), &PLAN);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.contains(&format!(
+            "fleet/nodes/worker-2.yaml:1: metadata.labels[{VERSION_LABEL}]: version label moves \
+             to \"v3\", but Module kmm-demo/my-kmod (fleet/modules/my-kmod.yaml:1) declares \
+             version \"v2\""
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("Plan: 1 error: head would be rejected"),
+        "{text}"
+    );
+}
+
+#[test]
+fn markdown_for_a_pull_request_starts_with_the_summary_line() {
+    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let out = fleet.path().join("plan.md");
+    let output = capstan(
+        fleet.path(),
+        &[
+            &PLAN[..],
+            &["--format", "markdown", "--pull-request", "42", "--output"],
+            &[out.to_str().expect("utf-8")],
+        ]
+        .concat(),
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let markdown = stdout(&output);
+    assert_eq!(
+        markdown.lines().next(),
+        Some(
+            "**capstan plan**: 0 to create, 2 to configure, 0 to prune; 1 node upgrade \
+             (worker-1: kmm-demo/my-kmod v1 → v2)"
+        )
+    );
+    assert!(markdown.contains("pull request \\#42"), "{markdown}");
+    assert!(
+        markdown.contains("<details><summary>~ Module kmm-demo/my-kmod (configure)</summary>"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("\n2. unload kmm-demo/my-kmod v1"),
+        "{markdown}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).expect("plan.md"), markdown);
+    assert!(!fleet.path().join("plan.md.2").exists());
+}
+
+#[test]
+fn json_lists_the_four_steps_of_worker_1() {
+    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let output = capstan(fleet.path(), &[&PLAN[..], &["--format", "json"]].concat());
+    assert_eq!(output.status.code(), Some(2));
+    let plan: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(plan["schemaVersion"], 1);
+    assert_eq!(plan["mode"], "offline");
+    assert_eq!(plan["head"]["subject"], "Move worker-1 to my-kmod v2");
+    assert_eq!(plan["summary"]["nodes"], 1);
+    let worker = &plan["nodes"][0];
+    assert_eq!(
+        (
+            &worker["node"],
+            &worker["module"],
+            &worker["from"],
+            &worker["to"]
+        ),
+        (
+            &json!("worker-1"),
+            &json!("kmm-demo/my-kmod"),
+            &json!("v1"),
+            &json!("v2")
+        )
+    );
+    let steps: Vec<(u64, &str)> = worker["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| (s["number"].as_u64().unwrap(), s["step"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (1, "device-plugin-stopped"),
+            (2, "old-module-unloaded"),
+            (3, "new-module-loaded"),
+            (4, "device-plugin-started"),
+        ]
+    );
+    assert_eq!((&worker["order"], &worker["wave"]), (&json!(1), &json!(1)));
+    assert_eq!(plan["policy"]["waves"], json!([["worker-1"]]));
+}
+
+/// An embedded cluster with capstan's kinds, and a kubeconfig file for it.
+async fn cluster_with_kubeconfig() -> (EmbeddedCluster, kube::Client, tempfile::TempDir) {
+    let (cluster, client) = common::start_with(ClusterOptions {
+        capstan_crds: true,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    kubeconfig::write(&dir.path().join("kubeconfig"), &cluster.kubeconfig()).expect("kubeconfig");
+    (cluster, client, dir)
+}
+
+/// Runs `capstan plan` against the cluster off the runtime's threads.
+async fn live_plan(fleet: &Fleet, kubeconfig: &std::path::Path) -> (Option<i32>, Value) {
+    let (dir, kubeconfig) = (fleet.path().to_path_buf(), kubeconfig.to_path_buf());
+    let output = tokio::task::spawn_blocking(move || {
+        let kubeconfig = kubeconfig.to_str().expect("utf-8").to_string();
+        capstan(
+            &dir,
+            &[
+                &PLAN[..],
+                &["--format", "json", "--kubeconfig", &kubeconfig],
+            ]
+            .concat(),
+        )
+    })
+    .await
+    .expect("plan");
+    let plan = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&output.stderr)));
+    (output.status.code(), plan)
+}
+
+fn actions(plan: &Value) -> Vec<String> {
+    plan["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {} {}",
+                o["action"].as_str().unwrap(),
+                o["id"]["kind"].as_str().unwrap(),
+                o["id"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_live_plan_on_an_empty_cluster_creates_everything() {
+    let (_cluster, _client, dir) = cluster_with_kubeconfig().await;
+    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let (code, plan) = live_plan(&fleet, &dir.path().join("kubeconfig")).await;
+    assert_eq!(code, Some(2), "{plan:#}");
+    assert_eq!(plan["mode"], "live");
+    assert_eq!(
+        plan["cluster"],
+        json!({"sync": "capstan", "found": false, "lastAppliedRevision": null})
+    );
+    assert_eq!(
+        actions(&plan),
+        [
+            "create Module my-kmod",
+            "create Namespace kmm-demo",
+            "create Node worker-1",
+            "create Node worker-2",
+            "create ConfigMap settings",
+        ]
+    );
+    assert!(
+        plan["objects"][0]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+      version: v2"),
+        "{plan:#}"
+    );
+    // No node has a label yet: worker-1 and worker-2 get their first.
+    let moves: Vec<(&str, &Value, &str)> = plan["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap(),
+                &n["from"],
+                n["to"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            ("worker-1", &Value::Null, "v2"),
+            ("worker-2", &Value::Null, "v1")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_live_plan_moves_labels_from_the_cluster_and_prunes_from_the_inventory() {
+    let (_cluster, client, dir) = cluster_with_kubeconfig().await;
+    // What a sync of fleet_v1 left: the labels, applied by capstan, and an old ConfigMap
+    // in the inventory.
+    let apply = PatchParams::apply("capstan").force();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for name in ["worker-1", "worker-2"] {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {VERSION_LABEL: "v1"}}});
+        nodes
+            .patch(name, &apply, &Patch::Apply(&node))
+            .await
+            .expect("node");
+    }
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    let old = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "old", "namespace": "default"}, "data": {"k": "v"}});
+    config_maps
+        .patch("old", &apply, &Patch::Apply(&old))
+        .await
+        .expect("old");
+    let syncs: Api<capstan_api::GitSync> = Api::namespaced(client.clone(), "capstan-system");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan-system"}});
+    namespaces
+        .patch("capstan-system", &apply, &Patch::Apply(&namespace))
+        .await
+        .expect("namespace");
+    let sync = json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "GitSync",
+        "metadata": {"name": "capstan", "namespace": "capstan-system"},
+        "spec": {"repo": "fleet", "branch": "main", "path": "fleet"}});
+    syncs
+        .patch("capstan", &apply, &Patch::Apply(&sync))
+        .await
+        .expect("sync");
+    let status = json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "GitSync",
+        "metadata": {"name": "capstan", "namespace": "capstan-system"},
+        "status": {"inventoryCount": 1, "inventory": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "default", "name": "old", "digest": "0"}],
+            "lastAppliedCommit": {"sha": "abc", "shortSha": "abc", "revision": "main@sha1:abc"}}});
+    syncs
+        .patch_status("capstan", &apply, &Patch::Apply(&status))
+        .await
+        .expect("status");
+
+    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let (code, plan) = live_plan(&fleet, &dir.path().join("kubeconfig")).await;
+    assert_eq!(code, Some(2), "{plan:#}");
+    assert_eq!(plan["cluster"]["lastAppliedRevision"], "main@sha1:abc");
+    let moves: Vec<String> = plan["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            format!(
+                "{}: {} → {}",
+                n["node"].as_str().unwrap(),
+                n["from"],
+                n["to"]
+            )
+        })
+        .collect();
+    assert_eq!(moves, ["worker-1: \"v1\" → \"v2\""]);
+    let found = actions(&plan);
+    assert!(
+        found.contains(&"configure Node worker-1".to_string()),
+        "{found:?}"
+    );
+    assert!(
+        !found.iter().any(|a| a.ends_with("Node worker-2")),
+        "{found:?}"
+    );
+    assert_eq!(
+        found.last().map(String::as_str),
+        Some("prune ConfigMap old")
+    );
+    let pruned = plan["objects"].as_array().unwrap().last().unwrap();
+    assert!(
+        pruned["diff"].as_str().unwrap().contains("-  k: v"),
+        "{pruned:#}"
+    );
+}

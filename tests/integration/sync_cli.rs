@@ -1,0 +1,328 @@
+//! The `capstan sync` process: `--once` exit codes, a remote followed through signed GitHub
+//! webhooks (a forged one refused), and a clean stop on SIGTERM.
+
+use crate::common;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::git::{FleetRepo, NAMESPACE, config_map};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use ring::hmac;
+
+const SECRET: &str = "fleet webhook secret";
+
+fn capstan() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+}
+
+/// Runs `capstan sync --once` against the cluster; returns the exit code and stderr.
+fn sync_once(
+    repo: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    state: &std::path::Path,
+) -> (i32, String) {
+    sync_once_with(repo, kubeconfig, state, &[])
+}
+
+/// `capstan sync --once` with more arguments.
+fn sync_once_with(
+    repo: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    state: &std::path::Path,
+    more: &[&str],
+) -> (i32, String) {
+    let output = capstan()
+        .args(["sync", "--once", "--repo"])
+        .arg(repo)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--state-dir")
+        .arg(state)
+        .args(more)
+        .output()
+        .expect("capstan runs");
+    (
+        output.status.code().expect("exit code"),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn write_kubeconfig(
+    cluster: &capstan_cluster::EmbeddedCluster,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, cluster.kubeconfig()).expect("kubeconfig");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_exits_0_when_applied_and_1_when_the_commit_is_rejected() {
+    let (cluster, _client) = common::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let kubeconfig = write_kubeconfig(&cluster, state.path());
+    let mut repo = FleetRepo::new();
+    repo.commit(
+        &[
+            ("ns.yaml", Some(NAMESPACE)),
+            ("cm.yaml", Some(&config_map("settings", "a"))),
+        ],
+        "First",
+    );
+    let (code, stderr) = tokio::task::spawn_blocking({
+        let (repo, kubeconfig, state) = (
+            repo.path().to_path_buf(),
+            kubeconfig.clone(),
+            state.path().to_path_buf(),
+        );
+        move || sync_once(&repo, &kubeconfig, &state)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("2 created"), "{stderr}");
+
+    let typo = common::git::module("my-kmod", "v1").replace("moduleName:", "moduleNmae:");
+    repo.commit(&[("module.yaml", Some(&typo))], "Typo");
+    let (code, stderr) = tokio::task::spawn_blocking({
+        let (repo, kubeconfig, state) = (
+            repo.path().to_path_buf(),
+            kubeconfig.clone(),
+            state.path().to_path_buf(),
+        );
+        move || sync_once(&repo, &kubeconfig, &state)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(
+            "module.yaml:13: spec.moduleLoader.container.modprobe.moduleNmae: unknown field"
+        ),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_exits_3_naming_what_did_not_converge_within_the_timeout() {
+    // The module's image cannot be pulled: its worker pods fail, it never loads. (No
+    // version: an unversioned Module loads on every selected node, no label needed.)
+    let mut config = capstan_cluster::sim::config::ClusterConfig::default_cluster();
+    config.broken_images = vec!["registry.example/org/my-kmod:broken".into()];
+    let (cluster, _client) = common::start_simulated(config).await;
+    let state = tempfile::tempdir().unwrap();
+    let kubeconfig = write_kubeconfig(&cluster, state.path());
+    let mut repo = FleetRepo::new();
+    let module = common::git::module("my-kmod", "v1")
+        .replace("my-kmod:v1-${KERNEL_FULL_VERSION}", "my-kmod:broken")
+        .replace("      version: \"v1\"\n", "");
+    assert!(!module.contains("version:"), "{module}");
+    repo.commit(
+        &[("ns.yaml", Some(NAMESPACE)), ("module.yaml", Some(&module))],
+        "Broken image",
+    );
+    let run = |more: &'static [&'static str]| {
+        let (repo, kubeconfig, state) = (
+            repo.path().to_path_buf(),
+            kubeconfig.clone(),
+            state.path().to_path_buf(),
+        );
+        tokio::task::spawn_blocking(move || sync_once_with(&repo, &kubeconfig, &state, more))
+    };
+    // Applied without controllers, so the timeout below is all spent waiting for them.
+    let (code, stderr) = run(&["--controllers", "none"]).await.unwrap();
+    assert_eq!(code, 0, "{stderr}");
+
+    let (code, stderr) = run(&["--timeout", "2s"]).await.unwrap();
+    assert_eq!(code, 3, "{stderr}");
+    let pending = stderr
+        .split_once("not converged within 2s; still pending:")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no pending list: {stderr}"));
+    assert!(pending.contains("kmm-demo/my-kmod"), "{stderr}");
+}
+
+/// A running `capstan sync` whose stderr lines arrive on a channel.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(command: &mut Command) -> Running {
+        let mut child = command
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("capstan starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line containing `text`, returning it.
+    fn wait_for(&mut self, text: &str) -> String {
+        let deadline = Instant::now() + common::DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(text) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with {text:?}; saw:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// POSTs a GitHub push event to the webhook; returns the HTTP status.
+fn webhook(address: &str, signature: &str) -> u16 {
+    let body = r#"{"ref":"refs/heads/main"}"#;
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(common::DEADLINE))
+        .expect("timeout");
+    write!(
+        stream,
+        "POST /hooks/github HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\nX-Hub-Signature-256: {signature}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status line")
+}
+
+fn sign(body: &str) -> String {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, SECRET.as_bytes());
+    let tag = hmac::sign(&key, body.as_bytes());
+    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_is_synced_at_once_on_a_signed_webhook_and_stops_on_sigterm() {
+    let (cluster, client) = common::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let kubeconfig = write_kubeconfig(&cluster, state.path());
+    let secret_file = state.path().join("secret");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let mut repo = FleetRepo::new();
+    repo.commit(
+        &[
+            ("ns.yaml", Some(NAMESPACE)),
+            ("cm.yaml", Some(&config_map("settings", "a"))),
+        ],
+        "First",
+    );
+    let url = format!("file://{}", repo.path().display());
+    let mut running = Running::start(
+        capstan()
+            .args([
+                "sync",
+                "--interval",
+                "1h",
+                "--listen",
+                "127.0.0.1:0",
+                "--repo",
+                &url,
+            ])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--state-dir")
+            .arg(state.path().join("sync"))
+            .arg("--webhook-secret-file")
+            .arg(&secret_file),
+    );
+    let listening = running.wait_for("metrics and health on http://");
+    let address = listening
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("address")
+        .to_string();
+    running.wait_for("2 created");
+
+    repo.commit(
+        &[("cm.yaml", Some(&config_map("settings", "b")))],
+        "Second (#5)",
+    );
+    let body = r#"{"ref":"refs/heads/main"}"#;
+    let forged = tokio::task::spawn_blocking({
+        let address = address.clone();
+        move || {
+            webhook(
+                &address,
+                "sha256=0000000000000000000000000000000000000000000000000000000000000000",
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(forged, 401);
+    let accepted = tokio::task::spawn_blocking({
+        let address = address.clone();
+        let signature = sign(body);
+        move || webhook(&address, &signature)
+    })
+    .await
+    .unwrap();
+    assert_eq!(accepted, 202);
+    let line = running.wait_for("1 configured");
+    assert!(line.contains("(#5)"), "{line}");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kmm-demo");
+    assert_eq!(
+        maps.get("settings").await.unwrap().data.unwrap()["value"],
+        "b"
+    );
+
+    let pid = running.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    running.wait_for("stopped");
+    let deadline = Instant::now() + common::DEADLINE;
+    let status = loop {
+        if let Some(status) = running.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "capstan did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
