@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use capstan::controllers::{self, Context, Selection};
 use capstan_api::labels::{COMPONENT_LABEL, WORKER_COMPONENT};
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
-use capstan::controllers::{self, Context, Selection};
 use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, PostParams};

@@ -13,50 +13,26 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use capstan_api::{HistoryRecord, RecordType};
-use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
-use capstan_cluster::{ClusterOptions, EmbeddedCluster};
 use capstan::controllers::{self, Context, Selection};
 use capstan::sync::run::{SyncOptions, Syncer};
-use capstan_testing::git::{self, FleetRepo};
+use capstan_api::{HistoryRecord, RecordType};
+use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
+use capstan_cluster::testing::{cluster_revision, start_simulated};
+use capstan_testing::git::FleetRepo;
+use capstan_testing::manifests;
 use kube::api::{Api, ListParams};
 use tokio_util::sync::CancellationToken;
 
 fn module(version: &str) -> String {
-    format!(
-        r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
-kind: Module
-metadata:
-  name: my-kmod
-  namespace: kmm-demo
-spec:
-  selector:
-    node-role.kubernetes.io/worker: ""
-  moduleLoader:
-    container:
-      version: "{version}"
-      modprobe:
-        moduleName: my_kmod
-      kernelMappings:
-        - regexp: '^.+$'
-          containerImage: "registry.example/org/my-kmod:{version}"
-  devicePlugin:
-    container:
-      image: "registry.example/org/my-kmod-device-plugin:{version}"
-"#
-    )
+    manifests::module_with_device_plugin("my-kmod", version)
 }
 
+/// The cluster's resourceVersion as a number: every write moves it by one.
 async fn revision(client: &kube::Client) -> u64 {
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces
-        .list_metadata(&ListParams::default().limit(1))
+    cluster_revision(client)
         .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+        .parse()
+        .expect("a numeric resourceVersion")
 }
 
 async fn converge(client: &kube::Client) -> Duration {
@@ -105,33 +81,26 @@ async fn main() {
     config.timing.pod_start_seconds = 0.0;
     config.timing.pod_stop_seconds = 0.0;
     config.timing.worker_seconds = 0.0;
-    let cluster = EmbeddedCluster::start(ClusterOptions {
-        simulation: Some(config),
-        ..ClusterOptions::default()
-    })
-    .await
-    .expect("cluster starts");
-    let client = cluster.client().expect("client");
+    let (_cluster, client) = start_simulated(config).await;
 
     let mut repo = FleetRepo::new();
     let settings = format!("maxNodesInFlight: {in_flight}\nhistoryRetention: 100000\n");
     let mut files = vec![
         ("capstan.yaml".to_string(), settings),
-        ("namespace.yaml".to_string(), git::NAMESPACE.to_string()),
+        (
+            "namespace.yaml".to_string(),
+            manifests::NAMESPACE.to_string(),
+        ),
         ("module.yaml".to_string(), module("v1")),
     ];
     for i in 0..count {
         let node = format!("node-{i:04}");
         files.push((
             format!("nodes/{node}.yaml"),
-            git::node_label(&node, "my-kmod", "v1"),
+            manifests::node_label(&node, "my-kmod", "v1"),
         ));
     }
-    let changes: Vec<(&str, Option<&str>)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), Some(c.as_str())))
-        .collect();
-    repo.commit(&changes, "Merge pull request #1 from fleet/initial");
+    repo.commit_set(&files, "Merge pull request #1 from fleet/initial");
     let state = tempfile::tempdir().expect("tempdir");
     let source = capstan::sync::source::Source::open(
         repo.path().to_str().expect("path"),
@@ -168,7 +137,7 @@ async fn main() {
     repo.commit(
         &[(
             &format!("nodes/{first}.yaml"),
-            Some(&git::node_label(&first, "my-kmod", "v2")),
+            Some(&manifests::node_label(&first, "my-kmod", "v2")),
         )],
         "Merge pull request #3 from fleet/one",
     );
@@ -194,15 +163,11 @@ async fn main() {
             let node = format!("node-{i:04}");
             (
                 format!("nodes/{node}.yaml"),
-                git::node_label(&node, "my-kmod", "v2"),
+                manifests::node_label(&node, "my-kmod", "v2"),
             )
         })
         .collect();
-    let changes: Vec<(&str, Option<&str>)> = rest
-        .iter()
-        .map(|(p, c)| (p.as_str(), Some(c.as_str())))
-        .collect();
-    repo.commit(&changes, "Merge pull request #4 from fleet/rest");
+    repo.commit_set(&rest, "Merge pull request #4 from fleet/rest");
     let before = revision(&client).await;
     let fleet_started = Instant::now();
     syncer.sync().await.expect("rest");

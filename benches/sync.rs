@@ -16,14 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
-use capstan_cluster::{ClusterOptions, EmbeddedCluster};
 use capstan::sync::metrics::Metrics;
 use capstan::sync::run::{self, Outcome, SyncOptions, Syncer, Wakers};
 use capstan::sync::source::{Auth, Source, watch_refs};
-use git2::{IndexAddOption, Repository, RepositoryInitOptions, Signature};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ListParams};
+use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
+use capstan_cluster::testing::{cluster_revision, start_simulated};
+use capstan_testing::git::FleetRepo;
+use capstan_testing::manifests::{NAMESPACE, config_map, module, node_label};
 use tokio::sync::{Notify, mpsc};
 
 const NODES: usize = 100;
@@ -33,28 +32,20 @@ fn scaled(n: usize) -> usize {
     ((n as f64 * common::factor()).round() as usize).max(10)
 }
 
-/// The manifests of a fleet of `count` objects: a namespace, Node version labels, Modules,
-/// ConfigMaps; `variant` changes the data of every tenth ConfigMap.
+/// The manifests of a fleet of `count` objects: the namespace, Node version labels,
+/// Modules, ConfigMaps; `variant` changes the data of every tenth ConfigMap.
 fn fleet(count: usize, variant: &str) -> Vec<(String, String)> {
-    let mut files = vec![(
-        "namespaces.yaml".to_string(),
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: fleet\n".to_string(),
-    )];
+    let mut files = vec![("namespaces.yaml".to_string(), NAMESPACE.to_string())];
     let modules = (count / 10).max(1);
     for m in 0..modules {
-        files.push((
-            format!("modules/kmod-{m:05}.yaml"),
-            format!(
-                "apiVersion: kmm.sigs.x-k8s.io/v1beta1\nkind: Module\nmetadata:\n  name: kmod-{m:05}\n  namespace: fleet\nspec:\n  selector:\n    node-role.kubernetes.io/worker: \"\"\n  moduleLoader:\n    container:\n      version: \"v1\"\n      modprobe:\n        moduleName: kmod_{m:05}\n      kernelMappings:\n        - regexp: '^.+$'\n          containerImage: \"registry.example/kmod-{m:05}:v1-${{KERNEL_FULL_VERSION}}\"\n"
-            ),
-        ));
+        let name = format!("kmod-{m:05}");
+        files.push((format!("modules/{name}.yaml"), module(&name, "v1")));
     }
     for n in 0..NODES.min(count / 10) {
+        let node = format!("node-{n:05}");
         files.push((
-            format!("nodes/node-{n:05}.yaml"),
-            format!(
-                "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-{n:05}\n  labels:\n    kmm.node.kubernetes.io/version-module.fleet.kmod-00000: \"v1\"\n"
-            ),
+            format!("nodes/{node}.yaml"),
+            node_label(&node, "kmod-00000", "v1"),
         ));
     }
     let maps = count.saturating_sub(files.len());
@@ -63,70 +54,19 @@ fn fleet(count: usize, variant: &str) -> Vec<(String, String)> {
         files.push((
             format!("config/settings-{c:05}.yaml"),
             format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-{c:05}\n  namespace: fleet\n  labels:\n    app: fleet\ndata:\n  value: \"{value}\"\n  replicas: \"3\"\n"
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-{c:05}\n  namespace: kmm-demo\n  labels:\n    app: fleet\ndata:\n  value: \"{value}\"\n  replicas: \"3\"\n"
             ),
         ));
     }
     files
 }
 
-struct Repo {
-    dir: tempfile::TempDir,
-    repo: Repository,
-}
-
-impl Repo {
-    fn new() -> Repo {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let repo = Repository::init_opts(
-            dir.path(),
-            RepositoryInitOptions::new().initial_head("main"),
-        )
-        .expect("init");
-        Repo { dir, repo }
-    }
-
-    fn commit(&self, files: &[(String, String)], message: &str) -> String {
-        for (path, text) in files {
-            let full = self.dir.path().join(path);
-            std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
-            std::fs::write(full, text).expect("write");
-        }
-        let mut index = self.repo.index().expect("index");
-        index
-            .add_all(["*"], IndexAddOption::DEFAULT, None)
-            .expect("add");
-        index.write().expect("index write");
-        let tree = self
-            .repo
-            .find_tree(index.write_tree().expect("tree"))
-            .expect("tree");
-        let signature = Signature::now("Bench", "bench@example.com").expect("signature");
-        let parent = self.repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-        self.repo
-            .commit(
-                Some("HEAD"),
-                &signature,
-                &signature,
-                message,
-                &tree,
-                &parents,
-            )
-            .expect("commit")
-            .to_string()
-    }
-}
-
+/// The cluster's resourceVersion as a number: every write moves it by one.
 async fn revision(client: &kube::Client) -> u64 {
-    Api::<Namespace>::all(client.clone())
-        .list_metadata(&ListParams::default().limit(1))
+    cluster_revision(client)
         .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .and_then(|rv| rv.parse().ok())
-        .expect("resourceVersion")
+        .parse()
+        .expect("a numeric resourceVersion")
 }
 
 /// Runs a command `runs` times; the median wall time and the last exit code.
@@ -179,10 +119,10 @@ async fn main() {
     let small = scaled(2_000);
 
     // Offline plans: a commit of N manifests, then one that changes a tenth of them.
-    let repo_big = Repo::new();
-    let base = repo_big.commit(&fleet(big, "base"), "Fleet");
-    let head = repo_big.commit(&fleet(big, "changed"), "Change a tenth");
-    let (plan_big, code) = time_command(|| plan_offline(repo_big.dir.path(), &base, &head), 3);
+    let mut repo_big = FleetRepo::new();
+    let base = repo_big.commit_set(&fleet(big, "base"), "Fleet");
+    let head = repo_big.commit_set(&fleet(big, "changed"), "Change a tenth");
+    let (plan_big, code) = time_command(|| plan_offline(repo_big.path(), &base, &head), 3);
     assert_eq!(code, Some(0), "plan of {big} manifests");
     row(
         &mut table,
@@ -191,10 +131,10 @@ async fn main() {
         "< 2 s",
     );
 
-    let repo = Repo::new();
-    let base = repo.commit(&fleet(small, "base"), "Fleet");
-    let head = repo.commit(&fleet(small, "changed"), "Change a tenth");
-    let (plan_small, _) = time_command(|| plan_offline(repo.dir.path(), &base, &head), 3);
+    let mut repo = FleetRepo::new();
+    let base = repo.commit_set(&fleet(small, "base"), "Fleet");
+    let head = repo.commit_set(&fleet(small, "changed"), "Change a tenth");
+    let (plan_small, _) = time_command(|| plan_offline(repo.path(), &base, &head), 3);
     row(
         &mut table,
         &format!("capstan plan offline, {small} manifests"),
@@ -213,19 +153,13 @@ async fn main() {
             .collect(),
         ..ClusterConfig::default()
     };
-    let cluster = EmbeddedCluster::start(ClusterOptions {
-        simulation: Some(config),
-        ..ClusterOptions::default()
-    })
-    .await
-    .expect("cluster");
-    let client = cluster.client().expect("client");
+    let (cluster, client) = start_simulated(config).await;
     let kubeconfig = tempfile::NamedTempFile::new().expect("kubeconfig");
     std::fs::write(kubeconfig.path(), cluster.kubeconfig()).expect("kubeconfig");
 
     let state = tempfile::tempdir().expect("state");
     let source = Source::open(
-        repo.dir.path().to_str().expect("utf-8"),
+        repo.path().to_str().expect("utf-8"),
         "main",
         None,
         state.path(),
@@ -273,7 +207,7 @@ async fn main() {
 
     let (live_plan, code) = time_command(
         || {
-            let mut command = plan_offline(repo.dir.path(), &head, &head);
+            let mut command = plan_offline(repo.path(), &head, &head);
             command.arg("--kubeconfig").arg(kubeconfig.path());
             command
         },
@@ -305,9 +239,9 @@ async fn main() {
                         "-R",
                         "-f",
                     ])
-                    .arg(repo.dir.path().join("config"))
+                    .arg(repo.path().join("config"))
                     .arg("-f")
-                    .arg(repo.dir.path().join("modules"))
+                    .arg(repo.path().join("modules"))
                     .arg("--kubeconfig")
                     .arg(kubeconfig.path());
                 command
@@ -367,8 +301,8 @@ async fn main() {
         let started = Instant::now();
         let sha = repo.commit(
             &[(
-                "config/settings-00001.yaml".to_string(),
-                format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-00001\n  namespace: fleet\ndata:\n  value: \"commit-{i}\"\n"),
+                "config/settings-00001.yaml",
+                Some(&config_map("settings-00001", &format!("commit-{i}"))),
             )],
             &format!("Commit {i}"),
         );

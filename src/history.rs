@@ -10,41 +10,29 @@
 //! Records of upgrade steps have names derived from what they record (node, module,
 //! versions, step, commit), so writing one twice (after a restart) keeps one record.
 
+pub mod recorder;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde::Serialize;
 
 use capstan_api::canonical::sha256_hex;
-use crate::sync::source::CommitInfo;
 use capstan_api::capstan::SYSTEM_NAMESPACE;
+use capstan_api::clock::rfc3339_micros;
 use capstan_api::labels::{
     PULL_REQUEST_ANNOTATION, RECORD_COMMIT_LABEL, RECORD_MODULE_LABEL, RECORD_NODE_LABEL,
     RECORD_SYNC_LABEL, RECORD_TYPE_LABEL, REVISION_ANNOTATION,
 };
 use capstan_api::{Change, CommitRef, HistoryRecord, HistoryRecordSpec, RecordType, UpgradeStep};
-use capstan_api::clock::rfc3339_micros;
+use recorder::{EventKey, Recorder};
 
 /// The component name on capstan's Events.
 pub const COMPONENT: &str = "capstan";
 /// Longest Event message; longer ones are cut with a note of how much was left out.
 const MAX_EVENT_MESSAGE: usize = 1024;
-
-/// A commit as records name it.
-pub fn commit_ref(commit: &CommitInfo) -> CommitRef {
-    CommitRef {
-        sha: commit.sha.clone(),
-        short_sha: commit.short_sha().to_string(),
-        revision: commit.revision(),
-        author: commit.author.clone(),
-        time: commit.time.to_string(),
-        subject: commit.subject.clone(),
-        pull_request: commit.pull_request,
-    }
-}
 
 /// A commit as records name it, from its `capstan.dev/revision` (`<branch>@sha1:<sha>`) and
 /// `capstan.dev/pull-request` stamps: what an object applied from Git says of the commit
@@ -470,32 +458,11 @@ pub struct EventTarget {
     pub uid: Option<String>,
 }
 
-/// Emits a core/v1 Event about `target`, annotated with the commit's revision and pull
-/// request. `warning` makes it a Warning event.
-pub async fn emit_event(
-    client: &kube::Client,
-    target: &EventTarget,
-    warning: bool,
-    reason: &str,
-    message: &str,
-    commit: &CommitRef,
-) -> Result<(), kube::Error> {
-    emit_annotated_event(
-        client,
-        target,
-        warning,
-        reason,
-        message,
-        commit,
-        BTreeMap::new(),
-    )
-    .await
-}
-
-/// [`emit_event`] with more annotations beside the commit's (the module, versions and
-/// step of an ordered-upgrade step).
-pub async fn emit_annotated_event(
-    client: &kube::Client,
+/// Publishes an Event about `target` through `recorder`, annotated with the commit's
+/// revision and pull request and with `annotations` (an upgrade step's module, versions
+/// and step). `warning` makes it a Warning event.
+pub async fn record_event(
+    recorder: &Recorder,
     target: &EventTarget,
     warning: bool,
     reason: &str,
@@ -503,44 +470,27 @@ pub async fn emit_annotated_event(
     commit: &CommitRef,
     annotations: BTreeMap<String, String>,
 ) -> Result<(), kube::Error> {
-    let namespace = target.namespace.clone().unwrap_or_else(|| "default".into());
-    let now = jiff::Timestamp::now();
-    let name = format!("{}.{:016x}", target.name, rand::random::<u64>());
     let mut all_annotations = annotations;
     all_annotations.extend(stamp_annotations(commit));
-    let event = Event {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace.clone()),
-            annotations: Some(all_annotations),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some(target.api_version.clone()),
-            kind: Some(target.kind.clone()),
-            namespace: target.namespace.clone(),
-            name: Some(target.name.clone()),
-            uid: target.uid.clone(),
-            ..ObjectReference::default()
-        },
-        reason: Some(reason.to_string()),
-        message: Some(truncate(message)),
-        type_: Some(if warning { "Warning" } else { "Normal" }.to_string()),
-        count: Some(1),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        action: Some(reason.to_string()),
-        reporting_component: Some(COMPONENT.to_string()),
-        reporting_instance: Some(COMPONENT.to_string()),
-        source: Some(EventSource {
-            component: Some(COMPONENT.to_string()),
-            host: None,
-        }),
-        ..Event::default()
+    let regarding = ObjectReference {
+        api_version: Some(target.api_version.clone()),
+        kind: Some(target.kind.clone()),
+        // Events about cluster-scoped objects go to `default`, as kubectl expects.
+        namespace: target.namespace.clone(),
+        name: Some(target.name.clone()),
+        uid: target.uid.clone(),
+        ..ObjectReference::default()
     };
-    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    api.create(&PostParams::default(), &event).await.map(|_| ())
+    let key = EventKey {
+        warning,
+        reason: reason.to_string(),
+        action: reason.to_string(),
+        note: truncate(message),
+        regarding: (&regarding).into(),
+        related: None,
+        annotations: all_annotations,
+    };
+    recorder.publish(key, &regarding, None).await
 }
 
 /// `message` cut to [`MAX_EVENT_MESSAGE`] bytes at a character boundary.
@@ -556,9 +506,9 @@ fn truncate(message: &str) -> String {
     format!("{}{note}", &message[..end])
 }
 
-/// The time records are stamped with: now, RFC 3339 with microseconds.
-pub fn now() -> String {
-    rfc3339_micros(jiff::Timestamp::now())
+/// The time records are stamped with: `clock`'s now, RFC 3339 with microseconds.
+pub fn now(clock: &dyn capstan_api::clock::Clock) -> String {
+    rfc3339_micros(clock.now())
 }
 
 #[cfg(test)]

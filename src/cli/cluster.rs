@@ -50,7 +50,9 @@ pub enum NodeOperation {
 
 pub async fn run(args: ClusterArgs) -> anyhow::Result<i32> {
     match args.command {
-        ClusterCommand::Serve(serve) => capstan_cluster::cli::serve(serve, runtime::shutdown_signal()).await,
+        ClusterCommand::Serve(serve) => {
+            capstan_cluster::cli::serve(serve, runtime::shutdown_signal()).await
+        }
         ClusterCommand::Node(node) => run_node(node).await,
     }
 }

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
+use crate::history::{self, Filter, RecordView};
 use crate::runtime::client_for;
 use capstan_api::HistoryRecord;
-use crate::history::{self, Filter, RecordView};
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {

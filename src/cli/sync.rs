@@ -10,9 +10,9 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio::sync::Notify;
 
-use crate::runtime::{client_for, shutdown_signal};
 use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
 use crate::controllers::{self, Context, Selection};
+use crate::runtime::{client_for, shutdown_signal};
 use crate::sync::manifests::DriftPolicy;
 use crate::sync::metrics::Metrics;
 use crate::sync::run::{self, Outcome, SyncError, SyncOptions, Syncer, Wakers, describe_commit};
@@ -212,6 +212,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     let options = SyncOptions {
         name: args.name.clone(),
         drift: args.drift,
+        ..SyncOptions::default()
     };
     let syncer = Syncer::start(client.clone(), source, options, metrics.clone())
         .await

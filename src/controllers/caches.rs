@@ -1,5 +1,6 @@
-//! Shared watch caches of the KMM controllers: one watch per kind, however many
-//! controllers read it.
+//! The controllers' one way to watch and cache: one watch per kind, however many
+//! controllers read it. Every controller takes its triggers and its reads from here; none
+//! opens a watch of its own.
 //!
 //! Each cache is a kube runtime reflector store fed by one watcher; every controller that
 //! needs the kind subscribes to the cache's stream of changed objects (its trigger) and
@@ -19,10 +20,12 @@
 
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -30,10 +33,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::controllers::skipped_fields::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
 use capstan_api::labels;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
-use crate::controllers::skipped_fields::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
 
 /// Changes a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;
@@ -50,6 +53,9 @@ where
     ready_tx: Option<tokio::sync::watch::Sender<bool>>,
     writer: Option<reflector::store::Writer<K>>,
     subscribers: Mutex<Option<Vec<mpsc::Sender<Arc<K>>>>>,
+    /// Whether a controller subscribed or reads the store: a kind nobody uses is not
+    /// watched.
+    wanted: AtomicBool,
     /// Watched as [`Lean`]: what `L` leaves out, which nothing reads, is never decoded.
     api: Api<Lean<K, L>>,
     config: watcher::Config,
@@ -70,6 +76,7 @@ where
             ready_tx: Some(ready_tx),
             writer: Some(writer),
             subscribers: Mutex::new(Some(Vec::new())),
+            wanted: AtomicBool::new(false),
             api,
             config,
         }
@@ -81,6 +88,7 @@ where
     /// # Panics
     /// After [`Caches::start`]: subscribers must be in place before the watch starts.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        self.wanted.store(true, Ordering::Relaxed);
         let (sender, receiver) = mpsc::channel(BUFFER);
         self.subscribers
             .lock()
@@ -91,7 +99,16 @@ where
         receiver
     }
 
+    /// The store, and whether its initial list is in, for a controller that reads it.
+    pub fn reader(&self) -> (Store<K>, tokio::sync::watch::Receiver<bool>) {
+        self.wanted.store(true, Ordering::Relaxed);
+        (self.store.clone(), self.ready.clone())
+    }
+
     fn start(&mut self, tasks: &mut tokio::task::JoinSet<()>) {
+        if !self.wanted.load(Ordering::Relaxed) {
+            return;
+        }
         let subscribers = self.subscribers.lock().expect("subscribers lock").take();
         let (Some(writer), Some(ready), Some(mut subscribers)) =
             (self.writer.take(), self.ready_tx.take(), subscribers)
@@ -159,7 +176,7 @@ fn whole<K, L>(event: watcher::Event<Lean<K, L>>) -> watcher::Event<K> {
     }
 }
 
-/// The kinds the Module -> NMC and NMC controllers watch.
+/// The kinds the controllers watch, each watched once.
 pub struct Caches {
     /// Every Node.
     pub nodes: Cache<Node, NodeParts>,
@@ -169,6 +186,8 @@ pub struct Caches {
     pub nmcs: Cache<NodeModulesConfig>,
     /// The KMM worker pods, in every namespace.
     pub worker_pods: Cache<Pod, WorkerPodParts>,
+    /// The device-plugin DaemonSets, in every namespace.
+    pub daemon_sets: Cache<DaemonSet>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -180,22 +199,29 @@ impl Caches {
             labels::COMPONENT_LABEL,
             labels::WORKER_COMPONENT
         ));
+        let device_plugins = watcher::Config::default().labels(&format!(
+            "{}={}",
+            labels::ROLE_LABEL,
+            labels::DEVICE_PLUGIN_ROLE
+        ));
         Caches {
             nodes: Cache::new(Api::all(client.clone()), watcher::Config::default()),
             modules: Cache::new(Api::all(client.clone()), watcher::Config::default()),
             nmcs: Cache::new(Api::all(client.clone()), watcher::Config::default()),
             worker_pods: Cache::new(Api::all(client.clone()), worker_pods),
+            daemon_sets: Cache::new(Api::all(client.clone()), device_plugins),
             tasks: tokio::task::JoinSet::new(),
         }
     }
 
-    /// Starts the watches of the kinds someone subscribed to; they run until the caches are
-    /// dropped.
+    /// Starts the watches of the kinds a controller subscribed to or reads; they run until
+    /// the caches are dropped.
     pub fn start(&mut self) {
         self.nodes.start(&mut self.tasks);
         self.modules.start(&mut self.tasks);
         self.nmcs.start(&mut self.tasks);
         self.worker_pods.start(&mut self.tasks);
+        self.daemon_sets.start(&mut self.tasks);
     }
 }
 
@@ -216,17 +242,16 @@ pub struct Stores {
 impl Stores {
     /// The stores of `caches`.
     pub fn of(caches: &Caches) -> Arc<Stores> {
+        let (nodes, nodes_ready) = caches.nodes.reader();
+        let (modules, modules_ready) = caches.modules.reader();
+        let (nmcs, nmcs_ready) = caches.nmcs.reader();
+        let (worker_pods, worker_pods_ready) = caches.worker_pods.reader();
         Arc::new(Stores {
-            nodes: caches.nodes.store.clone(),
-            modules: caches.modules.store.clone(),
-            nmcs: caches.nmcs.store.clone(),
-            worker_pods: caches.worker_pods.store.clone(),
-            ready: [
-                caches.nodes.ready.clone(),
-                caches.modules.ready.clone(),
-                caches.nmcs.ready.clone(),
-                caches.worker_pods.ready.clone(),
-            ],
+            nodes,
+            modules,
+            nmcs,
+            worker_pods,
+            ready: [nodes_ready, modules_ready, nmcs_ready, worker_pods_ready],
         })
     }
 

@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use capstan_api::clock::{Clock, SystemClock};
 use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
-use crate::controllers::recorder::{EventKey, Recorder};
+use crate::history::recorder::{EventKey, Recorder};
+use capstan_api::clock::{Clock, SystemClock};
 
 /// The component name on the Events the controllers write.
 pub const EVENT_REPORTER: &str = "capstan-controllers";
@@ -44,7 +44,8 @@ pub struct Context {
     pub shutdown: CancellationToken,
     /// The image worker pods run (`capstan sync --worker-image`).
     pub worker_image: String,
-    recorder: Recorder,
+    /// capstan's Event recorder, on [`Context::clock`].
+    pub recorder: Recorder,
 }
 
 impl Context {
@@ -69,7 +70,7 @@ impl Context {
         shutdown: CancellationToken,
         worker_image: String,
     ) -> Arc<Context> {
-        let recorder = Recorder::new(client.clone(), EVENT_REPORTER);
+        let recorder = Recorder::new(client.clone(), EVENT_REPORTER, clock.clone());
         Arc::new(Context {
             client,
             clock,
@@ -98,9 +99,9 @@ impl Context {
             note,
             regarding: object.into(),
             related: related.as_ref().map(Into::into),
+            annotations: Default::default(),
         };
-        let now = self.clock.now();
-        if let Err(err) = self.recorder.publish(key, object, related, now).await {
+        if let Err(err) = self.recorder.publish(key, object, related).await {
             tracing::debug!(%err, reason, "could not publish an event");
         }
     }

@@ -51,13 +51,13 @@ use thiserror::Error;
 
 use super::module_nmc::ModuleFacts;
 use super::node::NodeFacts;
+use capstan_api::canonical::{digest, sha256_hex};
 use capstan_api::labels::{
     APPLIED_DIGEST_ANNOTATION, DEVICE_PLUGIN_ROLE, KUBELET_DEVICE_PLUGINS_PATH,
     KUBELET_DEVICE_PLUGINS_VOLUME, LABEL_NAME_MAX, LabelError, MODULE_NAME_LABEL, ModuleKey,
     ROLE_LABEL, validate_label_value,
 };
 use capstan_api::module::{DaemonSetStatus, DevicePluginContainerSpec, DevicePluginSpec};
-use capstan_api::canonical::{digest, sha256_hex};
 
 pub mod reconciler;
 

@@ -86,10 +86,7 @@ impl ApiServer {
             let mut handle = pin!(self.0);
             for (index, call) in calls.into_iter().enumerate() {
                 let Some((request, send)) = handle.next_request().await else {
-                    panic!(
-                        "call {index} never came: {} {}",
-                        call.method, call.path
-                    );
+                    panic!("call {index} never came: {} {}", call.method, call.path);
                 };
                 let (parts, body) = request.into_parts();
                 let seen = format!("{} {}", parts.method, parts.uri);
@@ -130,17 +127,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_is_answered_and_a_missing_one_fails() {
-        let (client, server) = client();
+        let (cluster, server) = client();
         let answer = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
-        let server = server.run(vec![Call::get("/api/v1/namespaces/default/configmaps/a", answer)]);
-        let api: kube::Api<ConfigMap> = kube::Api::default_namespaced(client);
-        assert_eq!(api.get("a").await.expect("get").metadata.name.as_deref(), Some("a"));
+        let server = server.run(vec![Call::get(
+            "/api/v1/namespaces/default/configmaps/a",
+            answer,
+        )]);
+        let api: kube::Api<ConfigMap> = kube::Api::default_namespaced(cluster);
+        assert_eq!(
+            api.get("a").await.expect("get").metadata.name.as_deref(),
+            Some("a")
+        );
         drop(api);
         server.await.expect("the scenario holds");
 
         let (client, server) = client();
         let server = server.run(vec![Call::get("/api/v1/nodes/n1", json!({}))]);
         drop(client);
-        assert!(server.await.is_err(), "a call that never came fails the scenario");
+        assert!(
+            server.await.is_err(),
+            "a call that never came fails the scenario"
+        );
     }
 }

@@ -34,11 +34,10 @@ pub mod failures;
 #[cfg(test)]
 pub mod fixtures;
 pub mod kernel_mapping;
-pub mod skipped_fields;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;
-pub mod recorder;
+pub mod skipped_fields;
 pub mod version_labels;
 
 pub use context::Context;
@@ -166,7 +165,7 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
                 tasks.spawn(nmc::reconciler::run(ctx, &caches));
             }
             ControllerName::DevicePlugin => {
-                tasks.spawn(device_plugin::reconciler::run(ctx));
+                tasks.spawn(device_plugin::reconciler::run(ctx, &caches));
             }
             ControllerName::VersionLabels => {
                 tasks.spawn(version_labels::reconciler::run(ctx));

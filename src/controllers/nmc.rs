@@ -1,16 +1,18 @@
 //! The NodeModulesConfig controller, per node (seed 000, "NMC controller decision-making
 //! flow", and seed 001's reconciliation loop).
 //!
-//! [`decide`] takes the NMC's spec and status entries, the node and the worker pods on it,
-//! and returns what to write. The reconciler applies it in this order, and stops at the
-//! first failure:
+//! [`decide`] takes the NMC's spec, status entries and recorded worker failures, the node,
+//! the worker pods on it and the time, and returns what to write. The reconciler applies it
+//! in this order, and stops at the first failure:
 //!
 //! 1. the NMC status, recording what finished worker pods did: a loader's config and the
-//!    node's boot ID, or an unloader's removal of the entry;
+//!    node's boot ID, or an unloader's removal of the entry; then the NMC's worker failures
+//!    and `module-in-use` labels;
 //! 2. the worker pods to delete: finished ones (their outcome is now in the status) and
 //!    in-flight ones doing what is no longer wanted;
 //! 3. the worker pods to create, at most one per node and module at a time;
-//! 4. the node's ready labels and the NMC's `module-in-use` labels.
+//! 4. the node's ready labels;
+//! 5. an Event for each worker outcome read for the first time.
 //!
 //! Finished pods are read whatever the node's state. Then, on a node that is not Ready, or
 //! that the module's tolerations do not allow, nothing else happens for the module and its
@@ -39,7 +41,15 @@
 //! Where upstream KMM leaves a worker pod doing the wrong thing, this controller deletes it:
 //! an unloader of a module that is wanted again (KMM issue 1333) and a loader that has not
 //! started for a module that is gone or whose config changed (KMM issue 1004). A worker pod
-//! whose module is gone is still read and deleted when it finishes.
+//! whose module is gone is still read and deleted when it finishes. A pod already being
+//! deleted is read but not deleted again.
+//!
+//! Failed workers back off (see [`failures`](super::failures)): each failed pod deleted is
+//! counted once in the NMC's failure record (a pod the record already holds is one the
+//! cache shows again before its deletion), a succeeded one clears its module's failures,
+//! and failures of modules in neither the spec nor the status are forgotten. A worker pod
+//! to create for a module whose backoff has not run out is held, and the node is looked at
+//! again when the first backoff ends ([`NmcDecision::retry_after`]).
 
 pub mod expectations;
 pub mod own_writes;
@@ -47,12 +57,15 @@ pub mod reconciler;
 pub mod worker_pod;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{LocalObjectReference, Pod, Toleration};
 use thiserror::Error;
 
+use super::failures::WorkerFailures;
 use super::node::NodeFacts;
+use capstan_api::clock::rfc3339;
 use capstan_api::labels::{
     LabelError, MODULE_NAME_LABEL, ModuleKey, ModuleLabel, WORKER_ACTION_LABEL,
     WORKER_CONFIG_ANNOTATION, WORKER_MODULE_VERSION_ANNOTATION, WorkerAction,
@@ -98,6 +111,8 @@ impl PodPhase {
 pub struct WorkerPod {
     /// Pod name (`kmm-worker-<node>-<module>`).
     pub name: String,
+    /// `metadata.uid`: the precondition of its deletion, and how its failure is counted once.
+    pub uid: Option<String>,
     /// The Module it works for; the pod lives in the Module's namespace.
     pub module: ModuleKey,
     /// Load or unload.
@@ -118,6 +133,8 @@ pub struct WorkerPod {
     pub tolerations: Vec<Toleration>,
     /// When its last container ended.
     pub finished_at: Option<Timestamp>,
+    /// For a failed pod, why, in one line (see [`failure_message`]).
+    pub failure: Option<String>,
 }
 
 /// Why a pod cannot be read as a worker pod.
@@ -143,7 +160,8 @@ pub enum WorkerPodError {
 
 impl WorkerPod {
     /// Reads a worker pod: its module label, action label, phase, config annotation (read
-    /// strictly, as the worker reads it) and the times its containers ended.
+    /// strictly, as the worker reads it), the times its containers ended and, when it
+    /// failed, why.
     ///
     /// Fails when the module or action label is missing or invalid.
     pub fn from_pod(pod: &Pod) -> Result<WorkerPod, WorkerPodError> {
@@ -182,10 +200,12 @@ impl WorkerPod {
         };
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
+        let phase = PodPhase::from_status(status.and_then(|s| s.phase.as_deref()));
         Ok(WorkerPod {
+            uid: pod.metadata.uid.clone(),
             module,
             action,
-            phase: PodPhase::from_status(status.and_then(|s| s.phase.as_deref())),
+            phase,
             deleting: pod.metadata.deletion_timestamp.is_some(),
             config,
             version: annotation(WORKER_MODULE_VERSION_ANNOTATION)
@@ -205,9 +225,32 @@ impl WorkerPod {
                 .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
                 .map(|time| time.0)
                 .max(),
+            failure: (phase == PodPhase::Failed).then(|| failure_message(pod)),
             name,
         })
     }
+}
+
+/// What a failed worker pod that says nothing about its end is reported with.
+const NO_FAILURE_REASON: &str = "the worker failed without a reason";
+
+/// The one-line reason a finished worker pod gives: its container's termination message or
+/// reason, else the pod's message or reason.
+pub fn failure_message(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let terminated = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .next();
+    terminated
+        .and_then(|t| t.message.clone().or_else(|| t.reason.clone()))
+        .or_else(|| status.and_then(|s| s.message.clone()))
+        .or_else(|| status.and_then(|s| s.reason.clone()))
+        .map(|m| m.lines().next().unwrap_or_default().trim().to_string())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| NO_FAILURE_REASON.to_string())
 }
 
 /// Everything the NMC controller decides on for one node.
@@ -223,13 +266,24 @@ pub struct NmcInput<'a> {
     pub pods: &'a [WorkerPod],
     /// The NMC's labels (for its `module-in-use` labels).
     pub nmc_labels: &'a BTreeMap<String, String>,
+    /// The worker failures recorded on the NMC.
+    pub failures: &'a WorkerFailures,
+    /// When the failures read in this pass happened; how much of a backoff is left.
+    pub now: Timestamp,
 }
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl<'a> NmcInput<'a> {
-    /// The input for `nmc` on `node`, with the worker pods on the node.
-    pub fn new(node: &'a NodeFacts, nmc: &'a NodeModulesConfig, pods: &'a [WorkerPod]) -> Self {
+    /// The input for `nmc` on `node`, with the worker pods on the node and the failures
+    /// recorded on the NMC ([`WorkerFailures::of`]), at `now`.
+    pub fn new(
+        node: &'a NodeFacts,
+        nmc: &'a NodeModulesConfig,
+        pods: &'a [WorkerPod],
+        failures: &'a WorkerFailures,
+        now: Timestamp,
+    ) -> Self {
         NmcInput {
             node,
             spec: &nmc.spec.modules,
@@ -240,6 +294,8 @@ impl<'a> NmcInput<'a> {
                 .unwrap_or_default(),
             pods,
             nmc_labels: nmc.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+            failures,
+            now,
         }
     }
 }
@@ -249,18 +305,32 @@ impl<'a> NmcInput<'a> {
 pub struct NmcDecision {
     /// The new `status.modules`, when it changes. Written before any pod is deleted.
     pub status: Option<Vec<NodeModuleStatus>>,
-    /// Worker pods to delete (their finalizer removed first).
+    /// The NMC's worker failures, when they change. Written before any pod is deleted.
+    pub failures: Option<WorkerFailures>,
+    /// Worker pods to delete; none already being deleted.
     pub delete: Vec<PodDeletion>,
-    /// Worker pods to create.
+    /// Worker pods to create now.
     pub create: Vec<WorkerPodPlan>,
+    /// Modules whose worker pod is not created yet because their last worker failed, and
+    /// how long their backoff has left.
+    pub backoff: BTreeMap<ModuleKey, Duration>,
     /// Ready labels to set on and remove from the node.
     pub node_labels: LabelChanges,
     /// `module-in-use` labels to remove from the NMC.
     pub nmc_labels: LabelChanges,
+    /// What finished worker pods did, read for the first time: reported as Events.
+    pub outcomes: Vec<WorkerOutcome>,
     /// The branch taken for every module on the node.
     pub steps: BTreeMap<ModuleKey, ModuleStep>,
     /// Entries and pods that could not be acted on.
     pub problems: Vec<NmcProblem>,
+}
+
+impl NmcDecision {
+    /// When the node is to be looked at again by itself: when the first backoff ends.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.backoff.values().min().copied()
+    }
 }
 
 /// A worker pod to delete.
@@ -270,6 +340,9 @@ pub struct PodDeletion {
     pub namespace: String,
     /// Its name.
     pub name: String,
+    /// Its UID, the deletion's precondition: a pod of the same name created since is not
+    /// this one.
+    pub uid: Option<String>,
     /// The Module it works for.
     pub module: ModuleKey,
     /// Why it goes.
@@ -289,6 +362,42 @@ pub enum DeleteReason {
     UnwantedLoader,
     /// An unloader of exactly what the spec wants loaded.
     UnwantedUnloader,
+}
+
+/// What a finished worker pod did, as its Events tell it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerOutcome {
+    /// The Module it worked for.
+    pub module: ModuleKey,
+    /// Load or unload.
+    pub action: WorkerAction,
+    /// Why it failed; `None` when it succeeded.
+    pub failure: Option<String>,
+}
+
+impl WorkerOutcome {
+    /// The Event's reason: `ModuleLoaded` and `ModuleUnloaded` as upstream, or
+    /// `WorkerFailed`.
+    pub fn reason(&self) -> &'static str {
+        match (&self.failure, self.action) {
+            (Some(_), _) => "WorkerFailed",
+            (None, WorkerAction::Load) => "ModuleLoaded",
+            (None, WorkerAction::Unload) => "ModuleUnloaded",
+        }
+    }
+
+    /// The Event's note, for the worker on `node`.
+    pub fn note(&self, node: &str) -> String {
+        let module = &self.module;
+        match (&self.failure, self.action) {
+            (Some(message), action) => format!(
+                "{} of Module {module} failed on node {node}: {message}",
+                action.as_str()
+            ),
+            (None, WorkerAction::Load) => format!("Module {module} loaded into the kernel"),
+            (None, WorkerAction::Unload) => format!("Module {module} unloaded from the kernel"),
+        }
+    }
 }
 
 /// A worker pod to create.
@@ -444,6 +553,8 @@ pub fn decide(input: &NmcInput<'_>) -> NmcDecision {
         status_changed: false,
         decision: NmcDecision::default(),
         unloading: BTreeSet::new(),
+        leaving: BTreeSet::new(),
+        deleted: Vec::new(),
     };
 
     let mut finished: Vec<&WorkerPod> = input
@@ -483,6 +594,11 @@ pub fn decide(input: &NmcInput<'_>) -> NmcDecision {
     }
     pass.ready_labels(&specs);
     pass.in_use_labels(input);
+    let failures = pass.worker_failures(input);
+    pass.hold_during_backoff(&failures, input.now);
+    if failures != *input.failures {
+        pass.decision.failures = Some(failures);
+    }
     if pass.status_changed {
         pass.decision.status = Some(pass.status);
     }
@@ -497,11 +613,15 @@ struct Pass<'a> {
     decision: NmcDecision,
     /// Modules with an unloader left running or created in this pass.
     unloading: BTreeSet<ModuleKey>,
+    /// (namespace, name) of the pods deleted in this pass or being deleted already.
+    leaving: BTreeSet<(String, String)>,
+    /// The pods deleted in this pass, and why.
+    deleted: Vec<(&'a WorkerPod, DeleteReason)>,
 }
 
-impl Pass<'_> {
+impl<'a> Pass<'a> {
     /// Seed 000 "get all completed Pods and update NMC statuses".
-    fn record(&mut self, pod: &WorkerPod) {
+    fn record(&mut self, pod: &'a WorkerPod) {
         let reason = match (pod.phase, pod.action) {
             (PodPhase::Failed, _) => DeleteReason::Failed,
             (_, WorkerAction::Unload) => {
@@ -554,7 +674,7 @@ impl Pass<'_> {
         &mut self,
         key: &ModuleKey,
         spec: Option<&NodeModuleSpec>,
-        pods: &[&WorkerPod],
+        pods: &[&'a WorkerPod],
     ) -> ModuleStep {
         let status = self.status_of(key).cloned();
         let tolerations = spec
@@ -570,7 +690,7 @@ impl Pass<'_> {
         }
 
         let mut cancelled = None;
-        for pod in pods.iter().filter(|pod| !pod.phase.is_finished()) {
+        for &pod in pods.iter().filter(|pod| !pod.phase.is_finished()) {
             let cancel = if pod.deleting {
                 None
             } else {
@@ -716,12 +836,6 @@ impl Pass<'_> {
     /// Drops the NMC's `module-in-use` labels of modules that are in neither the spec nor the
     /// status and have no worker pod left on the node.
     fn in_use_labels(&mut self, input: &NmcInput<'_>) {
-        let deleted: BTreeSet<(&str, &str)> = self
-            .decision
-            .delete
-            .iter()
-            .map(|pod| (pod.namespace.as_str(), pod.name.as_str()))
-            .collect();
         let in_use: BTreeSet<ModuleKey> = input
             .spec
             .iter()
@@ -731,7 +845,11 @@ impl Pass<'_> {
                 input
                     .pods
                     .iter()
-                    .filter(|pod| !deleted.contains(&(pod.module.namespace(), pod.name.as_str())))
+                    .filter(|pod| {
+                        !self
+                            .leaving
+                            .contains(&(pod.module.namespace().to_string(), pod.name.clone()))
+                    })
                     .map(|pod| pod.module.clone()),
             )
             .chain(self.decision.create.iter().map(|plan| plan.module.clone()))
@@ -772,10 +890,87 @@ impl Pass<'_> {
         self.status_changed |= self.status.len() != before;
     }
 
-    fn delete(&mut self, pod: &WorkerPod, reason: DeleteReason) {
+    /// The NMC's failure record after this pass: a failed pod deleted counts one more
+    /// failure in a row and is reported, unless the record holds that pod already (the
+    /// cache showed it again before its deletion); a succeeded one clears its module's
+    /// failures and, when it changed the status, is reported. Failures of modules in
+    /// neither the spec nor the status are forgotten: they left the node.
+    fn worker_failures(&mut self, input: &NmcInput<'_>) -> WorkerFailures {
+        let mut failures = input.failures.clone();
+        let now = rfc3339(input.now);
+        for &(pod, reason) in &self.deleted {
+            let outcome = |failure| WorkerOutcome {
+                module: pod.module.clone(),
+                action: pod.action,
+                failure,
+            };
+            match reason {
+                DeleteReason::Succeeded => {
+                    failures.clear(&pod.module);
+                    // A pod the cache shows again after its deletion changes no status.
+                    if self.status_changed {
+                        self.decision.outcomes.push(outcome(None));
+                    }
+                }
+                DeleteReason::Failed => {
+                    let recorded = failures
+                        .get(&pod.module)
+                        .is_some_and(|f| Some(f.pod_uid.as_str()) == pod.uid.as_deref());
+                    if recorded {
+                        continue;
+                    }
+                    let message = pod
+                        .failure
+                        .clone()
+                        .unwrap_or_else(|| NO_FAILURE_REASON.to_string());
+                    failures.record(
+                        &pod.module,
+                        pod.action.as_str(),
+                        &message,
+                        &now,
+                        pod.uid.as_deref().unwrap_or_default(),
+                    );
+                    self.decision.outcomes.push(outcome(Some(message)));
+                }
+                _ => {}
+            }
+        }
+        let present: BTreeSet<ModuleKey> = input
+            .spec
+            .iter()
+            .filter_map(|entry| entry.key().ok())
+            .chain(self.status.iter().filter_map(|entry| entry.key().ok()))
+            .collect();
+        failures.retain(|key| present.contains(key));
+        failures
+    }
+
+    /// Holds back the worker pods of modules whose last worker failed less than their
+    /// backoff ago.
+    fn hold_during_backoff(&mut self, failures: &WorkerFailures, now: Timestamp) {
+        let backoff = &mut self.decision.backoff;
+        self.decision.create.retain(|plan| {
+            let left = failures.wait(&plan.module, now);
+            if left.is_zero() {
+                return true;
+            }
+            backoff.insert(plan.module.clone(), left);
+            false
+        });
+    }
+
+    fn delete(&mut self, pod: &'a WorkerPod, reason: DeleteReason) {
+        self.leaving
+            .insert((pod.module.namespace().to_string(), pod.name.clone()));
+        // A pod being deleted was read by an earlier pass, and goes without another word.
+        if pod.deleting {
+            return;
+        }
+        self.deleted.push((pod, reason));
         self.decision.delete.push(PodDeletion {
             namespace: pod.module.namespace().to_string(),
             name: pod.name.clone(),
+            uid: pod.uid.clone(),
             module: pod.module.clone(),
             reason,
         });
@@ -847,6 +1042,11 @@ mod tests {
         at("2026-03-01T09:00:00Z")
     }
 
+    /// When the controller decides: a minute after the pods finished.
+    fn now() -> Timestamp {
+        at("2026-03-01T09:01:00Z")
+    }
+
     fn config(image: &str, kernel: &str) -> ModuleConfig {
         ModuleConfig {
             kernel_version: kernel.to_string(),
@@ -904,6 +1104,7 @@ mod tests {
     fn pod(action: WorkerAction, phase: PodPhase, image: &str) -> WorkerPod {
         WorkerPod {
             name: "kmm-worker-node-1-my-kmod".to_string(),
+            uid: None,
             module: key(),
             action,
             phase,
@@ -914,6 +1115,7 @@ mod tests {
             image_repo_secret: None,
             tolerations: Vec::new(),
             finished_at: phase.is_finished().then(finished),
+            failure: (phase == PodPhase::Failed).then(|| "modprobe failed".to_string()),
         }
     }
 
@@ -991,6 +1193,8 @@ mod tests {
                 status: &self.status,
                 pods: &self.pods,
                 nmc_labels: &NO_LABELS,
+                failures: &WorkerFailures::default(),
+                now: now(),
             })
         }
 
@@ -1248,10 +1452,338 @@ mod tests {
             )
             .pod(pod(Load, Failed, "v1"))
             .deletes(FailedPod),
+            row(
+                "finished pod already being deleted, status recorded -> not deleted again",
+                WaitForWorker,
+            )
+            .spec("v1", KERNEL)
+            .status("v1", KERNEL, BOOT)
+            .pod(being_deleted(pod(Load, Succeeded, "v1"))),
+            row(
+                "successful loader being deleted before its status was written -> recorded only",
+                WaitForWorker,
+            )
+            .spec("v1", KERNEL)
+            .pod(being_deleted(pod(Load, Succeeded, "v1")))
+            .status_becomes(&[("v1", BOOT)]),
+            row(
+                "failed pod being deleted -> neither deleted again nor retried yet",
+                WaitForWorker,
+            )
+            .spec("v1", KERNEL)
+            .pod(being_deleted(pod(Load, Failed, "v1"))),
         ];
         for row in rows {
             row.check();
         }
+    }
+
+    fn being_deleted(pod: WorkerPod) -> WorkerPod {
+        WorkerPod {
+            deleting: true,
+            ..pod
+        }
+    }
+
+    /// A failure record: (module, action, attempts in a row, seconds before [`now`], pod UID).
+    fn recorded(entries: &[(ModuleKey, WorkerAction, u32, i64, &str)]) -> WorkerFailures {
+        let map: serde_json::Map<String, serde_json::Value> = entries
+            .iter()
+            .map(|(module, action, attempts, ago, uid)| {
+                let at = now() - jiff::SignedDuration::from_secs(*ago);
+                let failure = serde_json::json!({
+                    "action": action.as_str(), "message": "modprobe failed",
+                    "attempts": attempts, "lastFailure": rfc3339(at), "podUid": uid,
+                });
+                (module.to_string(), failure)
+            })
+            .collect();
+        serde_json::from_value(serde_json::Value::Object(map)).unwrap()
+    }
+
+    /// One row of the failure and backoff table, for the module `kmm-demo/my-kmod` unless
+    /// the failures say otherwise.
+    struct FailureRow {
+        name: &'static str,
+        spec: Vec<NodeModuleSpec>,
+        status: Vec<NodeModuleStatus>,
+        pods: Vec<WorkerPod>,
+        failures: WorkerFailures,
+        /// How many pods are deleted.
+        delete: usize,
+        /// The record after the pass, as (module, action, attempts, pod UID); `None`:
+        /// unchanged.
+        failures_after: Option<Vec<(ModuleKey, WorkerAction, u32, &'static str)>>,
+        /// (action, failed) of the outcomes reported.
+        outcomes: Vec<(WorkerAction, bool)>,
+        /// (action) of the pods created.
+        create: Vec<WorkerAction>,
+        /// Seconds of backoff left for the module, when its worker pod is held.
+        backoff: Option<u64>,
+    }
+
+    fn failure_row(name: &'static str) -> FailureRow {
+        FailureRow {
+            name,
+            spec: Vec::new(),
+            status: Vec::new(),
+            pods: Vec::new(),
+            failures: WorkerFailures::default(),
+            delete: 0,
+            failures_after: None,
+            outcomes: Vec::new(),
+            create: Vec::new(),
+            backoff: None,
+        }
+    }
+
+    fn with_uid(uid: &str, pod: WorkerPod) -> WorkerPod {
+        WorkerPod {
+            uid: Some(uid.to_string()),
+            ..pod
+        }
+    }
+
+    #[test]
+    fn worker_failures_and_backoff_table() {
+        let rows = [
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                pods: vec![with_uid("pod-1", pod(Load, Failed, "v1"))],
+                delete: 1,
+                failures_after: Some(vec![(key(), Load, 1, "pod-1")]),
+                outcomes: vec![(Load, true)],
+                ..failure_row("failed loader -> counted, reported and deleted")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                pods: vec![with_uid("pod-2", pod(Load, Failed, "v1"))],
+                failures: recorded(&[(key(), Load, 1, 30, "pod-1")]),
+                delete: 1,
+                failures_after: Some(vec![(key(), Load, 2, "pod-2")]),
+                outcomes: vec![(Load, true)],
+                ..failure_row("another loader failed -> one more failure in a row")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                pods: vec![with_uid("pod-1", pod(Load, Failed, "v1"))],
+                failures: recorded(&[(key(), Load, 1, 30, "pod-1")]),
+                delete: 1,
+                ..failure_row(
+                    "failed pod already recorded -> deleted, not counted or reported again",
+                )
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                pods: vec![being_deleted(with_uid("pod-1", pod(Load, Failed, "v1")))],
+                ..failure_row("failed pod being deleted -> not counted, not deleted again")
+            },
+            FailureRow {
+                status: vec![status("v1", KERNEL, BOOT)],
+                pods: vec![with_uid("pod-3", pod(Unload, Failed, "v1"))],
+                failures: recorded(&[(key(), Load, 4, 30, "pod-2")]),
+                delete: 1,
+                failures_after: Some(vec![(key(), Unload, 1, "pod-3")]),
+                outcomes: vec![(Unload, true)],
+                ..failure_row("unloader failed after loaders did -> a new count")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                pods: vec![with_uid("pod-3", pod(Load, Succeeded, "v1"))],
+                failures: recorded(&[(key(), Load, 2, 30, "pod-2")]),
+                delete: 1,
+                failures_after: Some(Vec::new()),
+                outcomes: vec![(Load, false)],
+                ..failure_row("loader succeeded -> failures cleared, load reported")
+            },
+            FailureRow {
+                status: vec![status("v1", KERNEL, BOOT)],
+                pods: vec![with_uid("pod-3", pod(Unload, Succeeded, "v1"))],
+                delete: 1,
+                outcomes: vec![(Unload, false)],
+                ..failure_row("unloader succeeded -> unload reported")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                status: vec![status("v1", KERNEL, BOOT)],
+                pods: vec![with_uid("pod-3", pod(Load, Succeeded, "v1"))],
+                delete: 1,
+                ..failure_row("loader already in the status (shown again) -> not reported again")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                status: vec![status("v1", KERNEL, BOOT)],
+                failures: recorded(&[(gone(), Load, 3, 30, "pod-9")]),
+                failures_after: Some(Vec::new()),
+                ..failure_row("failures of a module that left the node -> forgotten")
+            },
+            FailureRow {
+                status: vec![status("v1", KERNEL, BOOT)],
+                failures: recorded(&[(key(), Unload, 1, 5, "pod-1")]),
+                backoff: Some(5),
+                ..failure_row("module only in the status -> its failures kept, unloader held")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                failures: recorded(&[(key(), Load, 1, 5, "pod-1")]),
+                backoff: Some(5),
+                ..failure_row("loader failed 5 s ago, 10 s backoff -> held 5 s more")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                failures: recorded(&[(key(), Load, 3, 30, "pod-1")]),
+                backoff: Some(10),
+                ..failure_row("third failure in a row 30 s ago, 40 s backoff -> held 10 s more")
+            },
+            FailureRow {
+                spec: vec![spec("v1", KERNEL)],
+                failures: recorded(&[(key(), Load, 1, 10, "pod-1")]),
+                create: vec![Load],
+                ..failure_row("backoff over -> loader created, failures kept until it succeeds")
+            },
+        ];
+        for row in rows {
+            let name = row.name;
+            let decision = decide(&NmcInput {
+                node: &node(),
+                spec: &row.spec,
+                status: &row.status,
+                pods: &row.pods,
+                nmc_labels: &NO_LABELS,
+                failures: &row.failures,
+                now: now(),
+            });
+            assert_eq!(decision.delete.len(), row.delete, "{name}: pods deleted");
+            let after = decision.failures.as_ref().map(|failures| {
+                failures
+                    .modules()
+                    .into_iter()
+                    .filter_map(|module| {
+                        let failure = failures.get(&module)?;
+                        let action = WorkerAction::from_label_value(&failure.action)?;
+                        Some((module, action, failure.attempts, failure.pod_uid.clone()))
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let want = row.failures_after.as_ref().map(|entries| {
+                entries
+                    .iter()
+                    .map(|(module, action, attempts, uid)| {
+                        (module.clone(), *action, *attempts, uid.to_string())
+                    })
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(after, want, "{name}: failures");
+            let outcomes: Vec<(WorkerAction, bool)> = decision
+                .outcomes
+                .iter()
+                .map(|outcome| (outcome.action, outcome.failure.is_some()))
+                .collect();
+            assert_eq!(outcomes, row.outcomes, "{name}: outcomes");
+            let created: Vec<WorkerAction> = decision.create.iter().map(|p| p.action).collect();
+            assert_eq!(created, row.create, "{name}: pods created");
+            let backoff = decision.backoff.get(&key()).map(Duration::as_secs);
+            assert_eq!(backoff, row.backoff, "{name}: backoff");
+            assert_eq!(
+                decision.retry_after().map(|d| d.as_secs()),
+                row.backoff,
+                "{name}: retry after"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failure_is_recorded_with_the_worker_reason_at_the_time_it_is_read() {
+        let decision = decide(&NmcInput {
+            node: &node(),
+            spec: &[spec("v1", KERNEL)],
+            status: &[],
+            pods: &[with_uid("pod-1", pod(Load, Failed, "v1"))],
+            nmc_labels: &NO_LABELS,
+            failures: &WorkerFailures::default(),
+            now: now(),
+        });
+        let failures = decision.failures.expect("a failure recorded");
+        let failure = failures.get(&key()).expect("the module's failure");
+        assert_eq!(failure.message, "modprobe failed");
+        assert_eq!(failure.last_failure, "2026-03-01T09:01:00Z");
+        assert_eq!(
+            decision.outcomes,
+            [WorkerOutcome {
+                module: key(),
+                action: Load,
+                failure: Some("modprobe failed".to_string()),
+            }]
+        );
+        assert_eq!(decision.delete[0].uid.as_deref(), Some("pod-1"));
+    }
+
+    #[test]
+    fn worker_outcomes_are_told_as_events() {
+        let outcome = |action, failure: Option<&str>| WorkerOutcome {
+            module: key(),
+            action,
+            failure: failure.map(str::to_string),
+        };
+        let cases = [
+            (
+                outcome(Load, None),
+                "ModuleLoaded",
+                "Module kmm-demo/my-kmod loaded into the kernel",
+            ),
+            (
+                outcome(Unload, None),
+                "ModuleUnloaded",
+                "Module kmm-demo/my-kmod unloaded from the kernel",
+            ),
+            (
+                outcome(Load, Some("no such image")),
+                "WorkerFailed",
+                "Load of Module kmm-demo/my-kmod failed on node node-1: no such image",
+            ),
+            (
+                outcome(Unload, Some("module in use")),
+                "WorkerFailed",
+                "Unload of Module kmm-demo/my-kmod failed on node node-1: module in use",
+            ),
+        ];
+        for (outcome, reason, note) in cases {
+            assert_eq!(outcome.reason(), reason, "{note}");
+            assert_eq!(outcome.note("node-1"), note);
+        }
+    }
+
+    #[test]
+    fn failure_messages_come_from_the_container_then_the_pod() {
+        let terminated = |message: Option<&str>| Pod {
+            status: Some(PodStatus {
+                message: Some("pod-level".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "worker".into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 1,
+                            message: message.map(str::to_string),
+                            reason: Some("Error".into()),
+                            ..ContainerStateTerminated::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        assert_eq!(
+            failure_message(&terminated(Some("pulling image x: manifest unknown\nmore"))),
+            "pulling image x: manifest unknown"
+        );
+        assert_eq!(failure_message(&terminated(None)), "Error");
+        assert_eq!(
+            failure_message(&Pod::default()),
+            "the worker failed without a reason"
+        );
     }
 
     #[test]
@@ -1350,6 +1882,8 @@ mod tests {
             status: &[],
             pods: &[],
             nmc_labels: &NO_LABELS,
+            failures: &WorkerFailures::default(),
+            now: now(),
         });
         assert_eq!(
             load.create,
@@ -1370,6 +1904,8 @@ mod tests {
             status: std::slice::from_ref(&old),
             pods: &[],
             nmc_labels: &NO_LABELS,
+            failures: &WorkerFailures::default(),
+            now: now(),
         });
         assert_eq!(unload.create.len(), 1);
         assert_eq!(unload.create[0].action, Unload);
@@ -1390,6 +1926,8 @@ mod tests {
             status: &[],
             pods: std::slice::from_ref(&loader),
             nmc_labels: &NO_LABELS,
+            failures: &WorkerFailures::default(),
+            now: now(),
         });
         assert_eq!(
             decision.status,
@@ -1409,6 +1947,7 @@ mod tests {
             [PodDeletion {
                 namespace: "kmm-demo".to_string(),
                 name: "kmm-worker-node-1-my-kmod".to_string(),
+                uid: None,
                 module: key(),
                 reason: DeleteReason::Succeeded,
             }]
@@ -1428,6 +1967,8 @@ mod tests {
             status: &[],
             pods: &[pod(Load, Running, "v1")],
             nmc_labels: &NO_LABELS,
+            failures: &WorkerFailures::default(),
+            now: now(),
         });
         assert_eq!(decision.steps[&key()], ModuleStep::WaitForWorker);
         assert_eq!(decision.steps[&other], ModuleStep::LoadMissing);
@@ -1459,6 +2000,8 @@ mod tests {
                 status: &[],
                 pods: &[],
                 nmc_labels: &NO_LABELS,
+                failures: &WorkerFailures::default(),
+                now: now(),
             })
             .steps[&key()]
         };
@@ -1480,6 +2023,8 @@ mod tests {
             status: &[bad_status],
             pods: &[],
             nmc_labels: &NO_LABELS,
+            failures: &WorkerFailures::default(),
+            now: now(),
         });
         assert_eq!(decision.problems.len(), 2);
         assert!(decision.create.is_empty() && decision.status.is_none());
@@ -1653,6 +2198,8 @@ mod tests {
                 status: &row.status,
                 pods: &row.pods,
                 nmc_labels: &NO_LABELS,
+                failures: &WorkerFailures::default(),
+                now: now(),
             });
             let want = LabelChanges {
                 set: row
@@ -1703,6 +2250,8 @@ mod tests {
                 named_pod("just-unloaded", Unload, Succeeded),
             ],
             nmc_labels: &nmc_labels,
+            failures: &WorkerFailures::default(),
+            now: now(),
         });
         assert_eq!(
             decision.nmc_labels,
@@ -1724,13 +2273,17 @@ mod tests {
             },
         );
         let node = node();
-        let input = NmcInput::new(&node, &nmc, &[]);
+        let none = WorkerFailures::default();
+        let input = NmcInput::new(&node, &nmc, &[], &none, now());
         assert_eq!(input.spec.len(), 1);
         assert!(input.status.is_empty() && input.nmc_labels.is_empty());
         nmc.status = Some(capstan_api::nmc::NodeModulesConfigStatus {
             modules: vec![status("v1", KERNEL, BOOT)],
         });
-        assert_eq!(NmcInput::new(&node, &nmc, &[]).status.len(), 1);
+        assert_eq!(
+            NmcInput::new(&node, &nmc, &[], &none, now()).status.len(),
+            1
+        );
     }
 
     fn worker_pod_object(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {

@@ -42,16 +42,32 @@
 //!   with. A step is recorded (a history record with a deterministic name) before that
 //!   request, so after a crash anywhere the step is seen again, its record is found to
 //!   exist, and nothing is recorded twice or skipped.
+//!
+//! [`decide_node`] makes one reconcile's decision for a node: the gate from its policy
+//! ([`Policies::policy_for`]) and the slots, [`decide`] per Module, and what to write
+//! ([`NodePlan`]: the step records, each Module's label write and progress, which
+//! [`node_patch`] turns into one patch, the wait announcements, the next look). What the
+//! caches cannot be trusted with it asks to [`Confirm`] with the API server first.
+//! The submodules hold the rest of what the reconciler needs decided: [`policy`] (which
+//! `GitSync` governs a node), [`facts`] (what is read off the objects), [`records`] (what
+//! records and Events say).
 
+pub mod facts;
+pub mod policy;
 pub mod reconciler;
+pub mod records;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 
 use capstan_api::labels::ModuleKey;
 use capstan_api::{UpgradePolicy, UpgradeStep};
+pub use policy::Policies;
+use records::{StepRecord, WaitEvent, step_record, wait_event};
 
 /// The three version labels of one Module on one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -636,6 +652,302 @@ fn step_reached(step: UpgradeStep, facts: &NodeModuleFacts, progress: &Progress)
                 && (facts.device_plugin_running || !facts.has_device_plugin)
         }
     }
+}
+
+// ---- one reconcile of a node ----
+
+/// Next look while a guard waits (the pod and node watches usually come first).
+pub const GUARD_RECHECK: Duration = Duration::from_secs(5);
+/// Next look while the policy holds a node (a freed slot or a policy change come first).
+pub const POLICY_RECHECK: Duration = Duration::from_secs(30);
+/// Next look at a node whose upgrade waits for a module load or a device plugin.
+pub const UPGRADE_RECHECK: Duration = Duration::from_secs(60);
+/// Wait after a first failed reconcile; it doubles with each failure in a row.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// Longest wait after failed reconciles.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Whether a node has anything to move or an upgrade to follow, from the facts of each
+/// Module on it (device-plugin facts unused): a node without is not read afresh.
+pub fn has_work<'a>(modules: impl IntoIterator<Item = &'a NodeModuleFacts>) -> bool {
+    modules.into_iter().any(|facts| {
+        facts.progress.is_some()
+            || !matches!(
+                label_action(&facts.labels, facts.module_loaded, false),
+                TableAction::Nothing | TableAction::OutsideTable
+            )
+    })
+}
+
+/// A node of the fleet the slots are counted over: its name and the facts of each Module
+/// on it (device-plugin facts unused).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetNode {
+    /// The node's name.
+    pub name: String,
+    /// The facts of each Module on it.
+    pub modules: Vec<NodeModuleFacts>,
+}
+
+/// Where each node of `fleet` stands, each under the policy that governs it.
+pub fn standings(fleet: &[FleetNode], policies: &Policies) -> Vec<(String, Standing)> {
+    fleet
+        .iter()
+        .map(|node| {
+            let require_pull_request = policies.policy_for(&node.name).require_pull_request;
+            (
+                node.name.clone(),
+                standing(&node.modules, require_pull_request),
+            )
+        })
+        .collect()
+}
+
+/// The queued nodes a freed slot lets start, in name order: those [`slot`] finds a slot
+/// for, each under its own policy. They are looked at when a node's last upgrade ends,
+/// rather than at their next policy recheck.
+pub fn next_in_line(fleet: &[(String, Standing)], policies: &Policies) -> Vec<String> {
+    let mut queued: Vec<&String> = fleet
+        .iter()
+        .filter(|(_, standing)| *standing == Standing::Queued)
+        .map(|(name, _)| name)
+        .collect();
+    queued.sort();
+    queued
+        .into_iter()
+        .filter(|node| {
+            slot(node, Standing::Queued, fleet, &policies.policy_for(node)) == Slot::Free
+        })
+        .cloned()
+        .collect()
+}
+
+/// Everything one reconcile of a node decides on.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInputs {
+    /// The node's name.
+    pub node: String,
+    /// Each Module on the node, as read afresh, with its facts (device-plugin pods as the
+    /// cache has them).
+    pub modules: Vec<(ModuleKey, NodeModuleFacts)>,
+    /// The `GitSync`s: the node's policy and sync.
+    pub policies: Policies,
+    /// Every node, for the slots.
+    pub fleet: Vec<FleetNode>,
+    /// `fleet` is as the API server listed it ([`Confirm::Slots`]), not the cache.
+    pub fleet_listed: bool,
+    /// Per Module, whether the API server listed a device-plugin pod of it on the node
+    /// ([`Confirm::DevicePluginPods`]).
+    pub device_plugin_pods_listed: BTreeMap<ModuleKey, bool>,
+}
+
+/// What a node's decision rests on that the caches cannot be trusted with: the reconciler
+/// reads it from the API server, adds it to the [`NodeInputs`] and decides again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Confirm {
+    /// The node is about to start its upgrade: count the slots on the nodes as the API
+    /// server has them (a cache that missed another node's start, after a dropped watch,
+    /// would let two nodes into one slot).
+    Slots,
+    /// A W removal or the "device plugin stopped" step of these Modules rests on no
+    /// device-plugin pod of theirs being on the node (a cache may not have seen a new pod
+    /// yet).
+    DevicePluginPods(Vec<ModuleKey>),
+}
+
+/// The decision for one Module of the node, with the facts it was made on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleDecision {
+    /// The Module.
+    pub key: ModuleKey,
+    /// Its facts, confirmed ones included.
+    pub facts: NodeModuleFacts,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// What one reconcile of a node writes, in order: the records of the steps reached (each
+/// with its Events when new), then the node's labels and annotations (see [`node_patch`]),
+/// then the announcements of new policy waits; and when to look again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePlan {
+    /// The gate the Modules were decided under.
+    pub gate: Gate,
+    /// Each Module's decision, in Module order.
+    pub modules: Vec<ModuleDecision>,
+    /// The steps reached.
+    pub records: Vec<StepRecord>,
+    /// The new policy waits.
+    pub waits: Vec<WaitEvent>,
+    /// When to look at the node again (`None`: on its next change).
+    pub next_look: Option<Duration>,
+}
+
+/// The decision of one reconcile of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeDecision {
+    /// Read this from the API server first, then decide again.
+    Confirm(Confirm),
+    /// Write the plan.
+    Act(NodePlan),
+}
+
+/// The decision for the node `inputs` describe, at `now`. It asks for each confirmation
+/// once: [`Confirm::Slots`] while the fleet is the cache's and the node would start, then
+/// [`Confirm::DevicePluginPods`] for the Modules not listed yet whose decision rests on
+/// their device plugin being gone; so a reconcile decides at most three times.
+pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
+    let node = inputs.node.as_str();
+    let policies = &inputs.policies;
+    let policy = policies.policy_for(node);
+    let own = standing(
+        inputs.modules.iter().map(|(_, facts)| facts),
+        policy.require_pull_request,
+    );
+    let slot = slot(node, own, &standings(&inputs.fleet, policies), &policy);
+    if own == Standing::Queued && slot == Slot::Free && !inputs.fleet_listed {
+        return NodeDecision::Confirm(Confirm::Slots);
+    }
+    let gate = Gate {
+        slot,
+        require_pull_request: policy.require_pull_request,
+        sync_applying: policies.applying(node),
+    };
+    let mut unconfirmed = Vec::new();
+    let mut modules = Vec::new();
+    for (key, facts) in &inputs.modules {
+        let listed = inputs.device_plugin_pods_listed.get(key);
+        let facts = NodeModuleFacts {
+            device_plugin_pod_remains: facts.device_plugin_pod_remains || listed == Some(&true),
+            ..facts.clone()
+        };
+        let decision = decide(&facts, &gate, now);
+        if listed.is_none() && rests_on_device_plugin_gone(&facts, &decision) {
+            unconfirmed.push(key.clone());
+        }
+        modules.push(ModuleDecision {
+            key: key.clone(),
+            facts,
+            decision,
+        });
+    }
+    if !unconfirmed.is_empty() {
+        return NodeDecision::Confirm(Confirm::DevicePluginPods(unconfirmed));
+    }
+    let records = modules
+        .iter()
+        .filter_map(|m| {
+            let step = m.decision.step.as_ref()?;
+            Some(step_record(policies, node, &m.key, step, now))
+        })
+        .collect();
+    let waits = modules
+        .iter()
+        .filter_map(|m| wait_event(policies, node, &m.key, &m.facts, &m.decision, &gate))
+        .collect();
+    let next_look = next_look(&modules);
+    NodeDecision::Act(NodePlan {
+        gate,
+        modules,
+        records,
+        waits,
+        next_look,
+    })
+}
+
+/// Whether `decision` removes W or records the device plugin stopped on the word of
+/// `facts` that no device-plugin pod remains: the module goes only once its device plugin
+/// is gone.
+pub fn rests_on_device_plugin_gone(facts: &NodeModuleFacts, decision: &Decision) -> bool {
+    let unloads = decision.outcome == Outcome::Write(LabelWrite::RemoveWorkerPod);
+    let stopped = decision
+        .step
+        .as_ref()
+        .is_some_and(|s| s.step == UpgradeStep::DevicePluginStopped);
+    (unloads || stopped) && !facts.device_plugin_pod_remains
+}
+
+/// When to look at a node again after its decisions: soon while a guard waits, later while
+/// the policy or the sync holds a move, at the latest after a while during an upgrade (the
+/// watches usually come first), else on its next change (`None`).
+pub fn next_look(modules: &[ModuleDecision]) -> Option<Duration> {
+    let waits = |kind: fn(&Wait) -> bool| {
+        modules.iter().any(|m| match &m.decision.outcome {
+            Outcome::Wait(wait) => kind(wait),
+            _ => false,
+        })
+    };
+    if waits(|wait| matches!(wait, Wait::Guard(_))) {
+        Some(GUARD_RECHECK)
+    } else if waits(|wait| matches!(wait, Wait::Policy(_) | Wait::SyncApplying)) {
+        Some(POLICY_RECHECK)
+    } else if modules.iter().any(|m| m.decision.progress.is_some()) {
+        Some(UPGRADE_RECHECK)
+    } else {
+        None
+    }
+}
+
+/// The JSON merge patch of a node's labels and upgrade annotations after `modules`'
+/// decisions, conditional on the `resource_version` they were made on; `annotations` are
+/// the node's. A step whose record was found written before (`recorded`, by Module) keeps
+/// that record's time. `None` when nothing changes.
+pub fn node_patch(
+    resource_version: &str,
+    annotations: &BTreeMap<String, String>,
+    modules: &[ModuleDecision],
+    recorded: &BTreeMap<ModuleKey, Timestamp>,
+) -> Option<Value> {
+    let mut labels = Map::new();
+    let mut changed = Map::new();
+    for m in modules {
+        let key = &m.key;
+        if let Outcome::Write(write) = &m.decision.outcome {
+            let (label, value) = match write {
+                LabelWrite::SetWorkerPod(version) => {
+                    (key.version_worker_pod_label(), json!(version))
+                }
+                LabelWrite::RemoveWorkerPod => (key.version_worker_pod_label(), Value::Null),
+                LabelWrite::SetDevicePlugin(version) => {
+                    (key.version_device_plugin_label(), json!(version))
+                }
+                LabelWrite::RemoveDevicePlugin => (key.version_device_plugin_label(), Value::Null),
+            };
+            labels.insert(label, value);
+        }
+        let annotation = key.upgrade_annotation();
+        let wanted = m.decision.progress.as_ref().map(|progress| {
+            let step_at = recorded.get(key).copied().or(progress.step_at);
+            Progress {
+                step_at,
+                ..progress.clone()
+            }
+            .to_annotation()
+        });
+        if annotations.get(&annotation) != wanted.as_ref() {
+            changed.insert(annotation, wanted.map_or(Value::Null, Value::String));
+        }
+    }
+    if labels.is_empty() && changed.is_empty() {
+        return None;
+    }
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), json!(resource_version));
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if !changed.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(changed));
+    }
+    Some(json!({ "metadata": metadata }))
+}
+
+/// The wait before the next attempt after `failures` failed reconciles in a row:
+/// [`BACKOFF_MIN`], doubled per failure, at most [`BACKOFF_MAX`].
+pub fn retry_delay(failures: u32) -> Duration {
+    BACKOFF_MIN
+        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
+        .min(BACKOFF_MAX)
 }
 
 #[cfg(test)]
@@ -1470,5 +1782,438 @@ mod tests {
             ..Progress::default()
         };
         assert_eq!(waiting.to_annotation(), "{\"waiting\":\"pull-request\"}");
+    }
+
+    // ---- one reconcile of a node ----
+
+    fn key(name: &str) -> ModuleKey {
+        ModuleKey::new("kmm-demo", name).expect("a key")
+    }
+
+    #[test]
+    fn a_node_has_work_while_its_labels_call_for_a_write_or_an_upgrade_runs() {
+        let upgrading = NodeModuleFacts {
+            labels: labels("v2", "v2", "v2"),
+            progress: Some(Progress {
+                started_at: Some(Timestamp::UNIX_EPOCH),
+                ..Progress::default()
+            }),
+            ..NodeModuleFacts::default()
+        };
+        let facts = |m: &str, w: &str, d: &str, loaded: bool| NodeModuleFacts {
+            labels: labels(m, w, d),
+            module_loaded: loaded,
+            ..NodeModuleFacts::default()
+        };
+        // (name, Modules, has work)
+        let rows = [
+            ("no Module", vec![], false),
+            ("settled", vec![facts("v1", "v1", "v1", true)], false),
+            ("relabelled", vec![facts("v2", "v1", "v1", true)], true),
+            (
+                "W to set while the old module is loaded: a guard to watch",
+                vec![facts("v2", "", "", true)],
+                true,
+            ),
+            (
+                "outside the table",
+                vec![facts("v2", "", "v1", false)],
+                false,
+            ),
+            ("an upgrade to follow", vec![upgrading], true),
+        ];
+        for (name, modules, want) in rows {
+            assert_eq!(has_work(&modules), want, "{name}");
+        }
+    }
+
+    fn fleet_node(name: &str, modules: Vec<NodeModuleFacts>) -> FleetNode {
+        FleetNode {
+            name: name.to_string(),
+            modules,
+        }
+    }
+
+    fn relabelled() -> NodeModuleFacts {
+        let mut node = Node::running("v1");
+        node.relabel("v2", stamp("c2", Some(2)));
+        node.facts
+    }
+
+    fn upgrading_facts() -> NodeModuleFacts {
+        NodeModuleFacts {
+            progress: Some(Progress {
+                from: v("v1"),
+                to: v("v2"),
+                started_at: Some(Timestamp::UNIX_EPOCH),
+                ..Progress::default()
+            }),
+            ..relabelled()
+        }
+    }
+
+    /// worker-2, relabelled from v1 to v2, its device plugin stopped per the cache: D is
+    /// gone, no device-plugin pod cached.
+    fn device_plugin_stopped() -> NodeModuleFacts {
+        NodeModuleFacts {
+            labels: labels("v2", "v1", ""),
+            device_plugin_pod_remains: false,
+            device_plugin_running: false,
+            ..upgrading_facts()
+        }
+    }
+
+    fn inputs(own: NodeModuleFacts, fleet: Vec<FleetNode>) -> NodeInputs {
+        NodeInputs {
+            node: "worker-2".into(),
+            modules: vec![(key("my-kmod"), own)],
+            policies: Policies::default(),
+            fleet,
+            fleet_listed: false,
+            device_plugin_pods_listed: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn what_a_node_confirms_with_the_api_server_before_acting() {
+        use LabelWrite::*;
+        #[derive(Debug, PartialEq)]
+        enum Want {
+            Confirm(Confirm),
+            Act(Outcome),
+        }
+        let listed = |mut inputs: NodeInputs, fleet: Vec<FleetNode>| {
+            inputs.fleet = fleet;
+            inputs.fleet_listed = true;
+            inputs
+        };
+        let pods_listed = |mut inputs: NodeInputs, remain: bool| {
+            inputs
+                .device_plugin_pods_listed
+                .insert(key("my-kmod"), remain);
+            inputs
+        };
+        let quiet = || vec![fleet_node("worker-1", vec![])];
+        let busy = || vec![fleet_node("worker-1", vec![upgrading_facts()])];
+        // (name, inputs, want)
+        let rows = [
+            (
+                "a settled node acts at once",
+                inputs(Node::running("v1").facts, quiet()),
+                Want::Act(Outcome::Nothing),
+            ),
+            (
+                "about to start by the cache: the slots are counted on a live list",
+                inputs(relabelled(), quiet()),
+                Want::Confirm(Confirm::Slots),
+            ),
+            (
+                "the live list agrees: it starts",
+                listed(inputs(relabelled(), quiet()), quiet()),
+                Want::Act(Outcome::Write(RemoveDevicePlugin)),
+            ),
+            (
+                "the live list shows another node upgrading: it waits",
+                listed(inputs(relabelled(), quiet()), busy()),
+                Want::Act(Outcome::Wait(Wait::Policy(PolicyWait::Slot))),
+            ),
+            (
+                "the cache shows the slot taken: it waits without a list",
+                inputs(relabelled(), busy()),
+                Want::Act(Outcome::Wait(Wait::Policy(PolicyWait::Slot))),
+            ),
+            (
+                "an upgrading node holds its slot: no list",
+                inputs(upgrading_facts(), busy()),
+                Want::Act(Outcome::Write(RemoveDevicePlugin)),
+            ),
+            (
+                "W removal on the cache's word: the pods are listed",
+                inputs(device_plugin_stopped(), quiet()),
+                Want::Confirm(Confirm::DevicePluginPods(vec![key("my-kmod")])),
+            ),
+            (
+                "the list finds none: W goes",
+                pods_listed(inputs(device_plugin_stopped(), quiet()), false),
+                Want::Act(Outcome::Write(RemoveWorkerPod)),
+            ),
+            (
+                "the list finds a pod the cache missed: W stays",
+                pods_listed(inputs(device_plugin_stopped(), quiet()), true),
+                Want::Act(Outcome::Wait(Wait::Guard(Guard::DevicePluginPodRemains))),
+            ),
+            (
+                "the cache has a pod: W stays without a list",
+                inputs(
+                    NodeModuleFacts {
+                        device_plugin_pod_remains: true,
+                        ..device_plugin_stopped()
+                    },
+                    quiet(),
+                ),
+                Want::Act(Outcome::Wait(Wait::Guard(Guard::DevicePluginPodRemains))),
+            ),
+        ];
+        let now: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap();
+        for (name, inputs, want) in rows {
+            let got = match decide_node(&inputs, now) {
+                NodeDecision::Confirm(confirm) => Want::Confirm(confirm),
+                NodeDecision::Act(plan) => Want::Act(plan.modules[0].decision.outcome.clone()),
+            };
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_plan_records_each_step_and_announces_each_new_wait() {
+        let now: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap();
+        let mut inputs = inputs(device_plugin_stopped(), vec![]);
+        inputs
+            .device_plugin_pods_listed
+            .insert(key("my-kmod"), false);
+        let queued = NodeModuleFacts {
+            stamp: stamp("c3", Some(3)),
+            ..relabelled()
+        };
+        inputs.modules.push((key("other-kmod"), queued));
+        let NodeDecision::Act(plan) = decide_node(&inputs, now) else {
+            panic!("acts");
+        };
+        let steps: Vec<(&str, Option<&str>)> = plan
+            .records
+            .iter()
+            .map(|r| (r.reason, r.spec.module.as_deref()))
+            .collect();
+        assert_eq!(steps, [("DevicePluginStopped", Some("kmm-demo/my-kmod"))]);
+        // worker-2 holds a slot (my-kmod upgrading): other-kmod starts as well.
+        assert!(plan.waits.is_empty());
+        assert_eq!(
+            plan.modules[1].decision.outcome,
+            Outcome::Write(LabelWrite::RemoveDevicePlugin)
+        );
+
+        let mut queued = self::inputs(
+            relabelled(),
+            vec![fleet_node("worker-1", vec![upgrading_facts()])],
+        );
+        queued.fleet_listed = true;
+        let NodeDecision::Act(plan) = decide_node(&queued, now) else {
+            panic!("acts");
+        };
+        let waits: Vec<&str> = plan.waits.iter().map(|w| w.reason).collect();
+        assert_eq!(waits, ["UpgradeQueued"]);
+        assert!(plan.records.is_empty());
+        assert_eq!(plan.next_look, Some(POLICY_RECHECK));
+    }
+
+    fn decided(outcome: Outcome, upgrading: bool) -> ModuleDecision {
+        ModuleDecision {
+            key: key("my-kmod"),
+            facts: NodeModuleFacts::default(),
+            decision: Decision {
+                outcome,
+                step: None,
+                progress: upgrading.then(Progress::default),
+                announce: false,
+            },
+        }
+    }
+
+    #[test]
+    fn when_a_node_is_looked_at_again() {
+        let guard = || decided(Outcome::Wait(Wait::Guard(Guard::ModuleStillLoaded)), true);
+        let policy = || decided(Outcome::Wait(Wait::Policy(PolicyWait::Slot)), false);
+        let applying = || decided(Outcome::Wait(Wait::SyncApplying), false);
+        let upgrading = || decided(Outcome::Nothing, true);
+        let settled = || decided(Outcome::Nothing, false);
+        // (name, decisions, next look)
+        let rows = [
+            ("settled: on its next change", vec![settled()], None),
+            (
+                "a guard waits",
+                vec![guard(), policy()],
+                Some(GUARD_RECHECK),
+            ),
+            (
+                "the policy holds it",
+                vec![policy(), upgrading()],
+                Some(POLICY_RECHECK),
+            ),
+            (
+                "the sync writes a commit",
+                vec![applying()],
+                Some(POLICY_RECHECK),
+            ),
+            (
+                "an upgrade waits for a load",
+                vec![upgrading(), settled()],
+                Some(UPGRADE_RECHECK),
+            ),
+        ];
+        for (name, decisions, want) in rows {
+            assert_eq!(next_look(&decisions), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_nodes_a_freed_slot_wakes() {
+        use Standing::*;
+        let policies = |max: u32| {
+            let mut sync = capstan_api::GitSync::new("fleet", Default::default());
+            sync.status = Some(capstan_api::capstan::GitSyncStatus {
+                policy: Some(policy(max)),
+                ..Default::default()
+            });
+            Policies::of(vec![std::sync::Arc::new(sync)])
+        };
+        // (name, fleet, maxNodesInFlight, woken)
+        let rows = [
+            ("nobody waits", fleet(&[("worker-1", Settled)]), 1, vec![]),
+            (
+                "the first in name order",
+                fleet(&[
+                    ("worker-3", Queued),
+                    ("worker-2", Queued),
+                    ("worker-4", Held),
+                ]),
+                1,
+                vec!["worker-2"],
+            ),
+            (
+                "as many as there are free slots",
+                fleet(&[
+                    ("worker-3", Queued),
+                    ("worker-2", Queued),
+                    ("worker-1", Upgrading),
+                ]),
+                3,
+                vec!["worker-2", "worker-3"],
+            ),
+            (
+                "no free slot",
+                fleet(&[("worker-3", Queued), ("worker-1", Upgrading)]),
+                1,
+                vec![],
+            ),
+            (
+                "a limit of 0 counts as 1",
+                fleet(&[("worker-3", Queued), ("worker-2", Queued)]),
+                0,
+                vec!["worker-2"],
+            ),
+        ];
+        for (name, fleet, max, want) in rows {
+            assert_eq!(next_in_line(&fleet, &policies(max)), want, "{name}");
+            // The nodes woken are those the reconcile lets start.
+            for (node, standing) in &fleet {
+                if *standing == Queued {
+                    let free = slot(node, Queued, &fleet, &policy(max)) == Slot::Free;
+                    assert_eq!(want.contains(&node.as_str()), free, "{name}: {node}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_node_patch_writes_labels_and_progress_together() {
+        let my = key("my-kmod");
+        let at: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap();
+        let before: Timestamp = "2026-03-01T09:59:58Z".parse().unwrap();
+        let progress = Progress {
+            from: v("v1"),
+            to: v("v2"),
+            started_at: Some(before),
+            step: Some(DevicePluginStopped),
+            step_at: Some(at),
+            ..Progress::default()
+        };
+        let decision = |outcome: Outcome, progress: Option<Progress>| ModuleDecision {
+            key: my.clone(),
+            facts: NodeModuleFacts::default(),
+            decision: Decision {
+                outcome,
+                step: None,
+                progress,
+                announce: false,
+            },
+        };
+        let kept = BTreeMap::from([(my.upgrade_annotation(), progress.to_annotation())]);
+        let none = BTreeMap::new();
+        let not_recorded = BTreeMap::new();
+        let recorded = BTreeMap::from([(my.clone(), before)]);
+        let annotation = |progress: &Progress| json!(progress.to_annotation());
+        // (name, node's annotations, decision, recorded step times, want)
+        let rows = [
+            (
+                "nothing changes",
+                &kept,
+                decision(Outcome::Nothing, Some(progress.clone())),
+                &not_recorded,
+                None,
+            ),
+            (
+                "a label write and a new progress",
+                &none,
+                decision(
+                    Outcome::Write(LabelWrite::RemoveWorkerPod),
+                    Some(progress.clone()),
+                ),
+                &not_recorded,
+                Some(json!({"metadata": {
+                    "resourceVersion": "7",
+                    "labels": {my.version_worker_pod_label(): null},
+                    "annotations": {my.upgrade_annotation(): annotation(&progress)},
+                }})),
+            ),
+            (
+                "a step recorded before a restart keeps its record's time",
+                &kept,
+                decision(Outcome::Nothing, Some(progress.clone())),
+                &recorded,
+                Some(json!({"metadata": {
+                    "resourceVersion": "7",
+                    "annotations": {my.upgrade_annotation(): annotation(&Progress {
+                        step_at: Some(before),
+                        ..progress.clone()
+                    })},
+                }})),
+            ),
+            (
+                "the upgrade ends: its progress goes",
+                &kept,
+                decision(
+                    Outcome::Write(LabelWrite::SetDevicePlugin("v2".into())),
+                    None,
+                ),
+                &not_recorded,
+                Some(json!({"metadata": {
+                    "resourceVersion": "7",
+                    "labels": {my.version_device_plugin_label(): "v2"},
+                    "annotations": {my.upgrade_annotation(): null},
+                }})),
+            ),
+        ];
+        for (name, annotations, decision, recorded, want) in rows {
+            assert_eq!(
+                node_patch("7", annotations, &[decision], recorded),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn failed_reconciles_back_off_to_five_minutes() {
+        let rows = [
+            (1, Duration::from_millis(500)),
+            (2, Duration::from_secs(1)),
+            (4, Duration::from_secs(4)),
+            (10, Duration::from_secs(256)),
+            (11, BACKOFF_MAX),
+            (u32::MAX, BACKOFF_MAX),
+        ];
+        for (failures, want) in rows {
+            assert_eq!(retry_delay(failures), want, "{failures} failures");
+        }
     }
 }

@@ -22,9 +22,9 @@ use super::diff::{FIELD_MANAGER, comparable};
 use super::discovery::ClusterKinds;
 use super::follow::Attribution;
 use super::inventory::{Inventory, stamped, stamps_of};
-use capstan_api::canonical::digest;
 use super::manifests::{DriftPolicy, Manifest, ObjectId};
 use super::source::CommitInfo;
+use capstan_api::canonical::digest;
 
 /// Writes in flight at once.
 const CONCURRENCY: usize = 16;

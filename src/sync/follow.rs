@@ -18,11 +18,11 @@
 
 use std::collections::BTreeMap;
 
-use capstan_api::canonical::digest;
 use super::manifests::{
     Catalog, DesiredState, ManifestError, ManifestFile, ObjectId, check_transition, load,
 };
 use super::source::{CommitInfo, RepoFile, SourceError};
+use capstan_api::canonical::digest;
 
 /// At most this many commits since the applied one are replayed; a branch that moved
 /// further (or was rewritten) is taken at its head alone, judged against the applied commit.

@@ -13,10 +13,10 @@ use serde_json::Value;
 
 use super::manifests::{Manifest, ObjectId};
 use super::source::CommitInfo;
+use capstan_api::canonical::digest;
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
 use capstan_api::{GitSync, InventoryEntry};
-use capstan_api::canonical::digest;
 
 /// The `GitSync` name when `--name` is not given.
 pub const DEFAULT_SYNC_NAME: &str = "capstan";

@@ -26,14 +26,16 @@ use tokio::sync::Notify;
 use super::apply::{self, Action, ApplyError};
 use super::discovery::ClusterKinds;
 use super::follow::{self, Attribution, Landed, MAX_REPLAY, Replay};
-use crate::history::{self, EventTarget};
 use super::inventory::{self, Inventory};
 use super::manifests::{DesiredState, DriftPolicy, MAX_FILE_BYTES, ObjectId};
 use super::metrics::Metrics;
 use super::prune::{self, Pruned};
 use super::source::{CommitInfo, Source, SourceError};
 use super::status;
+use crate::history::recorder::Recorder;
+use crate::history::{self, EventTarget};
 use capstan_api::capstan::{MAX_RUNS, SYSTEM_NAMESPACE};
+use capstan_api::clock::{Clock, SystemClock};
 use capstan_api::{
     Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecordSpec, InventoryEntry,
     RecordType, SyncRun,
@@ -54,12 +56,14 @@ pub enum SyncError {
 }
 
 /// How a [`Syncer`] behaves.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SyncOptions {
     /// The `GitSync` name (several capstans can sync several branches into one cluster).
     pub name: String,
     /// Overrides the repository's `drift` setting.
     pub drift: Option<DriftPolicy>,
+    /// "Now" of the sync's records and Events.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for SyncOptions {
@@ -67,7 +71,17 @@ impl Default for SyncOptions {
         SyncOptions {
             name: inventory::DEFAULT_SYNC_NAME.to_string(),
             drift: None,
+            clock: Arc::new(SystemClock),
         }
+    }
+}
+
+impl std::fmt::Debug for SyncOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncOptions")
+            .field("name", &self.name)
+            .field("drift", &self.drift)
+            .finish_non_exhaustive()
     }
 }
 
@@ -152,6 +166,7 @@ pub struct Syncer {
     reported_drift: BTreeMap<ObjectId, String>,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
+    recorder: Recorder,
 }
 
 impl Syncer {
@@ -173,7 +188,9 @@ impl Syncer {
         let sync = status::ensure(&client, &mut kinds, &options.name, spec).await?;
         let status = sync.status.clone().unwrap_or_default();
         let inventory = inventory::inventory_of(&sync);
+        let recorder = Recorder::new(client.clone(), history::COMPONENT, options.clock.clone());
         let mut syncer = Syncer {
+            recorder,
             client,
             source: std::sync::Mutex::new(source),
             options,
@@ -422,7 +439,7 @@ impl Syncer {
                     });
             }
             self.status.phase = "Applying".into();
-            self.status.last_attempted_commit = Some(history::commit_ref(commit));
+            self.status.last_attempted_commit = Some(commit.reference());
             self.put_inventory();
             status::set_ready(&mut self.status, false, "Applying", &applying(commit));
             status::write(&self.client, &self.options.name, &self.status).await?;
@@ -544,7 +561,7 @@ impl Syncer {
         attribution: Attribution<'_>,
         started: Instant,
     ) -> Result<(), SyncError> {
-        let reference = history::commit_ref(commit);
+        let reference = commit.reference();
         self.status.phase = result.into();
         self.status.last_attempted_commit = Some(reference.clone());
         if result == "Applied" {
@@ -565,7 +582,7 @@ impl Syncer {
         self.put_inventory();
         self.push_run(SyncRun {
             commit: reference.clone(),
-            started_at: history::now(),
+            started_at: history::now(&*self.options.clock),
             duration_seconds: started.elapsed().as_secs_f64(),
             result: result.into(),
             created: report.count("created") as u32,
@@ -644,13 +661,14 @@ impl Syncer {
                 uid: None,
             };
             let message = format!("{} by {}", node.action, describe_commit(by));
-            if let Err(err) = history::emit_event(
-                &self.client,
+            if let Err(err) = history::record_event(
+                &self.recorder,
                 &target,
                 false,
                 "LabelsFromGit",
                 &message,
-                &history::commit_ref(by),
+                &by.reference(),
+                BTreeMap::new(),
             )
             .await
             {
@@ -667,7 +685,7 @@ impl Syncer {
         errors: Vec<String>,
         started: Instant,
     ) -> Result<(), SyncError> {
-        let reference = history::commit_ref(commit);
+        let reference = commit.reference();
         let error = errors.join("\n");
         self.status.phase = "Failed".into();
         self.status.last_attempted_commit = Some(reference.clone());
@@ -680,7 +698,7 @@ impl Syncer {
         status::set_ready(&mut self.status, false, "CommitRejected", &message);
         self.push_run(SyncRun {
             commit: reference.clone(),
-            started_at: history::now(),
+            started_at: history::now(&*self.options.clock),
             duration_seconds: started.elapsed().as_secs_f64(),
             result: "Failed".into(),
             error: error.clone(),
@@ -715,8 +733,8 @@ impl Syncer {
         self.status.error = error.to_string();
         status::set_ready(&mut self.status, false, "ApplyFailed", error);
         self.push_run(SyncRun {
-            commit: history::commit_ref(commit),
-            started_at: history::now(),
+            commit: commit.reference(),
+            started_at: history::now(&*self.options.clock),
             duration_seconds: started.elapsed().as_secs_f64(),
             result: "Failed".into(),
             error: error.to_string(),
@@ -752,7 +770,7 @@ impl Syncer {
         changes: Vec<Change>,
     ) {
         let spec = HistoryRecordSpec {
-            time: history::now(),
+            time: history::now(&*self.options.clock),
             type_,
             sync: self.options.name.clone(),
             commit: commit.clone(),
@@ -782,8 +800,16 @@ impl Syncer {
             name: self.options.name.clone(),
             uid: None,
         };
-        if let Err(err) =
-            history::emit_event(&self.client, &target, warning, reason, message, commit).await
+        if let Err(err) = history::record_event(
+            &self.recorder,
+            &target,
+            warning,
+            reason,
+            message,
+            commit,
+            BTreeMap::new(),
+        )
+        .await
         {
             tracing::warn!(error = %err, "could not record an event");
         }

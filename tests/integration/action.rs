@@ -2,6 +2,7 @@
 //! GitHub's variables set by the test, the capstan under test, and a stand-in for GitHub's
 //! REST API on loopback that records the comments the script posts.
 
+use crate::common;
 use crate::fleet;
 
 use std::net::SocketAddr;
@@ -12,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
-use fleet::{Fleet, fleet_v1, fleet_v2, with};
+use common::git::{FleetRepo, with_changes};
+use common::manifests::node_label;
+use fleet::{fleet_v1, fleet_v2};
 use serde_json::{Value, json};
 
 /// One request the stand-in API received.
@@ -135,15 +138,15 @@ async fn run_action(repo: &Path, api: &GitHubApi) -> Run {
 }
 
 /// A pull request's checkout: HEAD on the proposal, the base branch only as origin/main.
-fn checkout(base: &[(&str, String)], head: &[(&str, String)]) -> Fleet {
-    let fleet = Fleet::proposal(base, head);
-    let main = fleet.repo.refname_to_id("refs/heads/main").expect("main");
+fn checkout(base: &[(&str, String)], head: &[(&str, String)]) -> FleetRepo {
+    let fleet = FleetRepo::proposal(base, head);
+    let main = fleet.git.refname_to_id("refs/heads/main").expect("main");
     fleet
-        .repo
+        .git
         .reference("refs/remotes/origin/main", main, true, "fetched")
         .expect("origin/main");
     fleet
-        .repo
+        .git
         .find_reference("refs/heads/main")
         .expect("main")
         .delete()
@@ -196,7 +199,7 @@ async fn a_pull_request_without_changes_updates_the_earlier_comment() {
         {"id": 7, "body": "<!-- capstan-plan -->\n**capstan plan**: 1 to create"},
     ]))
     .await;
-    let head = with(&fleet_v1(), &[("README.md", Some("# the fleet".into()))]);
+    let head = with_changes(&fleet_v1(), &[("README.md", Some("# the fleet".into()))]);
     let fleet = checkout(&fleet_v1(), &head);
     let run = run_action(fleet.path(), &api).await;
     let stderr = String::from_utf8_lossy(&run.output.stderr);
@@ -223,11 +226,11 @@ async fn a_pull_request_without_changes_updates_the_earlier_comment() {
 #[tokio::test]
 async fn an_invalid_pull_request_fails_the_step_with_its_errors_in_the_summary() {
     let api = GitHubApi::start(json!([])).await;
-    let head = with(
+    let head = with_changes(
         &fleet_v2(),
         &[(
             "fleet/nodes/worker-2.yaml",
-            Some(fleet::node("worker-2", "v3")),
+            Some(node_label("worker-2", "my-kmod", "v3")),
         )],
     );
     let fleet = checkout(&fleet_v1(), &head);

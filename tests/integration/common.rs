@@ -1,5 +1,8 @@
-//! The shared test support, and what only capstan's own tests need.
+//! The shared test support under one name (waits, Git repositories and fleet manifests
+//! from `capstan_testing`, the embedded cluster's test API from `capstan_cluster::testing`),
+//! and what only capstan's own tests need.
 
+pub use capstan_cluster::testing::*;
 pub use capstan_testing::*;
 
 /// A syncer of the repository at `repo` into the cluster of `client`.

@@ -7,12 +7,12 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use capstan::controllers::{self, Context};
 use capstan_api::labels::{self, ModuleKey};
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
 use capstan_cluster::EmbeddedCluster;
 use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
-use capstan::controllers::{self, Context};
 use common::wait_until;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};

@@ -9,17 +9,14 @@ use crate::common;
 use crate::upgrade;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
+use capstan::controllers::{self, Context, Selection};
+use capstan::sync::run::{Outcome, Syncer};
 use capstan_cluster::ClusterOptions;
 use capstan_cluster::faults::FaultSettings;
 use capstan_cluster::sim::config::ClusterConfig;
-use capstan::controllers::{self, Context, Selection};
-use capstan::sync::run::{Outcome, Syncer};
 use common::git::FleetRepo;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt as _;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 use upgrade::{NS, label, module};
 
@@ -52,8 +49,7 @@ fn faults(seed: u64) -> FaultSettings {
 /// A syncer of `repo`, started again while the cluster fails its first writes.
 async fn start_syncer(client: &kube::Client, repo: &std::path::Path) -> Syncer {
     let state = tempfile::tempdir().expect("tempdir");
-    let deadline = tokio::time::Instant::now() + common::DEADLINE;
-    loop {
+    common::wait_for("the syncer to start", async || {
         let source = capstan::sync::source::Source::open(
             repo.to_str().expect("utf-8 path"),
             "main",
@@ -62,32 +58,23 @@ async fn start_syncer(client: &kube::Client, repo: &std::path::Path) -> Syncer {
             capstan::sync::source::Auth::None,
         )
         .expect("source opens");
-        match Syncer::start(
+        Syncer::start(
             client.clone(),
             source,
             capstan::sync::run::SyncOptions::default(),
             std::sync::Arc::new(capstan::sync::metrics::Metrics::new()),
         )
         .await
-        {
-            Ok(syncer) => return syncer,
-            Err(err) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the syncer never started: {err}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+        .map_err(|err| err.to_string())
+    })
+    .await
 }
 
 /// Syncs until `sha` is the applied commit, as `capstan sync` does on its interval.
 async fn sync_until_applied(syncer: &mut Syncer, client: &kube::Client, sha: &str) {
     let syncs: Api<capstan_api::GitSync> = Api::namespaced(client.clone(), "capstan-system");
-    let deadline = tokio::time::Instant::now() + common::DEADLINE;
     let mut failures = Vec::new();
-    loop {
+    common::wait_for(&format!("{sha} to be applied"), async || {
         match syncer.sync().await {
             // A failed write is no reason to reject a commit: capstan would not try it again.
             Ok(Outcome::Rejected { errors, .. }) => panic!("{sha} rejected: {errors:#?}"),
@@ -103,41 +90,12 @@ async fn sync_until_applied(syncer: &mut Syncer, client: &kube::Client, sha: &st
             .and_then(|s| s.last_applied_commit)
             .is_some_and(|c| c.sha == sha);
         if applied {
-            return;
+            Ok(())
+        } else {
+            Err(format!("sync failures: {failures:#?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{sha} not applied; sync failures: {failures:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Waits until the controllers have converged and no node is in an upgrade.
-async fn at_rest(client: &kube::Client) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let deadline = tokio::time::Instant::now() + common::DEADLINE;
-    let mut pending = Vec::new();
-    loop {
-        if let Ok(now) = controllers::converge::check(client, &Selection::all()).await {
-            pending = now;
-            let upgrading = nodes.list(&ListParams::default()).await.map(|list| {
-                list.items.iter().any(|node| {
-                    node.annotations()
-                        .keys()
-                        .any(|key| key.starts_with("capstan.dev/upgrade."))
-                })
-            });
-            if pending.is_empty() && upgrading.is_ok_and(|u| !u) {
-                return;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not at rest: {pending:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// The scenario of tests/ordered_upgrade.rs, with `faults`: the step records it leaves.
@@ -157,7 +115,10 @@ async fn ordered_upgrade(faults: FaultSettings) -> Vec<Step> {
     let ctx = Context::new(client.clone(), stop.clone());
     let running = tokio::spawn(async move { controllers::run(ctx, &Selection::all()).await });
     sync_until_applied(&mut syncer, &client, &commits[0]).await;
-    at_rest(&client).await;
+    common::wait_for("the cluster at rest", async || {
+        upgrade::at_rest(&client).await
+    })
+    .await;
     let timelines = upgrade::timeline::watch(&client, NS, "my_kmod");
     common::wait_until("the timeline of every node", || async {
         NODES.iter().all(|node| timelines.has_loaded(node, "v1"))
@@ -186,7 +147,10 @@ async fn ordered_upgrade(faults: FaultSettings) -> Vec<Step> {
     for (message, changes) in later {
         let sha = repo.commit(&changes, message);
         sync_until_applied(&mut syncer, &client, &sha).await;
-        at_rest(&client).await;
+        common::wait_for("the cluster at rest", async || {
+            upgrade::at_rest(&client).await
+        })
+        .await;
         commits.push(sha);
     }
     for node in NODES {
@@ -277,8 +241,8 @@ async fn an_upgrade_on_a_failing_api_server_leaves_the_history_of_a_reliable_one
 /// record being there, or the step would go unrecorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_record_refused_with_a_conflict_is_retried_not_taken_as_written() {
-    use capstan_api::{CommitRef, HistoryRecordSpec, RecordType};
     use capstan::history;
+    use capstan_api::{CommitRef, HistoryRecordSpec, RecordType};
 
     let spec = HistoryRecordSpec {
         time: "2026-11-21T10:14:13.000000Z".into(),

@@ -24,11 +24,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use capstan::crash::{CRASH_AT_VAR, POINTS};
 use capstan_api::GitSync;
 use capstan_cluster::sim::config::ClusterConfig;
-use capstan::controllers::{self, Selection};
-use capstan::crash::{CRASH_AT_VAR, POINTS};
-use common::git::{FleetRepo, config_map};
+use common::git::FleetRepo;
+use common::manifests::config_map;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
@@ -463,23 +463,7 @@ async fn at_rest(client: &kube::Client, head: &str) -> Result<bool, String> {
     if status.last_applied_commit.map(|c| c.sha).as_deref() != Some(head) {
         return Ok(false);
     }
-    let Ok(pending) = controllers::converge::check(client, &Selection::all()).await else {
-        return Ok(false);
-    };
-    if !pending.is_empty() {
-        return Ok(false);
-    }
-    let Ok(nodes) = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-    else {
-        return Ok(false);
-    };
-    Ok(!nodes.items.iter().any(|node| {
-        node.annotations()
-            .keys()
-            .any(|key| key.starts_with("capstan.dev/upgrade."))
-    }))
+    Ok(upgrade::at_rest(client).await.is_ok())
 }
 
 async fn step_count(client: &kube::Client) -> Option<usize> {
@@ -602,12 +586,7 @@ impl Campaign<'_> {
         let mut expected: BTreeMap<&str, (String, u64)> = BTreeMap::new();
         for run in 0..=ARMED_RUNS {
             for landing in plan.landings.iter().filter(|l| l.before_run == run) {
-                let changes: Vec<(&str, Option<&str>)> = landing
-                    .files
-                    .iter()
-                    .map(|(p, c)| (*p, Some(c.as_str())))
-                    .collect();
-                head = repo.commit(&changes, landing.message);
+                head = repo.commit_set(&landing.files, landing.message);
                 if let Some(node) = landing.node {
                     expected.insert(node, (head.clone(), landing.pull_request));
                 }
@@ -651,11 +630,12 @@ impl Campaign<'_> {
     ) -> Result<(), String> {
         let mut problems = Vec::new();
         // The watches may be behind the cluster a moment (the replay then says so).
-        let deadline = Instant::now() + common::DEADLINE;
         let v2 = Some(Some("v2".to_string()));
-        while Instant::now() < deadline && NODES.iter().any(|n| timelines.loaded(n) != v2) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let _ = common::poll(async || {
+            let behind = NODES.iter().any(|n| timelines.loaded(n) != v2);
+            if behind { Err(()) } else { Ok(()) }
+        })
+        .await;
         let records = upgrade::step_records_all(&self.client).await;
         for record in &records {
             let spec = &record.spec;

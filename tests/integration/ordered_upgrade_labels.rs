@@ -10,8 +10,8 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use capstan_api::{GitSync, HistoryRecord, Module};
 use capstan::controllers::{self, Context};
+use capstan_api::{GitSync, HistoryRecord, Module};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -744,8 +744,11 @@ async fn the_sync_hands_the_repository_policy_to_the_controller() {
     let mut repo = common::git::FleetRepo::new();
     repo.commit(
         &[
-            ("ns.yaml", Some(common::git::NAMESPACE)),
-            ("cm.yaml", Some(&common::git::config_map("settings", "a"))),
+            ("ns.yaml", Some(common::manifests::NAMESPACE)),
+            (
+                "cm.yaml",
+                Some(&common::manifests::config_map("settings", "a")),
+            ),
             (
                 "capstan.yaml",
                 Some("maxNodesInFlight: 3\nrequirePullRequest: true\n"),

@@ -78,7 +78,7 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
     let sha = repo.commit(
         &[(
             "nodes/worker-1.yaml",
-            Some(&common::git::node_label("worker-1", "my-kmod", "v2")),
+            Some(&common::manifests::node_label("worker-1", "my-kmod", "v2")),
         )],
         "Merge pull request #7 from fleet/worker-1-v2",
     );

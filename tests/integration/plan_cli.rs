@@ -6,7 +6,9 @@ use crate::common;
 use crate::fleet;
 
 use capstan_cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
-use fleet::{Fleet, VERSION_LABEL, capstan, fleet_v1, fleet_v2, stdout, with};
+use common::git::{FleetRepo, with_changes};
+use common::manifests::node_label;
+use fleet::{VERSION_LABEL, capstan, fleet_v1, fleet_v2, stdout};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -14,8 +16,8 @@ const PLAN: [&str; 4] = ["plan", "--path", "fleet", "--detailed-exitcode"];
 
 #[test]
 fn a_change_outside_the_fleet_plans_no_changes() {
-    let head = with(&fleet_v1(), &[("README.md", Some("# the fleet".into()))]);
-    let fleet = Fleet::proposal(&fleet_v1(), &head);
+    let head = with_changes(&fleet_v1(), &[("README.md", Some("# the fleet".into()))]);
+    let fleet = FleetRepo::proposal(&fleet_v1(), &head);
     let output = capstan(fleet.path(), &PLAN);
     assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
     assert!(
@@ -27,7 +29,7 @@ fn a_change_outside_the_fleet_plans_no_changes() {
 
 #[test]
 fn changes_exit_2_with_detailed_exitcode_and_0_without() {
-    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let fleet = FleetRepo::proposal(&fleet_v1(), &fleet_v2());
     let detailed = capstan(fleet.path(), &PLAN);
     assert_eq!(detailed.status.code(), Some(2), "{}", stdout(&detailed));
     let text = stdout(&detailed);
@@ -51,14 +53,14 @@ fn changes_exit_2_with_detailed_exitcode_and_0_without() {
 #[test]
 fn an_invalid_head_exits_1_naming_file_line_and_field() {
     // worker-2 moved to v3, a version no Module declares.
-    let head = with(
+    let head = with_changes(
         &fleet_v2(),
         &[(
             "fleet/nodes/worker-2.yaml",
-            Some(fleet::node("worker-2", "v3")),
+            Some(node_label("worker-2", "my-kmod", "v3")),
         )],
     );
-    let fleet = Fleet::proposal(&fleet_v1(), &head);
+    let fleet = FleetRepo::proposal(&fleet_v1(), &head);
     let output = capstan(fleet.path(), &PLAN);
     assert_eq!(output.status.code(), Some(1));
     let text = stdout(&output);
@@ -78,7 +80,7 @@ fn an_invalid_head_exits_1_naming_file_line_and_field() {
 
 #[test]
 fn markdown_for_a_pull_request_starts_with_the_summary_line() {
-    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let fleet = FleetRepo::proposal(&fleet_v1(), &fleet_v2());
     let out = fleet.path().join("plan.md");
     let output = capstan(
         fleet.path(),
@@ -113,13 +115,13 @@ fn markdown_for_a_pull_request_starts_with_the_summary_line() {
 
 #[test]
 fn json_lists_the_four_steps_of_worker_1() {
-    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let fleet = FleetRepo::proposal(&fleet_v1(), &fleet_v2());
     let output = capstan(fleet.path(), &[&PLAN[..], &["--format", "json"]].concat());
     assert_eq!(output.status.code(), Some(2));
     let plan: Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(plan["schemaVersion"], 1);
     assert_eq!(plan["mode"], "offline");
-    assert_eq!(plan["head"]["subject"], "Move worker-1 to my-kmod v2");
+    assert_eq!(plan["head"]["subject"], "Move workers to my-kmod v2");
     assert_eq!(plan["summary"]["nodes"], 1);
     let worker = &plan["nodes"][0];
     assert_eq!(
@@ -168,7 +170,7 @@ async fn cluster_with_kubeconfig() -> (EmbeddedCluster, kube::Client, tempfile::
 }
 
 /// Runs `capstan plan` against the cluster off the runtime's threads.
-async fn live_plan(fleet: &Fleet, kubeconfig: &std::path::Path) -> (Option<i32>, Value) {
+async fn live_plan(fleet: &FleetRepo, kubeconfig: &std::path::Path) -> (Option<i32>, Value) {
     let (dir, kubeconfig) = (fleet.path().to_path_buf(), kubeconfig.to_path_buf());
     let output = tokio::task::spawn_blocking(move || {
         let kubeconfig = kubeconfig.to_str().expect("utf-8").to_string();
@@ -207,7 +209,7 @@ fn actions(plan: &Value) -> Vec<String> {
 #[tokio::test]
 async fn a_live_plan_on_an_empty_cluster_creates_everything() {
     let (_cluster, _client, dir) = cluster_with_kubeconfig().await;
-    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let fleet = FleetRepo::proposal(&fleet_v1(), &fleet_v2());
     let (code, plan) = live_plan(&fleet, &dir.path().join("kubeconfig")).await;
     assert_eq!(code, Some(2), "{plan:#}");
     assert_eq!(plan["mode"], "live");
@@ -302,7 +304,7 @@ async fn a_live_plan_moves_labels_from_the_cluster_and_prunes_from_the_inventory
         .await
         .expect("status");
 
-    let fleet = Fleet::proposal(&fleet_v1(), &fleet_v2());
+    let fleet = FleetRepo::proposal(&fleet_v1(), &fleet_v2());
     let (code, plan) = live_plan(&fleet, &dir.path().join("kubeconfig")).await;
     assert_eq!(code, Some(2), "{plan:#}");
     assert_eq!(plan["cluster"]["lastAppliedRevision"], "main@sha1:abc");

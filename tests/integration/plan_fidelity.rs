@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use capstan_api::{HistoryRecord, RecordType};
 use capstan_cluster::sim::config::ClusterConfig;
-use common::DEADLINE;
-use common::git::{FleetRepo, NAMESPACE, module, node_label};
+use common::git::FleetRepo;
+use common::manifests::{NAMESPACE, module, node_label};
 use futures::StreamExt as _;
 use kube::api::{Api, ListParams};
 use rand::rngs::StdRng;
@@ -304,15 +304,17 @@ async fn history(seed: u64) -> usize {
         println!("{context}");
         capstan.as_mut().expect("capstan").take_head().await;
         let expected: usize = plan.values().map(|m| m.steps.len()).sum();
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        let records = loop {
-            let records = step_records(&client).await;
-            let found = records.iter().filter(|r| r.spec.commit.sha == sha).count();
-            if found >= expected || tokio::time::Instant::now() > deadline {
-                break records;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        };
+        let records =
+            common::wait_for(&format!("{context}: {expected} step records"), async || {
+                let records = step_records(&client).await;
+                let found = records.iter().filter(|r| r.spec.commit.sha == sha).count();
+                if found >= expected {
+                    Ok(records)
+                } else {
+                    Err(format!("{found} recorded"))
+                }
+            })
+            .await;
         let (history, started) = recorded(&records, &sha);
         assert_eq!(
             history, plan,

@@ -4,9 +4,10 @@
 
 use crate::common;
 
-use capstan_api::{GitSync, HistoryRecord};
 use capstan::sync::run::Outcome;
-use common::git::{FleetRepo, NAMESPACE, config_map, module, node_label};
+use capstan_api::{GitSync, HistoryRecord};
+use common::git::FleetRepo;
+use common::manifests::{NAMESPACE, config_map, module, node_label};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use capstan_api::{GitSync, Module};
 use capstan::sync::run::{Outcome, Syncer};
+use capstan_api::{GitSync, Module};
 use common::git::FleetRepo;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, ListParams};

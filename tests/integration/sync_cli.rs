@@ -6,9 +6,10 @@ use crate::common;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::git::{FleetRepo, NAMESPACE, config_map};
+use common::git::FleetRepo;
+use common::manifests::{NAMESPACE, config_map};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use ring::hmac;
@@ -86,7 +87,7 @@ async fn once_exits_0_when_applied_and_1_when_the_commit_is_rejected() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("2 created"), "{stderr}");
 
-    let typo = common::git::module("my-kmod", "v1").replace("moduleName:", "moduleNmae:");
+    let typo = common::manifests::module("my-kmod", "v1").replace("moduleName:", "moduleNmae:");
     repo.commit(&[("module.yaml", Some(&typo))], "Typo");
     let (code, stderr) = tokio::task::spawn_blocking({
         let (repo, kubeconfig, state) = (
@@ -117,7 +118,7 @@ async fn once_exits_3_naming_what_did_not_converge_within_the_timeout() {
     let state = tempfile::tempdir().unwrap();
     let kubeconfig = write_kubeconfig(&cluster, state.path());
     let mut repo = FleetRepo::new();
-    let module = common::git::module("my-kmod", "v1")
+    let module = common::manifests::module("my-kmod", "v1")
         .replace("my-kmod:v1-${KERNEL_FULL_VERSION}", "my-kmod:broken")
         .replace("      version: \"v1\"\n", "");
     assert!(!module.contains("version:"), "{module}");
@@ -313,16 +314,9 @@ async fn a_remote_is_synced_at_once_on_a_signed_webhook_and_stops_on_sigterm() {
         .expect("kill");
     assert!(killed.success());
     running.wait_for("stopped");
-    let deadline = Instant::now() + common::DEADLINE;
-    let status = loop {
-        if let Some(status) = running.child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "capstan did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = common::wait_for("capstan to exit after SIGTERM", async || {
+        running.child.try_wait().expect("wait").ok_or("running")
+    })
+    .await;
     assert_eq!(status.code(), Some(0));
 }

@@ -5,7 +5,8 @@
 use crate::common;
 
 use capstan::sync::run::Outcome;
-use common::git::{FleetRepo, NAMESPACE, config_map, node_label};
+use common::git::FleetRepo;
+use common::manifests::{NAMESPACE, config_map, node_label};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -34,7 +35,10 @@ async fn repo_with(settings: &str) -> FleetRepo {
             ("ns.yaml", Some(NAMESPACE)),
             ("cm.yaml", Some(&config_map("settings", "from-git"))),
             ("w1.yaml", Some(&node_label("worker-1", "my-kmod", "v1"))),
-            ("module.yaml", Some(&common::git::module("my-kmod", "v1"))),
+            (
+                "module.yaml",
+                Some(&common::manifests::module("my-kmod", "v1")),
+            ),
         ],
         "Fleet",
     );

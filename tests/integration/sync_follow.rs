@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use capstan::sync::run::{self, Outcome, Wakers};
 use capstan::sync::source::watch_refs;
-use common::git::{FleetRepo, NAMESPACE, config_map};
+use common::git::FleetRepo;
+use common::manifests::{NAMESPACE, config_map};
 use tokio::sync::{Notify, mpsc};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,9 +3,10 @@
 
 use crate::common;
 
-use capstan_api::{GitSync, HistoryRecord, RecordType};
 use capstan::sync::run::Outcome;
-use common::git::{FleetRepo, NAMESPACE, config_map, module};
+use capstan_api::{GitSync, HistoryRecord, RecordType};
+use common::git::FleetRepo;
+use common::manifests::{NAMESPACE, config_map, module};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams};
 

@@ -5,9 +5,10 @@
 
 use crate::common;
 
-use capstan_api::{GitSync, HistoryRecord, RecordType};
 use capstan::sync::run::Outcome;
-use common::git::{FleetRepo, NAMESPACE, config_map, module, node_label};
+use capstan_api::{GitSync, HistoryRecord, RecordType};
+use common::git::FleetRepo;
+use common::manifests::{NAMESPACE, config_map, module, node_label};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::api::{Api, ListParams};
 
@@ -42,26 +43,16 @@ fn fleet(version: &str, labels: [&str; 3]) -> Vec<(String, String)> {
     files
 }
 
-fn changes(files: &[(String, String)]) -> Vec<(&str, Option<&str>)> {
-    files
-        .iter()
-        .map(|(path, text)| (path.as_str(), Some(text.as_str())))
-        .collect()
-}
-
 #[tokio::test]
 async fn a_fleet_in_the_middle_of_an_upgrade_takes_new_commits_after_a_restart() {
     let (_cluster, client) = common::start_default_simulated().await;
     let mut repo = FleetRepo::new();
-    repo.commit(&changes(&fleet("v1", ["v1", "v1", "v1"])), "Fleet (#1)");
+    repo.commit_set(&fleet("v1", ["v1", "v1", "v1"]), "Fleet (#1)");
     let mut syncer = common::syncer(&client, repo.path()).await;
     assert!(matches!(syncer.sync().await.unwrap(), Outcome::Applied(_)));
-    repo.commit(&changes(&fleet("v2", ["v1", "v1", "v1"])), "Bump (#2)");
+    repo.commit_set(&fleet("v2", ["v1", "v1", "v1"]), "Bump (#2)");
     assert!(matches!(syncer.sync().await.unwrap(), Outcome::Applied(_)));
-    let relabel = repo.commit(
-        &changes(&fleet("v2", ["v2", "v1", "v1"])),
-        "Move worker-1 to v2 (#3)",
-    );
+    let relabel = repo.commit_set(&fleet("v2", ["v2", "v1", "v1"]), "Move worker-1 to v2 (#3)");
     assert!(matches!(syncer.sync().await.unwrap(), Outcome::Applied(_)));
 
     // A new process: the applied commit (Module v2, two nodes on v1) is the predecessor,
@@ -69,10 +60,7 @@ async fn a_fleet_in_the_middle_of_an_upgrade_takes_new_commits_after_a_restart()
     drop(syncer);
     let mut syncer = common::syncer(&client, repo.path()).await;
     assert_eq!(syncer.sync().await.unwrap(), Outcome::Unchanged);
-    let next = repo.commit(
-        &changes(&fleet("v2", ["v2", "v2", "v1"])),
-        "Move worker-2 to v2 (#4)",
-    );
+    let next = repo.commit_set(&fleet("v2", ["v2", "v2", "v1"]), "Move worker-2 to v2 (#4)");
     let outcome = syncer.sync().await.unwrap();
     assert!(matches!(outcome, Outcome::Applied(_)), "{outcome:?}");
     let nodes: Api<Node> = Api::all(client.clone());
@@ -96,7 +84,7 @@ async fn commits_that_land_while_capstan_is_down_are_each_credited_with_their_ow
     let mut repo = FleetRepo::new();
     let mut files = fleet("v1", ["v1", "v1", "v1"]);
     files.push(("cm.yaml".into(), config_map("settings", "a")));
-    let first = repo.commit(&changes(&files), "Fleet (#1)");
+    let first = repo.commit_set(&files, "Fleet (#1)");
     let mut syncer = common::syncer(&client, repo.path()).await;
     assert!(matches!(syncer.sync().await.unwrap(), Outcome::Applied(_)));
     repo.commit(

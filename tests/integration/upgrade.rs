@@ -6,8 +6,11 @@
 pub mod driver;
 pub mod timeline;
 
-use capstan_api::{HistoryRecord, RecordType};
 use capstan::controllers::{self, Selection};
+use capstan_api::labels::UPGRADE_ANNOTATION_PREFIX;
+use capstan_api::{HistoryRecord, RecordType};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 
 /// The Module's namespace.
@@ -24,28 +27,7 @@ pub const STEPS: [&str; 4] = [
 /// Module kmm-demo/my-kmod at `version` (kernel module `my_kmod`), images and device
 /// plugin at the same version.
 pub fn module(version: &str) -> String {
-    format!(
-        r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
-kind: Module
-metadata:
-  name: my-kmod
-  namespace: kmm-demo
-spec:
-  selector:
-    node-role.kubernetes.io/worker: ""
-  moduleLoader:
-    container:
-      version: "{version}"
-      modprobe:
-        moduleName: my_kmod
-      kernelMappings:
-        - regexp: '^.+$'
-          containerImage: "registry.example/org/my-kmod:{version}-${{KERNEL_FULL_VERSION}}"
-  devicePlugin:
-    container:
-      image: "registry.example/org/my-kmod-device-plugin:{version}"
-"#
-    )
+    crate::common::manifests::module_with_device_plugin("my-kmod", version)
 }
 
 /// The offline plan of `head` (a revision of the repository at `repo`) against the commit
@@ -77,7 +59,7 @@ pub fn commit_initial_fleet(
         ("capstan.yaml".into(), "maxNodesInFlight: 1\n".into()),
         (
             "namespace.yaml".into(),
-            crate::common::git::NAMESPACE.into(),
+            crate::common::manifests::NAMESPACE.into(),
         ),
         ("module.yaml".into(), module("v1")),
     ];
@@ -89,16 +71,12 @@ pub fn commit_initial_fleet(
             .iter()
             .map(|(path, text)| (path.to_string(), text.clone())),
     );
-    let changes: Vec<(&str, Option<&str>)> = files
-        .iter()
-        .map(|(path, text)| (path.as_str(), Some(text.as_str())))
-        .collect();
-    repo.commit(&changes, "Merge pull request #1 from fleet/initial")
+    repo.commit_set(&files, "Merge pull request #1 from fleet/initial")
 }
 
 /// The Node manifest that labels `node` for `version` of my-kmod.
 pub fn label(node: &str, version: &str) -> String {
-    crate::common::git::node_label(node, "my-kmod", version)
+    crate::common::manifests::node_label(node, "my-kmod", version)
 }
 
 /// Every upgrade-step record.
@@ -131,21 +109,48 @@ pub fn steps(records: &[HistoryRecord]) -> Vec<String> {
     records.iter().filter_map(|r| r.spec.step.clone()).collect()
 }
 
+/// `Ok` when every Module has converged and no node is in an upgrade; else what is still
+/// pending.
+pub async fn at_rest(client: &kube::Client) -> Result<(), String> {
+    let pending = controllers::converge::check(client, &Selection::all())
+        .await
+        .map_err(|err| err.to_string())?;
+    if !pending.is_empty() {
+        return Err(format!("not converged: {pending:?}"));
+    }
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|err| err.to_string())?;
+    let upgrading: Vec<String> = nodes
+        .items
+        .iter()
+        .filter(|node| {
+            node.annotations()
+                .keys()
+                .any(|key| key.starts_with(UPGRADE_ANNOTATION_PREFIX))
+        })
+        .map(|node| node.name_any())
+        .collect();
+    if upgrading.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("nodes in an upgrade: {upgrading:?}"))
+    }
+}
+
 /// Waits until every Module is where the cluster's objects want it.
 pub async fn converged(client: &kube::Client) {
     let selection = Selection::all();
-    let deadline = tokio::time::Instant::now() + crate::common::DEADLINE;
-    loop {
+    crate::common::wait_for("every Module to converge", async || {
         let pending = controllers::converge::check(client, &selection)
             .await
             .expect("check");
         if pending.is_empty() {
-            return;
+            Ok(())
+        } else {
+            Err(pending)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not converged: {pending:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }

@@ -11,10 +11,11 @@ pub mod clock;
 pub mod crds;
 pub mod labels;
 pub mod lws;
-pub mod text_memo;
 pub mod module;
 pub mod names;
 pub mod nmc;
+pub mod schema;
+pub mod text_memo;
 pub mod upgrade_config;
 
 pub use capstan::{
@@ -29,8 +30,6 @@ pub use nmc::{
     NodeModulesConfigStatus,
 };
 pub use upgrade_config::{UpgradeConfig, UpgradeConfigSpec, UpgradeConfigStatus};
-
-
 
 /// Installs ring as the process's rustls crypto provider. kube, the kmod worker's
 /// registry client and the embedded cluster's server must share one provider, or the

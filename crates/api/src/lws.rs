@@ -92,11 +92,11 @@ impl LeaderWorkerSetSpec {
 pub struct LeaderWorkerTemplate {
     /// Template of the leader pod; the worker template when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub leader_template: Option<PodTemplateSpec>,
 
     /// Template of the worker pods.
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub worker_template: PodTemplateSpec,
 
     /// Pods per group, the leader included. Default 1.
@@ -114,12 +114,12 @@ pub struct LeaderWorkerTemplate {
 
     /// Claims the pods may reference, one set per pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub volume_claim_templates: Vec<PersistentVolumeClaim>,
 
     /// What happens to those claims when pods go away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub persistent_volume_claim_retention_policy:
         Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
 }
@@ -307,7 +307,7 @@ fn int_or_string_zero() -> IntOrString {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crds;
+    use crate::schema;
     use kube::CustomResourceExt;
 
     const MINIMAL: &str = r#"
@@ -328,7 +328,7 @@ spec:
     fn minimal_lws_gets_upstream_defaults() {
         let value: serde_json::Value = serde_saphyr::from_str(MINIMAL).unwrap();
         assert_eq!(
-            crds::unknown_fields(&LeaderWorkerSet::crd(), &value),
+            schema::unknown_fields(&LeaderWorkerSet::crd(), &value),
             Vec::<String>::new()
         );
         let lws: LeaderWorkerSet = serde_json::from_value(value).unwrap();
@@ -367,7 +367,7 @@ spec:
         );
         let value: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(
-            crds::unknown_fields(&LeaderWorkerSet::crd(), &value),
+            schema::unknown_fields(&LeaderWorkerSet::crd(), &value),
             Vec::<String>::new()
         );
         let lws: LeaderWorkerSet = serde_json::from_value(value).unwrap();

@@ -7,7 +7,7 @@
 //! (`inTreeModuleToRemove`) and build-only fields added later (`imageRebuildTriggerGeneration`)
 //! are not modelled. The types do not reject unknown fields, so objects written by a newer
 //! KMM still decode; manifests from Git are checked strictly against the CRD schema instead
-//! (see [`crate::crds::unknown_fields`]).
+//! (see [`crate::schema::unknown_fields`]).
 
 use std::collections::BTreeMap;
 
@@ -65,12 +65,12 @@ pub struct ModuleSpec {
 
     /// Tolerations of the worker and device plugin pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub tolerations: Vec<Toleration>,
 
     /// Secret used to pull the kmod and device plugin images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub image_repo_secret: Option<LocalObjectReference>,
 
     /// How the kernel module is loaded.
@@ -284,7 +284,7 @@ pub struct Build {
     pub build_args: Vec<BuildArg>,
 
     /// ConfigMap holding the Dockerfile.
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub dockerfile_config_map: LocalObjectReference,
 
     /// How to reach the registries of the base images.
@@ -297,7 +297,7 @@ pub struct Build {
 
     /// Secrets made available to the build.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub secrets: Vec<LocalObjectReference>,
 
     /// Kaniko settings.
@@ -344,11 +344,11 @@ pub struct Sign {
     pub unsigned_image_registry_tls: TlsOptions,
 
     /// Secret holding the signing private key.
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub key_secret: LocalObjectReference,
 
     /// Secret holding the signing certificate.
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub cert_secret: LocalObjectReference,
 
     /// Files in the image to sign.
@@ -373,7 +373,7 @@ pub struct DevicePluginSpec {
 
     /// Volumes of the device plugin pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub volumes: Vec<Volume>,
 }
 
@@ -394,7 +394,7 @@ pub struct DevicePluginContainerSpec {
 
     /// Environment variables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub env: Vec<EnvVar>,
 
     /// Pull policy (`Always`, `Never`, `IfNotPresent`).
@@ -403,12 +403,12 @@ pub struct DevicePluginContainerSpec {
 
     /// Compute resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub resources: Option<ResourceRequirements>,
 
     /// Volume mounts added to the default ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub volume_mounts: Vec<VolumeMount>,
 }
 
@@ -506,7 +506,7 @@ impl Module {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crds;
+    use crate::schema;
     use kube::CustomResourceExt;
 
     /// The example Module of the KMM reference, verbatim.
@@ -533,7 +533,7 @@ spec:
     fn reference_example_decodes_strictly() {
         let value: serde_json::Value = serde_saphyr::from_str(EXAMPLE).unwrap();
         assert_eq!(
-            crds::unknown_fields(&Module::crd(), &value),
+            schema::unknown_fields(&Module::crd(), &value),
             Vec::<String>::new()
         );
 
@@ -578,7 +578,7 @@ spec:
         let yaml = EXAMPLE.replace("firmwarePath:", "firmwarepath:");
         let value: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(
-            crds::unknown_fields(&Module::crd(), &value),
+            schema::unknown_fields(&Module::crd(), &value),
             ["spec.moduleLoader.container.modprobe.firmwarepath"]
         );
     }

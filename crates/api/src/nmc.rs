@@ -83,12 +83,12 @@ pub struct NodeModuleSpec {
 
     /// Secret used to pull the kmod image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub image_repo_secret: Option<LocalObjectReference>,
 
     /// Tolerations added to every worker pod of the module on this node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub tolerations: Vec<Toleration>,
 
     /// Version of the kernel module to load.
@@ -114,12 +114,12 @@ pub struct NodeModuleStatus {
 
     /// Secret the loading worker pod pulled with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub image_repo_secret: Option<LocalObjectReference>,
 
     /// Tolerations the loading worker pod ran with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::crds::drop_nested_descriptions)]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub tolerations: Vec<Toleration>,
 
     /// Version of the loaded kernel module.
@@ -223,7 +223,7 @@ impl NodeModulesConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crds;
+    use crate::schema;
     use kube::CustomResourceExt;
 
     const EXAMPLE: &str = r#"
@@ -260,7 +260,7 @@ status:
     fn example_decodes_strictly_and_configs_compare_equal() {
         let value: serde_json::Value = serde_saphyr::from_str(EXAMPLE).unwrap();
         assert_eq!(
-            crds::unknown_fields(&NodeModulesConfig::crd(), &value),
+            schema::unknown_fields(&NodeModulesConfig::crd(), &value),
             Vec::<String>::new()
         );
         let nmc: NodeModulesConfig = serde_json::from_value(value).unwrap();

@@ -256,7 +256,7 @@ pub mod condition_types {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crds;
+    use crate::schema;
     use kube::CustomResourceExt;
 
     const EXAMPLE: &str = r#"
@@ -284,7 +284,7 @@ status:
     fn example_decodes_strictly_with_capitalised_drain_timeout() {
         let value: serde_json::Value = serde_saphyr::from_str(EXAMPLE).unwrap();
         assert_eq!(
-            crds::unknown_fields(&UpgradeConfig::crd(), &value),
+            schema::unknown_fields(&UpgradeConfig::crd(), &value),
             Vec::<String>::new()
         );
         let config: UpgradeConfig = serde_json::from_value(value).unwrap();

@@ -28,11 +28,7 @@ struct Server {
 impl Server {
     fn start(dir: &Path) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_capstan-cluster"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig-out",
-            ])
+            .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
             .arg(dir.join("kubeconfig"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
-use capstan_cluster::{ClusterOptions, EmbeddedCluster};
+use capstan_cluster::testing::start_simulated;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
@@ -29,13 +29,7 @@ async fn main() {
         ..ClusterConfig::default()
     };
     let started = Instant::now();
-    let cluster = EmbeddedCluster::start(ClusterOptions {
-        simulation: Some(config),
-        ..ClusterOptions::default()
-    })
-    .await
-    .expect("cluster starts");
-    let client = cluster.client().expect("client");
+    let (cluster, client) = start_simulated(config).await;
     let nodes = Api::<Node>::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {

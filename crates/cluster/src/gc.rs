@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 
 use super::api::{Api, DeleteOptions, PatchType, Propagation, WriteOptions};
 use super::errors::ApiError;
+use super::object_key::ObjectKey;
 use super::resources::Resource;
-use super::store::{Change, EventType, Followed, ObjectKey};
+use super::store::{Change, EventType, Followed};
 
 const MANAGER: &str = "garbage-collector";
 

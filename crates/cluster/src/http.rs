@@ -24,11 +24,11 @@ use super::eviction;
 use super::faults::Faults;
 use super::openapi;
 use super::protobuf;
+use super::rendering::{Rendering, partial_metadata, table_of};
 use super::resources::Resource;
 use super::selector::{FieldSelector, LabelSelector};
 use super::sim::{SimError, Simulation};
-use super::table::{IncludeObject, TableKind, to_table};
-use super::watch::{self, Rendering, WatchRequest};
+use super::watch::{self, WatchRequest};
 
 /// Kubernetes' protobuf encoding, which kubectl's typed clients send.
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -137,7 +137,12 @@ async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiE
     if is_write {
         server.faults.on_write()?;
     }
-    let rendering = rendering(&parts.headers);
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let rendering = Rendering::from_accept(accept);
     match route {
         Route::Version => Ok(json_response(StatusCode::OK, &version())),
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
@@ -246,27 +251,6 @@ fn version() -> Value {
         "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
         "goVersion": "", "compiler": "capstan", "platform": "linux/amd64",
     })
-}
-
-fn rendering(headers: &HeaderMap) -> Rendering {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    // Clients list their preferences in order; the first one we can produce wins.
-    for choice in accept.split(',') {
-        if choice.contains("as=Table") {
-            return Rendering::Table;
-        }
-        if choice.contains("as=PartialObjectMetadata") {
-            return Rendering::Metadata;
-        }
-        let media = choice.split(';').next().unwrap_or("").trim();
-        if matches!(media, "application/json" | "*/*" | "application/yaml") {
-            return Rendering::Object;
-        }
-    }
-    Rendering::Object
 }
 
 /// The parsed path.
@@ -882,31 +866,6 @@ async fn simulated_node(
     }
 }
 
-/// A Table of `objects` for kubectl, with the CRD's printer columns for custom resources.
-pub fn table_of(api: &Api, resource: &Resource, objects: &[&Value], list_meta: Value) -> Value {
-    let kind = match &resource.custom {
-        Some(custom) => TableKind::Custom {
-            printer_columns: &custom.printer_columns,
-        },
-        None => TableKind::Builtin(&resource.plural),
-    };
-    to_table(
-        &kind,
-        objects,
-        IncludeObject::Metadata,
-        list_meta,
-        api.clock.now(),
-    )
-}
-
-/// The metadata-only form of an object (`as=PartialObjectMetadata`).
-pub fn partial_metadata(object: &Value) -> Value {
-    json!({
-        "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-        "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
-    })
-}
-
 /// Parses a request body as JSON, or YAML when the content type says so; a clear 400 otherwise.
 fn parse_body(body: &Bytes, yaml: bool) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -1085,23 +1044,6 @@ mod tests {
         let parsed: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(parsed["items"], json!([{"a": 1}, {"b": 2}]));
         assert_eq!(parsed["metadata"]["resourceVersion"], "7");
-    }
-
-    #[test]
-    fn table_is_chosen_when_kubectl_asks_first() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::ACCEPT,
-            http::HeaderValue::from_static(
-                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
-            ),
-        );
-        assert_eq!(rendering(&headers), Rendering::Table);
-        headers.insert(
-            header::ACCEPT,
-            http::HeaderValue::from_static("application/json"),
-        );
-        assert_eq!(rendering(&headers), Rendering::Object);
     }
 
     /// A handler's panic is a 500 Status, not a dropped connection; answers and errors

@@ -1,7 +1,7 @@
 //! The embedded cluster's server keeps the memory it frees (mimalloc's purge delay). The
-//! binaries choose mimalloc as their allocator (glibc's spent about a third of the
-//! server's CPU allocating and freeing small JSON values, docs/benchmarks.md); this crate
-//! links mimalloc for the option.
+//! binaries choose mimalloc as their allocator, since the server allocates and frees
+//! small JSON values at a high rate from many threads; this crate links mimalloc for the
+//! option.
 
 // Linked for the `mi_option_*` symbols below.
 use mimalloc as _;
@@ -18,9 +18,8 @@ unsafe extern "C" {
 /// Keeps the memory the process frees for its own later allocations instead of handing
 /// it back to the OS a second after (mimalloc's purge). A process that allocates and
 /// frees at a steady high rate, as the embedded cluster's server does, otherwise gets
-/// back fresh pages the kernel must zero first: 30,000 page faults in the fleet
-/// benchmark, against 1,600 without purging, at the same peak (docs/benchmarks.md).
-/// The process holds its peak until it exits.
+/// back fresh pages the kernel must fault in and zero first, again and again at the same
+/// peak. The process holds its peak until it exits.
 pub fn keep_freed_memory() {
     // SAFETY: mimalloc's option setter takes any option and value, at any time.
     unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::store::ObjectKey;
+use crate::object_key::ObjectKey;
 
 /// A failure reading or writing the state dir.
 #[derive(Debug, thiserror::Error)]

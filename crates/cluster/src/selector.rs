@@ -9,9 +9,10 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::pointer::Pointer;
-
+use capstan_api::names::{label_value_errors, qualified_name_errors};
 use serde_json::{Map, Value};
+
+use crate::pointer::Pointer;
 
 /// Why a label or field selector was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -596,138 +597,6 @@ impl<'a> Parser<'a> {
             Err(format!("found '{literal}', expected: identifier"))
         }
     }
-}
-
-const QUALIFIED_NAME_FORMAT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_MESSAGE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const QUALIFIED_NAME_MAX_LENGTH: usize = 63;
-const LABEL_VALUE_FORMAT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
-const LABEL_VALUE_MESSAGE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const LABEL_VALUE_MAX_LENGTH: usize = 63;
-const DNS1123_SUBDOMAIN_FORMAT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
-
-/// Upstream `validation.RegexError`, double space after each example included.
-fn regex_error(message: &str, format: &str, examples: &[&str]) -> String {
-    let examples: String = examples
-        .iter()
-        .enumerate()
-        .map(|(index, example)| {
-            let separator = if index > 0 { " or " } else { "" };
-            format!("{separator}'{example}', ")
-        })
-        .collect();
-    format!("{message} (e.g. {examples}regex used for validation is '{format}')")
-}
-
-fn max_length_error(length: usize) -> String {
-    format!("must be no more than {length} characters")
-}
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
-fn is_qualified_name_part(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && bytes
-                    .iter()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`
-fn is_dns1123_subdomain(name: &str) -> bool {
-    let is_edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    name.split('.').all(|label| {
-        let bytes = label.as_bytes();
-        bytes.first().is_some_and(is_edge)
-            && bytes.last().is_some_and(is_edge)
-            && bytes.iter().all(|b| is_edge(b) || *b == b'-')
-    })
-}
-
-/// Upstream `validation.IsQualifiedName`: an optional DNS subdomain prefix and `/`,
-/// then a name of at most 63 characters.
-fn qualified_name_errors(value: &str) -> Vec<String> {
-    let parts: Vec<&str> = value.split('/').collect();
-    let mut errors = Vec::new();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                errors.push("prefix part must be non-empty".to_string());
-            } else {
-                if prefix.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
-                    errors.push(format!(
-                        "prefix part {}",
-                        max_length_error(DNS1123_SUBDOMAIN_MAX_LENGTH)
-                    ));
-                }
-                if !is_dns1123_subdomain(prefix) {
-                    errors.push(format!(
-                        "prefix part {}",
-                        regex_error(
-                            DNS1123_SUBDOMAIN_MESSAGE,
-                            DNS1123_SUBDOMAIN_FORMAT,
-                            &["example.com"]
-                        )
-                    ));
-                }
-            }
-            *name
-        }
-        _ => {
-            return vec![format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(
-                    QUALIFIED_NAME_MESSAGE,
-                    QUALIFIED_NAME_FORMAT,
-                    &["MyName", "my.name", "123-abc"]
-                )
-            )];
-        }
-    };
-    if name.is_empty() {
-        errors.push("name part must be non-empty".to_string());
-    } else if name.len() > QUALIFIED_NAME_MAX_LENGTH {
-        errors.push(format!(
-            "name part {}",
-            max_length_error(QUALIFIED_NAME_MAX_LENGTH)
-        ));
-    }
-    if !is_qualified_name_part(name) {
-        errors.push(format!(
-            "name part {}",
-            regex_error(
-                QUALIFIED_NAME_MESSAGE,
-                QUALIFIED_NAME_FORMAT,
-                &["MyName", "my.name", "123-abc"]
-            )
-        ));
-    }
-    errors
-}
-
-/// Upstream `validation.IsValidLabelValue`.
-fn label_value_errors(value: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if value.len() > LABEL_VALUE_MAX_LENGTH {
-        errors.push(max_length_error(LABEL_VALUE_MAX_LENGTH));
-    }
-    if !value.is_empty() && !is_qualified_name_part(value) {
-        errors.push(regex_error(
-            LABEL_VALUE_MESSAGE,
-            LABEL_VALUE_FORMAT,
-            &["MyValue", "my_value", "12345"],
-        ));
-    }
-    errors
 }
 
 fn validate_label_key(key: &str, path: &str) -> Option<String> {

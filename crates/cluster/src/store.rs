@@ -16,25 +16,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::persist::{Persist, PersistError, Record};
-
-/// Where an object lives: its storage bucket, namespace ("" for cluster-scoped) and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    pub storage: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectKey {
-    pub fn new(storage: &str, namespace: &str, name: &str) -> Self {
-        ObjectKey {
-            storage: storage.into(),
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-}
+use crate::object_key::ObjectKey;
+use crate::persist::{Persist, PersistError, Record};
 
 /// The serialising buffer a thread keeps between writes (larger objects shrink it back).
 const KEPT_BUFFER: usize = 1 << 20;
@@ -427,8 +410,8 @@ impl std::fmt::Debug for Store {
 
 /// Objects of the buckets an in-process reader asked for, as their writer parsed them,
 /// kept until that reader takes them: a write already holds the object it stored, and
-/// parsing the stored bytes again was most of what the simulated kubelet spent reading
-/// a pod. Bounded: past [`PARSED_CAPACITY`] the oldest go, and the reader parses.
+/// parsing the stored bytes again would be most of the simulated kubelet's work in
+/// reading a pod. Bounded: past [`PARSED_CAPACITY`] the oldest go, and the reader parses.
 #[derive(Default)]
 struct Parsed {
     storages: Vec<String>,
@@ -815,6 +798,12 @@ pub struct Follower {
 }
 
 impl Follower {
+    /// The resourceVersion of the last change handed out (or where following started):
+    /// every change up to it has been handed out.
+    pub fn seen(&self) -> u64 {
+        self.seen
+    }
+
     /// The next change; `None` once the store has closed. Cancel-safe.
     pub async fn next(&mut self) -> Option<Followed> {
         loop {

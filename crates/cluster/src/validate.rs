@@ -4,7 +4,9 @@
 
 use serde_json::Value;
 
-use capstan_api::names::{label_key, label_value};
+use capstan_api::names::{
+    dns1123_label_errors, dns1123_subdomain_errors, label_value_errors, qualified_name_errors,
+};
 
 use crate::pointer::Pointer;
 
@@ -63,55 +65,39 @@ fn finish(resource: &Resource, name: &str, causes: Causes) -> Result<(), ApiErro
     }
 }
 
-/// DNS-1123 subdomain for most kinds; DNS-1123 label for namespaces.
+/// DNS-1123 subdomain for most kinds; DNS-1123 label for namespaces. A cause per
+/// upstream message.
 fn name_format(resource: &Resource, name: &str, causes: &mut Causes) {
-    let label_only = resource.plural == "namespaces" && resource.group.is_empty();
-    let limit = if label_only { 63 } else { 253 };
-    let valid_part = |part: &str| {
-        !part.is_empty()
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !part.starts_with('-')
-            && !part.ends_with('-')
+    let errors = if resource.plural == "namespaces" && resource.group.is_empty() {
+        dns1123_label_errors(name)
+    } else {
+        dns1123_subdomain_errors(name)
     };
-    let valid = name.len() <= limit
-        && if label_only {
-            valid_part(name)
-        } else {
-            name.split('.').all(valid_part)
-        };
-    if !valid {
-        let what = if label_only { "label" } else { "subdomain" };
-        causes.push((
-            "metadata.name".into(),
-            format!(
-                "Invalid value: \"{name}\": a lowercase RFC 1123 {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-            ),
-        ));
+    for error in errors {
+        causes.push(("metadata.name".into(), invalid_value(name, &error)));
     }
 }
 
-/// Label keys and values as Kubernetes restricts them.
+/// Label keys and values as Kubernetes restricts them, reported under
+/// `metadata.labels` as upstream's `ValidateLabels` does.
 fn labels(object: &Value, causes: &mut Causes) {
     let Some(labels) = object.at("/metadata/labels").and_then(Value::as_object) else {
         return;
     };
     for (key, value) in labels {
-        if let Err(why) = label_key(key) {
-            causes.push((
-                "metadata.labels".into(),
-                format!("Invalid value: \"{key}\": {why}"),
-            ));
+        for error in qualified_name_errors(key) {
+            causes.push(("metadata.labels".into(), invalid_value(key, &error)));
         }
         let value = value.as_str().unwrap_or("");
-        if !label_value(value) {
-            causes.push((
-                format!("metadata.labels.{key}"),
-                format!("Invalid value: \"{value}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (max 63 characters)"),
-            ));
+        for error in label_value_errors(value) {
+            causes.push(("metadata.labels".into(), invalid_value(value, &error)));
         }
     }
+}
+
+/// The text of upstream's `field.Invalid` after the field path.
+fn invalid_value(value: &str, error: &str) -> String {
+    format!("Invalid value: {value:?}: {error}")
 }
 
 fn pod(object: &Value, causes: &mut Causes) {
@@ -200,33 +186,86 @@ fn crd(object: &Value, name: &str, causes: &mut Causes) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::Registry;
+    use serde_json::json;
 
-    #[test]
-    fn label_keys_follow_the_qualified_name_rules() {
-        let cases = [
-            ("app", true),
-            ("kmm.node.kubernetes.io/kmm-demo.my-kmod.ready", true),
-            ("node-role.kubernetes.io/worker", true),
-            ("bad key", false),
-            ("/noprefix", false),
-            (&"x".repeat(64) as &str, false),
-            (&format!("a.io/{}", "x".repeat(63)) as &str, true),
-        ];
-        for (key, ok) in cases {
-            assert_eq!(label_key(key).is_ok(), ok, "{key}");
-        }
+    fn causes_of(plural: &str, object: Value) -> Vec<(String, String)> {
+        let registry = Registry::with_builtins();
+        let resource = registry.get("", "v1", plural).expect("a built-in resource");
+        let name = object
+            .at("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut causes = Causes::new();
+        name_format(&resource, name, &mut causes);
+        labels(&object, &mut causes);
+        causes
     }
 
+    /// Names and labels are refused with upstream's messages, one cause each, under the
+    /// paths kube-apiserver reports.
     #[test]
-    fn label_values_are_short_and_alphanumeric_at_the_ends() {
-        for (value, ok) in [
-            ("", true),
-            ("v1", true),
-            ("-v1", false),
-            ("1.2.3", true),
-            ("a b", false),
-        ] {
-            assert_eq!(label_value(value), ok, "{value:?}");
+    fn names_and_labels_are_refused_as_upstream_refuses_them() {
+        let subdomain = dns1123_subdomain_errors("Not_Valid").remove(0);
+        let label = dns1123_label_errors("Not_Valid").remove(0);
+        let key = qualified_name_errors("bad key").remove(0);
+        let value = label_value_errors("-v1").remove(0);
+        let cases = [
+            (
+                "configmaps",
+                json!({"metadata": {"name": "fine", "labels": {"app": "web", "a.io/b": ""}}}),
+                vec![],
+            ),
+            (
+                "configmaps",
+                json!({"metadata": {"name": "Not_Valid"}}),
+                vec![(
+                    "metadata.name",
+                    format!("Invalid value: \"Not_Valid\": {subdomain}"),
+                )],
+            ),
+            (
+                "configmaps",
+                json!({"metadata": {"name": "kmm.demo"}}),
+                vec![],
+            ),
+            (
+                "namespaces",
+                json!({"metadata": {"name": "Not_Valid"}}),
+                vec![(
+                    "metadata.name",
+                    format!("Invalid value: \"Not_Valid\": {label}"),
+                )],
+            ),
+            (
+                "namespaces",
+                json!({"metadata": {"name": "kmm.demo"}}),
+                vec![(
+                    "metadata.name",
+                    "Invalid value: \"kmm.demo\": must not contain dots".to_string(),
+                )],
+            ),
+            (
+                "configmaps",
+                json!({"metadata": {"name": "fine", "labels": {"bad key": "-v1"}}}),
+                vec![
+                    (
+                        "metadata.labels",
+                        format!("Invalid value: \"bad key\": {key}"),
+                    ),
+                    (
+                        "metadata.labels",
+                        format!("Invalid value: \"-v1\": {value}"),
+                    ),
+                ],
+            ),
+        ];
+        for (plural, object, expected) in cases {
+            let expected: Vec<(String, String)> = expected
+                .into_iter()
+                .map(|(field, message)| (field.to_string(), message))
+                .collect();
+            assert_eq!(causes_of(plural, object.clone()), expected, "{object}");
         }
     }
 }

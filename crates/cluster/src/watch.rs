@@ -14,16 +14,9 @@ use tokio::sync::mpsc;
 use super::api::{Api, ListOptions};
 use super::errors::ApiError;
 use super::faults::Faults;
+use super::rendering::{Rendering, partial_metadata, table_of};
 use super::resources::Resource;
 use super::store::{Change, Closed, EventType, Followed, Follower, StoreError, StoredObject};
-
-/// How objects are shown in events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rendering {
-    Object,
-    Table,
-    Metadata,
-}
 
 /// A watch request, parsed.
 pub struct WatchRequest {
@@ -297,19 +290,15 @@ impl Watcher {
                     return false;
                 };
                 let rendered = if self.request.rendering == Rendering::Table {
-                    let mut table = super::http::table_of(
-                        &self.api,
-                        &self.request.resource,
-                        &[&value],
-                        json!({}),
-                    );
+                    let mut table =
+                        table_of(&self.api, &self.request.resource, &[&value], json!({}));
                     if !self.first_table {
                         table["columnDefinitions"] = json!([]);
                     }
                     self.first_table = false;
                     table
                 } else {
-                    super::http::partial_metadata(&value)
+                    partial_metadata(&value)
                 };
                 put_event_line(out, event, rendered.to_string().as_bytes());
             }
@@ -359,11 +348,7 @@ mod tests {
     }
 
     /// A cluster, and a watch on its ConfigMaps from the store's current resourceVersion.
-    async fn configmap_watch() -> (
-        crate::EmbeddedCluster,
-        Arc<Resource>,
-        mpsc::Receiver<Bytes>,
-    ) {
+    async fn configmap_watch() -> (crate::EmbeddedCluster, Arc<Resource>, mpsc::Receiver<Bytes>) {
         let cluster = crate::EmbeddedCluster::start(Default::default())
             .await
             .expect("cluster starts");

@@ -1,39 +1,95 @@
-//! Real Git repositories made in tests: a work tree on branch `main` whose commits replace
-//! the whole tree, as a fleet repository's history would.
+//! Real Git repositories made in tests with git2, in temporary directories: a fleet
+//! repository whose branch grows from its work tree as an operator's would, commits of
+//! exact trees (symlinks included) on any branch, merges, branches, packed refs, and bare
+//! repositories standing for remotes. Every commit is Ada Lovelace's.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use git2::{IndexAddOption, Repository, RepositoryInitOptions, Signature};
+use git2::{
+    Index, IndexAddOption, IndexEntry, IndexTime, Oid, Repository, RepositoryInitOptions, Signature,
+};
 use tempfile::TempDir;
 
-/// A repository with a work tree whose HEAD is `main`.
+/// What a path in a commit of an exact tree holds.
+#[derive(Clone, Copy, Debug)]
+pub enum Entry<'a> {
+    File(&'a str),
+    Link(&'a str),
+}
+
+/// `files` (path, text) as the entries of a tree.
+pub fn tree<'a>(files: &'a [(&'a str, String)]) -> Vec<(&'a str, Entry<'a>)> {
+    files
+        .iter()
+        .map(|(path, text)| (*path, Entry::File(text)))
+        .collect()
+}
+
+/// `files` with some replaced (`Some`) or removed (`None`); a replaced file moves to the end.
+pub fn with_changes<'a>(
+    files: &[(&'a str, String)],
+    changes: &[(&'a str, Option<String>)],
+) -> Vec<(&'a str, String)> {
+    let mut files = files.to_vec();
+    for (path, contents) in changes {
+        files.retain(|(p, _)| p != path);
+        if let Some(contents) = contents {
+            files.push((path, contents.clone()));
+        }
+    }
+    files
+}
+
+/// A repository in a temporary directory whose default branch is `main`.
 pub struct FleetRepo {
-    pub dir: TempDir,
-    repo: Repository,
-    files: BTreeMap<String, String>,
+    dir: TempDir,
+    /// The repository itself, for what a test does with git2 directly (tags, remote-tracking
+    /// refs, a detached HEAD).
+    pub git: Repository,
+}
+
+impl Default for FleetRepo {
+    fn default() -> FleetRepo {
+        FleetRepo::new()
+    }
 }
 
 impl FleetRepo {
+    /// A repository with a work tree, HEAD on `main`.
     pub fn new() -> FleetRepo {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let repo = Repository::init_opts(
-            dir.path(),
-            RepositoryInitOptions::new().initial_head("main"),
-        )
-        .expect("init");
-        FleetRepo {
-            dir,
-            repo,
-            files: BTreeMap::new(),
-        }
+        FleetRepo::init(RepositoryInitOptions::new().initial_head("main"))
     }
 
+    /// A bare repository, HEAD on `main`, standing for a remote.
+    pub fn bare() -> FleetRepo {
+        FleetRepo::init(RepositoryInitOptions::new().bare(true).initial_head("main"))
+    }
+
+    /// A pull request checked out: `main` holds `base` ("Initial fleet"), branch `feature`
+    /// from it holds `head` ("Move workers to my-kmod v2"), and HEAD is on `feature`.
+    pub fn proposal(base: &[(&str, String)], head: &[(&str, String)]) -> FleetRepo {
+        let repo = FleetRepo::new();
+        let fork = repo.commit_files("main", &tree(base), "Initial fleet");
+        repo.branch("feature", fork);
+        repo.commit_files("feature", &tree(head), "Move workers to my-kmod v2");
+        repo.checkout("feature");
+        repo
+    }
+
+    fn init(options: &RepositoryInitOptions) -> FleetRepo {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let git = Repository::init_opts(dir.path(), options).expect("init");
+        FleetRepo { dir, git }
+    }
+
+    /// The work tree, or the repository itself when bare.
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    /// Sets (or with `None` removes) files, then commits the whole tree; returns the SHA.
+    /// Sets (or with `None` removes) files in the work tree, then commits the whole work
+    /// tree on the checked-out branch; returns the SHA. With no changes it commits the work
+    /// tree as it is. Not for a bare repository.
     pub fn commit(&mut self, changes: &[(&str, Option<&str>)], message: &str) -> String {
         for (path, contents) in changes {
             let full = self.dir.path().join(path);
@@ -41,34 +97,113 @@ impl FleetRepo {
                 Some(text) => {
                     std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
                     std::fs::write(&full, text).expect("write");
-                    self.files.insert(path.to_string(), text.to_string());
                 }
                 None => {
                     let _ = std::fs::remove_file(&full);
-                    self.files.remove(*path);
                 }
             }
         }
-        let mut index = self.repo.index().expect("index");
+        let mut index = self.git.index().expect("index");
         index
             .add_all(["*"], IndexAddOption::DEFAULT, None)
             .expect("add");
         index.update_all(["*"], None).expect("update");
         index.write().expect("write index");
-        let tree = self
-            .repo
-            .find_tree(index.write_tree().expect("tree"))
-            .expect("find tree");
-        let signature = Signature::now("Fleet Operator", "ops@example.com").expect("signature");
-        let parent = self
-            .repo
-            .head()
-            .ok()
-            .and_then(|head| head.peel_to_commit().ok());
-        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-        self.repo
+        let tree = index.write_tree().expect("tree");
+        let parents: Vec<Oid> = self.git.refname_to_id("HEAD").into_iter().collect();
+        self.commit_tree("HEAD", tree, message, &parents)
+            .to_string()
+    }
+
+    /// Sets every file of `files` (path, text) in the work tree and commits it, as
+    /// [`FleetRepo::commit`] does; returns the SHA.
+    pub fn commit_set<P: AsRef<str>, T: AsRef<str>>(
+        &mut self,
+        files: &[(P, T)],
+        message: &str,
+    ) -> String {
+        let changes: Vec<(&str, Option<&str>)> = files
+            .iter()
+            .map(|(path, text)| (path.as_ref(), Some(text.as_ref())))
+            .collect();
+        self.commit(&changes, message)
+    }
+
+    /// Commits exactly `entries` as the whole tree of `branch`, on top of its tip (a new
+    /// branch starts a history of its own); the work tree is left alone.
+    pub fn commit_files(&self, branch: &str, entries: &[(&str, Entry)], message: &str) -> Oid {
+        let refname = format!("refs/heads/{branch}");
+        let parents: Vec<Oid> = self.git.refname_to_id(&refname).into_iter().collect();
+        self.commit_tree(&refname, self.write_tree(entries), message, &parents)
+    }
+
+    /// A merge commit of `from` into `into` whose tree is exactly `entries`.
+    pub fn merge(&self, into: &str, from: &str, entries: &[(&str, Entry)], message: &str) -> Oid {
+        let refname = format!("refs/heads/{into}");
+        let parents = [
+            self.git.refname_to_id(&refname).expect("into"),
+            self.git
+                .refname_to_id(&format!("refs/heads/{from}"))
+                .expect("from"),
+        ];
+        self.commit_tree(&refname, self.write_tree(entries), message, &parents)
+    }
+
+    /// Creates (or moves) `branch` at the commit `at`.
+    pub fn branch(&self, branch: &str, at: Oid) {
+        self.git
+            .reference(&format!("refs/heads/{branch}"), at, true, "branch")
+            .expect("branch");
+    }
+
+    /// Checks `branch` out: HEAD only, as plans and syncs read commits, not the work tree.
+    pub fn checkout(&self, branch: &str) {
+        self.git
+            .set_head(&format!("refs/heads/{branch}"))
+            .expect("checkout");
+    }
+
+    /// Moves `refs` into packed-refs as `git pack-refs --all` does: write packed-refs, then
+    /// remove the loose files.
+    pub fn pack_refs(&self, refs: &[(&str, Oid)]) {
+        let mut text = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+        let mut refs = refs.to_vec();
+        refs.sort();
+        for (name, id) in &refs {
+            text.push_str(&format!("{id} {name}\n"));
+        }
+        let lock = self.git.path().join("packed-refs.lock");
+        std::fs::write(&lock, text).expect("write packed-refs.lock");
+        std::fs::rename(&lock, self.git.path().join("packed-refs")).expect("rename packed-refs");
+        for (name, _) in &refs {
+            let _ = std::fs::remove_file(self.git.path().join(name));
+        }
+    }
+
+    fn write_tree(&self, entries: &[(&str, Entry)]) -> Oid {
+        let mut index = Index::new().expect("index");
+        for (path, entry) in entries {
+            let (mode, data) = match entry {
+                Entry::File(text) => (0o100644, text.as_bytes()),
+                Entry::Link(target) => (0o120000, target.as_bytes()),
+            };
+            let blob = self.git.blob(data).expect("blob");
+            index.add(&index_entry(path, mode, blob)).expect("add");
+        }
+        index.write_tree_to(&self.git).expect("tree")
+    }
+
+    fn commit_tree(&self, refname: &str, tree: Oid, message: &str, parents: &[Oid]) -> Oid {
+        let tree = self.git.find_tree(tree).expect("find tree");
+        let signature = Signature::now("Ada Lovelace", "ada@example.com").expect("signature");
+        let parents: Vec<_> = parents
+            .iter()
+            .map(|id| self.git.find_commit(*id).expect("parent"))
+            .collect();
+        let parents: Vec<_> = parents.iter().collect();
+        self.git
             .commit(
-                Some("HEAD"),
+                Some(refname),
                 &signature,
                 &signature,
                 message,
@@ -76,46 +211,22 @@ impl FleetRepo {
                 &parents,
             )
             .expect("commit")
-            .to_string()
     }
 }
 
-/// A Module of namespace `kmm-demo` named `name` at `version` (images carry the version).
-pub fn module(name: &str, version: &str) -> String {
-    format!(
-        r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
-kind: Module
-metadata:
-  name: {name}
-  namespace: kmm-demo
-spec:
-  selector:
-    node-role.kubernetes.io/worker: ""
-  moduleLoader:
-    container:
-      version: "{version}"
-      modprobe:
-        moduleName: {module}
-      kernelMappings:
-        - regexp: '^.+$'
-          containerImage: "registry.example/org/{name}:{version}-${{KERNEL_FULL_VERSION}}"
-"#,
-        module = name.replace('-', "_")
-    )
+fn index_entry(path: &str, mode: u32, id: Oid) -> IndexEntry {
+    IndexEntry {
+        ctime: IndexTime::new(0, 0),
+        mtime: IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode,
+        uid: 0,
+        gid: 0,
+        file_size: 0,
+        id,
+        flags: 0,
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
+    }
 }
-
-/// A version-label manifest: `node` may run `version` of Module `kmm-demo/<module>`.
-pub fn node_label(node: &str, module: &str, version: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    kmm.node.kubernetes.io/version-module.kmm-demo.{module}: \"{version}\"\n"
-    )
-}
-
-/// A ConfigMap in `kmm-demo`.
-pub fn config_map(name: &str, value: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: kmm-demo\ndata:\n  value: \"{value}\"\n"
-    )
-}
-
-pub const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kmm-demo\n";

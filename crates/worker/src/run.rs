@@ -212,8 +212,8 @@ fn write_loading_order(spec: &ModprobeSpec, kernel: &mut dyn Kernel) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capstan_api::module::ModprobeArgs;
     use crate::simulated::{LoadedModule, ModuleTable, SimulatedKernel};
+    use capstan_api::module::ModprobeArgs;
 
     /// One call the worker made on the node.
     #[derive(Clone, Debug, PartialEq, Eq)]

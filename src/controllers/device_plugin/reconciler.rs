@@ -1,5 +1,5 @@
 //! The device-plugin controller's reconciler: per Module, reads its DaemonSets and the nodes
-//! from watcher caches, calls [`decide`](super::decide) and [`plugin_status`](super::plugin_status),
+//! from the shared caches ([`Caches`]), calls [`decide`](super::decide) and [`plugin_status`](super::plugin_status),
 //! and writes what they return:
 //!
 //! 1. the wanted DaemonSet, by server-side apply (field manager
@@ -23,18 +23,17 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use thiserror::Error;
 
 use super::{Step, StepAction, Why, decide, plugin_status};
-use capstan_api::labels::{DEVICE_PLUGIN_ROLE, ROLE_LABEL};
-use capstan_api::module::Module;
+use crate::controllers::caches::Caches;
 use crate::controllers::context::{Context, managers};
 use crate::controllers::module_nmc::ModuleFacts;
 use crate::controllers::node::NodeFacts;
+use capstan_api::module::Module;
 
 /// How often a Module is reconciled without any change.
 const RESYNC: Duration = Duration::from_secs(600);
@@ -113,108 +112,76 @@ impl State {
 }
 
 /// Runs the device-plugin controller until `ctx.shutdown` is cancelled; reconciles in
-/// flight finish first.
-pub async fn run(ctx: Arc<Context>) {
-    let client = ctx.client.clone();
-    let (nodes, node_writer) = reflector::store();
-    let (daemon_sets, daemon_set_writer) = reflector::store();
-    let device_plugins =
-        watcher::Config::default().labels(&format!("{ROLE_LABEL}={DEVICE_PLUGIN_ROLE}"));
-    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(node_writer);
-    let daemon_set_events = watcher(
-        Api::<DaemonSet>::all(client.clone()),
-        device_plugins.clone(),
-    )
-    .default_backoff()
-    .reflect(daemon_set_writer);
+/// flight finish first. Subscribes to `caches`; the caller starts them.
+pub fn run(
+    ctx: Arc<Context>,
+    caches: &Caches,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (nodes, nodes_ready) = caches.nodes.reader();
+    let (modules, modules_ready) = caches.modules.reader();
+    let (daemon_sets, daemon_sets_ready) = caches.daemon_sets.reader();
+    let module_changes = caches.modules.subscribe();
+    let daemon_set_changes = caches.daemon_sets.subscribe();
+    let node_changes = caches.nodes.subscribe();
     let (labels_changed, on_labels_changed) = mpsc::unbounded();
     let state = Arc::new(State {
         ctx: ctx.clone(),
         nodes: nodes.clone(),
-        daemon_sets: daemon_sets.clone(),
+        daemon_sets,
         failures: Mutex::new(HashMap::new()),
     });
     let shutdown = ctx.shutdown.clone();
     let controller = async move {
         // Decisions on half-filled caches would delete and recount wrongly.
-        if nodes.wait_until_ready().await.is_err()
-            || daemon_sets.wait_until_ready().await.is_err()
-            || shutdown.is_cancelled()
-        {
-            return;
+        for mut ready in [nodes_ready, modules_ready, daemon_sets_ready] {
+            if ready.wait_for(|listed| *listed).await.is_err() || shutdown.is_cancelled() {
+                return;
+            }
         }
         tracing::info!("device-plugin controller started");
-        Controller::new(
-            Api::<Module>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .owns(Api::<DaemonSet>::all(client), device_plugins)
-        .reconcile_all_on(on_labels_changed)
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, state)
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(%err, "device-plugin reconcile did not complete");
-            }
-        })
-        .await;
+        Controller::for_shared_stream(module_changes, modules)
+            .owns_shared_stream(daemon_set_changes)
+            .reconcile_all_on(on_labels_changed)
+            .graceful_shutdown_on(shutdown.cancelled_owned())
+            .run(reconcile, error_policy, state)
+            .for_each(|result| async move {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "device-plugin reconcile did not complete");
+                }
+            })
+            .await;
     };
-    tokio::join!(
-        follow_node_labels(node_events, labels_changed, &ctx),
-        drain(daemon_set_events, &ctx),
-        controller,
-    );
-    tracing::info!("device-plugin controller stopped");
+    async move {
+        tokio::join!(
+            follow_node_labels(node_changes, nodes, labels_changed, &ctx),
+            controller,
+        );
+        tracing::info!("device-plugin controller stopped");
+    }
 }
 
-/// Keeps the node cache filled and sends a signal whenever a node's labels change, a node
-/// goes, or the node list is read again; stops on shutdown.
+/// Sends a signal whenever a node's labels change or a node goes; stops on shutdown. The
+/// cache passes on every node it applies or deletes (all of them after a relist); a node
+/// the store no longer holds was deleted.
 async fn follow_node_labels(
-    events: impl Stream<Item = watcher::Result<watcher::Event<Node>>>,
+    changes: impl Stream<Item = Arc<Node>>,
+    nodes: Store<Node>,
     labels_changed: mpsc::UnboundedSender<()>,
     ctx: &Context,
 ) {
     let mut known: HashMap<String, BTreeMap<String, String>> = HashMap::new();
-    let mut events = std::pin::pin!(events.take_until(ctx.shutdown.cancelled()));
-    while let Some(event) = events.next().await {
-        let changed = match event {
-            Ok(watcher::Event::Apply(node)) => {
-                let labels = node.labels().clone();
-                known.insert(node.name_any(), labels.clone()) != Some(labels)
-            }
-            Ok(watcher::Event::InitApply(node)) => {
-                known.insert(node.name_any(), node.labels().clone());
-                false
-            }
-            Ok(watcher::Event::Delete(node)) => {
-                known.remove(&node.name_any());
-                true
-            }
-            Ok(watcher::Event::Init) => {
-                known.clear();
-                false
-            }
-            Ok(watcher::Event::InitDone) => true,
-            Err(err) => {
-                tracing::warn!(%err, "watching nodes");
-                false
-            }
+    let mut changes = std::pin::pin!(changes.take_until(ctx.shutdown.cancelled()));
+    while let Some(node) = changes.next().await {
+        let name = node.name_any();
+        let changed = if nodes.get(&ObjectRef::new(&name)).is_none() {
+            known.remove(&name).is_some()
+        } else {
+            let labels = node.labels().clone();
+            known.insert(name, labels.clone()) != Some(labels)
         };
         if changed {
             // Fails only once the controller has stopped listening.
             let _ = labels_changed.unbounded_send(());
-        }
-    }
-}
-
-/// Keeps a cache filled until shutdown.
-async fn drain<K>(events: impl Stream<Item = watcher::Result<watcher::Event<K>>>, ctx: &Context) {
-    let mut events = std::pin::pin!(events.take_until(ctx.shutdown.cancelled()));
-    while let Some(event) = events.next().await {
-        if let Err(err) = event {
-            tracing::warn!(%err, "watching device-plugin DaemonSets");
         }
     }
 }

@@ -18,11 +18,11 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use super::{Held, ModuleFacts, held, loader_counts};
+use crate::controllers::failures::{WorkerFailure, WorkerFailures};
+use crate::controllers::node::labels_match;
 use capstan_api::labels::{ModuleKey, ModuleLabel};
 use capstan_api::module::DaemonSetStatus;
 use capstan_api::nmc::NodeModulesConfig;
-use crate::controllers::failures::{WorkerFailure, WorkerFailures};
-use crate::controllers::node::labels_match;
 
 /// The counts of every Module, fed by [`Tally::nmc`] and [`Tally::node`].
 #[derive(Default)]
@@ -297,13 +297,13 @@ mod tests {
     use kube::runtime::watcher;
 
     use super::*;
+    use crate::controllers::failures::FAILURES_ANNOTATION;
+    use crate::controllers::module_nmc::loader_status;
     use capstan_api::module::{Module, ModuleSpec};
     use capstan_api::nmc::{
         ModuleConfig, NodeModuleSpec, NodeModuleStatus, NodeModulesConfigSpec,
         NodeModulesConfigStatus,
     };
-    use crate::controllers::failures::FAILURES_ANNOTATION;
-    use crate::controllers::module_nmc::loader_status;
 
     fn module(name: &str, selector: &[(&str, &str)]) -> ModuleFacts {
         let selector = selector

@@ -1,11 +1,11 @@
 //! The NMC reconciler: per node, reads the NMC, the Node and the worker pods on it from the
 //! shared caches (the NMC fresh from the API server while the cache has not shown the
 //! reconciler's own last write to it, see [`own_writes`](super::own_writes)), calls
-//! [`decide`] and writes in the documented order: the NMC status (and the
-//! worker failures, see [`failures`](crate::controllers::failures)), then pod deletions,
-//! then pod creations (held back while a failed module's backoff runs), then the node's
-//! ready labels and the NMC's labels. It stops at the first failed write; the next pass
-//! starts again from what the API server holds.
+//! [`decide`] and writes what it decided in the documented order: the NMC status, the
+//! NMC's worker failures (see [`failures`](crate::controllers::failures)) and labels, then
+//! pod deletions, then pod creations, then the node's ready labels, then the Events. It
+//! stops at the first failed write; the next pass starts again from what the API server
+//! holds.
 //!
 //! A node whose worker pods the cache does not show as this reconciler last wrote them
 //! waits for the cache (see [`expectations`](super::expectations)). Worker pods have
@@ -19,25 +19,27 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::expectations::Expectations;
 use super::own_writes::OwnWrites;
 use super::worker_pod;
-use super::{DeleteReason, LabelChanges, NmcInput, PodDeletion, WorkerPod, decide};
-use capstan_api::labels::{ModuleKey, ModuleLabel, WorkerAction};
-use capstan_api::module::Module;
-use capstan_api::nmc::NodeModulesConfig;
-use capstan_api::clock::rfc3339;
+use super::{LabelChanges, NmcInput, WorkerOutcome, WorkerPod, decide};
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context, managers};
 use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
-use crate::controllers::skipped_fields::Lean;
 use crate::controllers::node::NodeFacts;
+use crate::controllers::skipped_fields::Lean;
+use capstan_api::labels::{ModuleKey, ModuleLabel};
+use capstan_api::module::Module;
+use capstan_api::nmc::NodeModulesConfig;
+
+#[cfg(test)]
+mod tests;
 
 /// Why a reconcile failed; it is retried.
 #[derive(Debug, thiserror::Error)]
@@ -57,9 +59,14 @@ const RETRY: Duration = Duration::from_secs(1);
 /// that changes a node steadily (a real kubelet's status heartbeat is 10 s).
 const DEBOUNCE: Duration = Duration::from_millis(200);
 
+/// What every reconcile of the NMC reconciler shares: the context, the caches' stores it
+/// reads, and what it wrote that the caches have not shown yet.
 struct Data {
     ctx: Arc<Context>,
-    stores: Arc<Stores>,
+    nodes: Store<Node>,
+    modules: Store<Module>,
+    nmcs: Store<NodeModulesConfig>,
+    worker_pods: Store<Pod>,
     expectations: Arc<Expectations>,
     own_writes: Arc<OwnWrites>,
 }
@@ -120,13 +127,24 @@ pub fn run(
         .graceful_shutdown_on(async move { shutdown.cancelled().await });
     let data = Arc::new(Data {
         ctx,
-        stores,
+        nodes: stores.nodes.clone(),
+        modules: stores.modules.clone(),
+        nmcs: stores.nmcs.clone(),
+        worker_pods: stores.worker_pods.clone(),
         expectations,
         own_writes,
     });
+    // A store not filled yet would look like every Module and pod was deleted.
+    let when_filled = move |nmc: Arc<NodeModulesConfig>, data: Arc<Data>| {
+        let stores = stores.clone();
+        async move {
+            stores.ready().await;
+            reconcile(nmc, data).await
+        }
+    };
     async move {
         controller
-            .run(reconcile, error_policy, data)
+            .run(when_filled, error_policy, data)
             .for_each(|_| async {})
             .await;
     }
@@ -140,8 +158,7 @@ fn error_policy(nmc: Arc<NodeModulesConfig>, err: &Error, _data: Arc<Data>) -> A
 impl Data {
     /// The resourceVersion the NMC cache holds for `node`.
     fn cached_version(&self, node: &str) -> Option<String> {
-        self.stores
-            .nmcs
+        self.nmcs
             .get(&ObjectRef::new(node))
             .and_then(|nmc| nmc.resource_version())
     }
@@ -164,7 +181,7 @@ async fn read_nmc(
     node: &str,
 ) -> Result<Option<Arc<NodeModulesConfig>>, kube::Error> {
     if !data.own_writes.pending(node) {
-        return Ok(data.stores.nmcs.get(&ObjectRef::new(node)));
+        return Ok(data.nmcs.get(&ObjectRef::new(node)));
     }
     // Read past its managed fields, as the cache does.
     let fresh = nmcs.get_opt(node).await?.map(Lean::into_inner);
@@ -180,8 +197,8 @@ async fn read_nmc(
 
 /// The worker pods on `node`: those of every Module the NMC or the caches name (pod names
 /// are deterministic, so they are looked up rather than searched for).
-fn worker_pods(stores: &Stores, nmc: &NodeModulesConfig, node: &str) -> Vec<Arc<Pod>> {
-    let mut modules: BTreeSet<(String, String)> = stores
+fn worker_pods(data: &Data, nmc: &NodeModulesConfig, node: &str) -> Vec<WorkerPod> {
+    let mut modules: BTreeSet<(String, String)> = data
         .modules
         .state()
         .iter()
@@ -210,46 +227,27 @@ fn worker_pods(stores: &Stores, nmc: &NodeModulesConfig, node: &str) -> Vec<Arc<
         .into_iter()
         .filter_map(|(namespace, name)| {
             let key = ModuleKey::new(namespace.as_str(), name.as_str()).ok()?;
-            let pod = stores
+            let pod = data
                 .worker_pods
                 .get(&ObjectRef::new(&key.worker_pod_name(node)).within(&namespace))?;
             let on_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
             on_node.then_some(pod)
         })
+        .filter_map(|pod| match WorkerPod::from_pod(&pod) {
+            Ok(worker) => Some(worker),
+            Err(err) => {
+                tracing::warn!(%err, "nmc: a pod that is not a worker pod is ignored");
+                None
+            }
+        })
         .collect()
 }
 
-/// The pod `deletion` is about.
-fn pod_of<'a>(pods: &'a [Arc<Pod>], deletion: &PodDeletion) -> Option<&'a Arc<Pod>> {
-    pods.iter().find(|p| {
-        p.name_any() == deletion.name && p.namespace().as_deref() == Some(&deletion.namespace)
-    })
-}
-
-/// The one-line reason a finished worker pod gives.
-fn failure_message(pod: &Pod) -> String {
-    let status = pod.status.as_ref();
-    let terminated = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
-        .next();
-    terminated
-        .and_then(|t| t.message.clone().or_else(|| t.reason.clone()))
-        .or_else(|| status.and_then(|s| s.message.clone()))
-        .or_else(|| status.and_then(|s| s.reason.clone()))
-        .map(|m| m.lines().next().unwrap_or_default().trim().to_string())
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| "the worker failed without a reason".to_string())
-}
-
+/// Reconciles `cached`'s node: reads, decides, writes.
 async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Action, Error> {
-    let stores = &data.stores;
-    stores.ready().await;
     let ctx = &data.ctx;
     let name = cached.name_any();
-    let cached = |pod: &ObjectRef<Pod>| stores.worker_pods.get(pod);
+    let cached = |pod: &ObjectRef<Pod>| data.worker_pods.get(pod);
     if let Some(wait) = data.expectations.wait(&name, Instant::now(), cached) {
         // The pods' events bring the node back once the cache shows the last writes.
         return Ok(Action::requeue(wait));
@@ -258,104 +256,27 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     let Some(nmc) = read_nmc(&nmcs, &data, &name).await? else {
         return Ok(Action::await_change());
     };
-    let Some(node) = stores.nodes.get(&ObjectRef::new(&name)) else {
+    let Some(node) = data.nodes.get(&ObjectRef::new(&name)) else {
         return Ok(Action::await_change());
     };
     let facts = NodeFacts::from_node(&node);
-    let pods = worker_pods(stores, &nmc, &name);
-    let workers: Vec<WorkerPod> = pods
-        .iter()
-        .filter_map(|pod| match WorkerPod::from_pod(pod) {
-            Ok(worker) => Some(worker),
-            Err(err) => {
-                tracing::warn!(%err, "nmc: a pod that is not a worker pod is ignored");
-                None
-            }
-        })
-        .collect();
-    let decision = decide(&NmcInput::new(&facts, &nmc, &workers));
-    tracing::debug!(node = %name, steps = ?decision.steps, create = decision.create.len(), delete = decision.delete.len(), pods = workers.len(), "nmc: decided");
+    let workers = worker_pods(&data, &nmc, &name);
+    let failures = WorkerFailures::of(&nmc);
+    let input = NmcInput::new(&facts, &nmc, &workers, &failures, ctx.clock.now());
+    let decision = decide(&input);
+    tracing::debug!(node = %name, steps = ?decision.steps, create = decision.create.len(), delete = decision.delete.len(), backoff = ?decision.backoff, pods = workers.len(), "nmc: decided");
     for problem in &decision.problems {
         tracing::warn!(node = %name, %problem, "nmc");
     }
 
-    // What the finished pods say, for the failure record and the events.
-    let now = ctx.clock.now();
-    let mut failures = WorkerFailures::of(&nmc);
-    let before = failures.clone();
-    let mut finished = Vec::new();
-    for deletion in &decision.delete {
-        let Some(pod) = pod_of(&pods, deletion) else {
-            continue;
-        };
-        // A pod already being deleted was read by an earlier pass.
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let action = workers
-            .iter()
-            .find(|w| w.name == deletion.name && w.module == deletion.module)
-            .map(|w| w.action);
-        match (deletion.reason, action) {
-            (DeleteReason::Succeeded, Some(action)) => {
-                failures.clear(&deletion.module);
-                // A pod the cache shows again after its deletion changes no status.
-                if decision.status.is_some() {
-                    finished.push((deletion.module.clone(), action, None));
-                }
-            }
-            (DeleteReason::Failed, Some(action)) => {
-                if failures
-                    .get(&deletion.module)
-                    .is_some_and(|f| Some(f.pod_uid.as_str()) == pod.metadata.uid.as_deref())
-                {
-                    // Already recorded (the cache has not seen the pod's deletion yet).
-                    continue;
-                }
-                let message = failure_message(pod);
-                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-                failures.record(
-                    &deletion.module,
-                    action.as_str(),
-                    &message,
-                    &rfc3339(now),
-                    uid,
-                );
-                finished.push((deletion.module.clone(), action, Some(message)));
-            }
-            _ => {}
-        }
-    }
-    // Failures of modules that left the node entirely are forgotten.
-    let present: BTreeSet<ModuleKey> = nmc
-        .spec
-        .modules
-        .iter()
-        .filter_map(|e| e.key().ok())
-        .chain(
-            decision
-                .status
-                .as_deref()
-                .unwrap_or(
-                    nmc.status
-                        .as_ref()
-                        .map(|s| s.modules.as_slice())
-                        .unwrap_or_default(),
-                )
-                .iter()
-                .filter_map(|e| e.key().ok()),
-        )
-        .collect();
-    failures.retain(|key| present.contains(key));
-
-    // 1. The status, and the failures, before any pod is deleted.
+    // 1. The status, the failures and the NMC's labels, before any pod is deleted.
     if let Some(status) = &decision.status {
         let patch = json!({"status": {"modules": status}});
         let written = patch_nmc(&ctx.client, &name, Some("status"), &patch).await?;
         data.wrote(&name, &written);
     }
     let mut nmc_metadata = Map::new();
-    if failures != before {
+    if let Some(failures) = &decision.failures {
         nmc_metadata.insert(
             "annotations".into(),
             json!({FAILURES_ANNOTATION: failures.annotation()}),
@@ -370,29 +291,21 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         data.wrote(&name, &written);
     }
 
-    // 2. Deletions, but of pods not already going.
+    // 2. Deletions.
     let mut recheck = false;
     for deletion in &decision.delete {
-        let Some(pod) = pod_of(&pods, deletion) else {
-            continue;
-        };
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        // The uid precondition: a pod of the same name created since is not this one.
         let params = DeleteParams {
-            preconditions: pod
-                .metadata
-                .uid
-                .clone()
-                .map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
+            preconditions: deletion.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
         match delete_pod(&ctx.client, &deletion.namespace, &deletion.name, &params).await {
-            Ok(_) => data.expectations.deleted(&name, pod, Instant::now()),
+            Ok(()) => {
+                let pod = pod_named(&deletion.namespace, &deletion.name, deletion.uid.clone());
+                data.expectations.deleted(&name, &pod, Instant::now());
+            }
             // Gone already.
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             // Replaced by a pod of the same name, whose events bring the NMC back; or a
@@ -402,14 +315,8 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         }
     }
 
-    // 3. Creations, unless a failed module is still backing off.
-    let mut wait: Option<Duration> = None;
+    // 3. Creations.
     for plan in &decision.create {
-        let left = failures.wait(&plan.module, now);
-        if !left.is_zero() {
-            wait = Some(wait.map_or(left, |w| w.min(left)));
-            continue;
-        }
         let pod = worker_pod::build(plan, &nmc, &ctx.worker_image);
         let params = PostParams {
             field_manager: Some(managers::NMC.into()),
@@ -429,7 +336,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         }
     }
 
-    // 4. Labels.
+    // 4. The node's ready labels.
     if !decision.node_labels.is_empty() {
         let patch = json!({"metadata": {"labels": label_patch(&decision.node_labels)}});
         let request = kube::core::Request::new(Node::url_path(&(), None))
@@ -447,7 +354,10 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         crate::crash::point("nmc.ready-labels.after");
     }
 
-    events(ctx, stores, &node, &finished).await;
+    // 5. Events.
+    events(ctx, &data.modules, &node, &decision.outcomes).await;
+
+    let mut wait = decision.retry_after();
     if recheck {
         wait = Some(wait.map_or(RETRY, |w| w.min(RETRY)));
     }
@@ -504,15 +414,25 @@ async fn create_pod(
         .create(params, body)
         .map_err(kube::Error::BuildRequest)?;
     let written: Written = client.request(request).await?;
-    Ok(Pod {
+    let meta = written.metadata;
+    Ok(pod_named(
+        &meta.namespace.unwrap_or_default(),
+        &meta.name.unwrap_or_default(),
+        meta.uid,
+    ))
+}
+
+/// A pod known by its identity only, as [`Expectations`] remember it.
+fn pod_named(namespace: &str, name: &str, uid: Option<String>) -> Pod {
+    Pod {
         metadata: ObjectMeta {
-            name: written.metadata.name,
-            namespace: written.metadata.namespace,
-            uid: written.metadata.uid,
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            uid,
             ..ObjectMeta::default()
         },
         ..Pod::default()
-    })
+    }
 }
 
 /// Deletes pod `name` in `namespace`; the answer is not read.
@@ -540,19 +460,16 @@ fn label_patch(changes: &LabelChanges) -> Value {
     Value::Object(labels)
 }
 
-/// Events for what the finished worker pods did: on the Node (`ModuleLoaded`,
-/// `ModuleUnloaded`, as upstream) and, for a failure, a Warning on the Module too.
-async fn events(
-    ctx: &Context,
-    stores: &Stores,
-    node: &Node,
-    finished: &[(ModuleKey, WorkerAction, Option<String>)],
-) {
+/// Events for what the finished worker pods did: on the Node, with the Module as related
+/// object and, for a failure, a Warning on the Module too (one that is gone has none).
+async fn events(ctx: &Context, modules: &Store<Module>, node: &Node, outcomes: &[WorkerOutcome]) {
     let node_ref = node.object_ref(&());
     let node_name = node.name_any();
-    for (module, action, failure) in finished {
+    for outcome in outcomes {
+        let module = &outcome.module;
+        let action = outcome.action.as_str();
         let module_ref = ObjectRef::<Module>::new(module.name()).within(module.namespace());
-        let module_object = stores.modules.get(&module_ref);
+        let module_object = modules.get(&module_ref);
         // The Module, or a reference to it by name once it is gone.
         let related = module_object.as_ref().map_or_else(
             || ObjectReference {
@@ -564,100 +481,27 @@ async fn events(
             },
             |m| m.object_ref(&()),
         );
-        match failure {
-            None => {
-                let (reason, verb) = match action {
-                    WorkerAction::Load => ("ModuleLoaded", "loaded into"),
-                    WorkerAction::Unload => ("ModuleUnloaded", "unloaded from"),
-                };
-                tracing::info!(node = %node_name, module = %module, "{}", reason);
-                ctx.event(
-                    &node_ref,
-                    Some(related),
-                    false,
-                    reason,
-                    action.as_str(),
-                    format!("Module {module} {verb} the kernel"),
-                )
+        let reason = outcome.reason();
+        let note = outcome.note(&node_name);
+        let Some(message) = &outcome.failure else {
+            tracing::info!(node = %node_name, module = %module, "{}", reason);
+            ctx.event(&node_ref, Some(related), false, reason, action, note)
                 .await;
-            }
-            Some(message) => {
-                tracing::warn!(node = %node_name, module = %module, action = action.as_str(), %message, "worker failed; retrying with backoff");
-                let note = format!(
-                    "{} of Module {module} failed on node {node_name}: {message}",
-                    action.as_str()
-                );
-                ctx.event(
-                    &node_ref,
-                    Some(related),
-                    true,
-                    "WorkerFailed",
-                    action.as_str(),
-                    note.clone(),
-                )
-                .await;
-                if let Some(object) = &module_object {
-                    ctx.event(
-                        &object.object_ref(&()),
-                        Some(node_ref.clone()),
-                        true,
-                        "WorkerFailed",
-                        action.as_str(),
-                        note,
-                    )
-                    .await;
-                }
-            }
+            continue;
+        };
+        tracing::warn!(node = %node_name, module = %module, action, %message, "worker failed; retrying with backoff");
+        ctx.event(&node_ref, Some(related), true, reason, action, note.clone())
+            .await;
+        if let Some(object) = &module_object {
+            ctx.event(
+                &object.object_ref(&()),
+                Some(node_ref.clone()),
+                true,
+                reason,
+                action,
+                note,
+            )
+            .await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
-    };
-
-    #[test]
-    fn failure_messages_come_from_the_container_then_the_pod() {
-        let terminated = |message: Option<&str>| Pod {
-            status: Some(PodStatus {
-                message: Some("pod-level".into()),
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "worker".into(),
-                    state: Some(ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            exit_code: 1,
-                            message: message.map(str::to_string),
-                            reason: Some("Error".into()),
-                            ..ContainerStateTerminated::default()
-                        }),
-                        ..ContainerState::default()
-                    }),
-                    ..ContainerStatus::default()
-                }]),
-                ..PodStatus::default()
-            }),
-            ..Pod::default()
-        };
-        assert_eq!(
-            failure_message(&terminated(Some("pulling image x: manifest unknown\nmore"))),
-            "pulling image x: manifest unknown"
-        );
-        assert_eq!(failure_message(&terminated(None)), "Error");
-        assert_eq!(
-            failure_message(&Pod::default()),
-            "the worker failed without a reason"
-        );
-    }
-
-    #[test]
-    fn label_patches_set_and_remove() {
-        let changes = LabelChanges {
-            set: [("a".to_string(), "1".to_string())].into(),
-            remove: ["b".to_string()].into(),
-        };
-        assert_eq!(label_patch(&changes), json!({"a": "1", "b": null}));
     }
 }

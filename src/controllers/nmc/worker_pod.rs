@@ -24,13 +24,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::WorkerPodPlan;
+use capstan_api::canonical::sha256_hex;
 use capstan_api::labels::{
     COMPONENT_LABEL, MODULE_NAME_LABEL, WORKER_ACTION_LABEL, WORKER_COMPONENT,
     WORKER_CONFIG_ANNOTATION, WORKER_CONFIG_PATH, WORKER_HASH_ANNOTATION,
     WORKER_MODULE_VERSION_ANNOTATION,
 };
 use capstan_api::nmc::{ModuleConfig, NodeModulesConfig};
-use capstan_api::canonical::sha256_hex;
 use capstan_worker as worker;
 use capstan_worker::run::DEFAULT_FIRMWARE_DIR;
 
@@ -221,9 +221,9 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::nmc::WorkerPod;
     use capstan_api::labels::{ModuleKey, WorkerAction};
     use capstan_api::nmc::{ModuleConfig, NodeModulesConfigSpec};
-    use crate::controllers::nmc::WorkerPod;
     use k8s_openapi::api::core::v1::{LocalObjectReference, Toleration};
 
     fn plan(action: WorkerAction) -> WorkerPodPlan {

@@ -4,24 +4,24 @@
 //! It watches Nodes (the trigger and the fleet the slots are counted over), Modules (a
 //! change reconciles every node labelled for the Module), device-plugin pods (a change
 //! reconciles the pod's node) and the `GitSync`s in `capstan-system` (a change of policy
-//! reconciles every node). A reconcile:
+//! reconciles every node). It decides nothing itself: a reconcile
 //!
-//! 1. returns at once when the cached node has nothing to move;
-//! 2. reads the node afresh, gathers the facts of each Module on it and the gate (the
-//!    policy of the `GitSync` that applies the node, the slots counted over every node);
-//! 3. calls [`decide`] per Module; a W removal and the "device plugin stopped" step are
-//!    confirmed with a live list of the node's device-plugin pods, never a cache;
-//! 4. records each step reached (history record, then, when the record is new, an Event
-//!    on the Node and one on the Module);
-//! 5. writes the labels and upgrade annotations in one JSON merge patch (field manager
-//!    `capstan-version-labels`, conditional on the node's resourceVersion);
-//! 6. announces new policy waits (an Event on the Node), and requeues while a guard or the
-//!    policy waits.
+//! 1. returns at once when the cached node has nothing to move ([`has_work`]);
+//! 2. reads the node afresh, the facts of each Module on it, the `GitSync`s and the fleet
+//!    from the caches, and calls [`decide_node`];
+//! 3. reads what the decision asks to confirm with the API server rather than a cache (the
+//!    nodes, when the node is about to start; the node's device-plugin pods, before a W
+//!    removal or the "device plugin stopped" step), and decides again;
+//! 4. writes the plan: each step's history record, then, when the record is new, an Event
+//!    on the Node and one on the Module; the labels and upgrade annotations in one JSON
+//!    merge patch ([`node_patch`], field manager `capstan-version-labels`, conditional on
+//!    the node's resourceVersion); the Events announcing new policy waits;
+//! 5. looks again when the plan says ([`super::next_look`]).
 //!
-//! When a node's last upgrade ends, the nodes first in line for the freed slots are
-//! reconciled at once.
+//! When a node's last upgrade ends, the nodes first in line for the freed slots
+//! ([`next_in_line`]) are reconciled at once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,41 +33,26 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
+use super::facts::{carries, facts_of, holds_slot, is_device_plugin_of, module_keys};
+use super::policy::{SyncState, wakes_every_node};
+use super::records::{StepRecord, WaitEvent};
 use super::{
-    Decision, Gate, LabelWrite, NodeModuleFacts, Outcome, PolicyWait, Progress, Slot, Standing,
-    StepReached, VersionLabels, Wait, decide, label_action, slot, standing,
+    Confirm, FleetNode, NodeDecision, NodeInputs, NodeModuleFacts, NodePlan, Policies, decide_node,
+    has_work, next_in_line, node_patch, retry_delay, standings,
 };
-use capstan_api::capstan::SYSTEM_NAMESPACE;
-use capstan_api::labels::{
-    DEVICE_PLUGIN_ROLE, FROM_VERSION_ANNOTATION, MODULE_ANNOTATION, MODULE_NAME_LABEL, ModuleKey,
-    ModuleLabel, PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION, ROLE_LABEL, TO_VERSION_ANNOTATION,
-    UPGRADE_ANNOTATION_PREFIX, UPGRADE_STEP_ANNOTATION,
-};
-use capstan_api::module::Module;
-use capstan_api::{
-    CommitRef, GitSync, HistoryRecord, HistoryRecordSpec, RecordType, UpgradePolicy, UpgradeStep,
-};
-use capstan_api::clock::rfc3339_micros;
 use crate::controllers::context::{Context, managers};
 use crate::history::{self, EventTarget};
-use crate::sync::inventory::DEFAULT_SYNC_NAME;
+use capstan_api::capstan::SYSTEM_NAMESPACE;
+use capstan_api::labels::{DEVICE_PLUGIN_ROLE, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL};
+use capstan_api::module::Module;
+use capstan_api::{GitSync, HistoryRecord};
 
 /// Changes a watch subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;
-/// Next look while a guard waits (the pod and node watches usually come first).
-const GUARD_RECHECK: Duration = Duration::from_secs(5);
-/// Next look while the policy holds a node (a freed slot or a policy change come first).
-const POLICY_RECHECK: Duration = Duration::from_secs(30);
-/// Next look at a node whose upgrade waits for a module load or a device plugin.
-const UPGRADE_RECHECK: Duration = Duration::from_secs(60);
 /// Next look after the node changed under a write (the watch brings the change).
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
-/// Wait after a first failed reconcile; it doubles with each failure in a row.
-const BACKOFF_MIN: Duration = Duration::from_millis(500);
-/// Longest wait after failed reconciles.
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// Why a reconcile failed; it is retried with a growing delay.
 #[derive(Debug, thiserror::Error)]
@@ -189,14 +174,13 @@ pub async fn run(ctx: Arc<Context>) {
         .reconcile_on(pod_changes)
         .watches_shared_stream(sync_changes, {
             let shared = shared.clone();
-            let seen: Mutex<HashMap<String, (Option<UpgradePolicy>, bool)>> =
-                Mutex::new(HashMap::new());
+            let seen: Mutex<HashMap<String, SyncState>> = Mutex::new(HashMap::new());
             move |sync: Arc<GitSync>| policy_changed(&shared, &seen, &sync)
         })
         .watches_shared_stream(node_ends, {
             let shared = shared.clone();
             let upgrading: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
-            move |node: Arc<Node>| next_in_line(&shared, &upgrading, &node)
+            move |node: Arc<Node>| line_moves(&shared, &upgrading, &node)
         })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, shared)
@@ -239,9 +223,7 @@ fn error_policy(node: Arc<Node>, err: &ReconcileError, shared: Arc<Shared>) -> A
         *count = count.saturating_add(1);
         *count
     };
-    let delay = BACKOFF_MIN
-        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
-        .min(BACKOFF_MAX);
+    let delay = retry_delay(failures);
     tracing::warn!(%err, retry_in = ?delay, "version-labels reconcile failed");
     Action::requeue(delay)
 }
@@ -250,179 +232,136 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One Module on the node being reconciled, with its facts and decision.
-struct ModuleDecision {
-    key: ModuleKey,
-    facts: NodeModuleFacts,
-    decision: Decision,
+/// The error of `what` failing on `node`.
+fn failed(node: &str, what: &'static str) -> impl FnOnce(kube::Error) -> ReconcileError {
+    let node = node.to_string();
+    move |source| ReconcileError::Api { node, what, source }
 }
 
 async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, ReconcileError> {
     let name = cached.name_any();
-    let failed = |what: &'static str| {
-        let node = name.clone();
-        move |source| ReconcileError::Api { node, what, source }
-    };
-    if !has_work(shared, cached) {
+    let cached_modules = modules_of(shared, cached, false);
+    if !has_work(cached_modules.iter().map(|(_, facts)| facts)) {
         tracing::trace!(node = %name, "nothing to move");
         return Ok(Action::await_change());
     }
-    let client = &shared.ctx.client;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let Some(node) = nodes.get_opt(&name).await.map_err(failed("reading"))? else {
+    let nodes: Api<Node> = Api::all(shared.ctx.client.clone());
+    let Some(node) = nodes
+        .get_opt(&name)
+        .await
+        .map_err(failed(&name, "reading"))?
+    else {
         return Ok(Action::await_change());
     };
-    let policies = Policies::read(shared)
-        .await
-        .map_err(failed("reading the GitSyncs"))?;
-    let policy = policies.policy_for(&name);
-    let now = shared.ctx.clock.now();
-
-    let keys = module_keys(shared, &node);
-    let facts: Vec<(ModuleKey, NodeModuleFacts)> = keys
-        .into_iter()
-        .map(|key| {
-            let facts = facts_of(shared, &node, &key, true);
-            (key, facts)
-        })
-        .collect();
-    let own = standing(
-        facts.iter().map(|(_, facts)| facts),
-        policy.require_pull_request,
-    );
-    let mut fleet = fleet_standings(shared, &policies);
-    if own == Standing::Queued && slot(&name, own, &fleet, &policy) == Slot::Free {
-        // About to start: count the slots on the nodes as the API server has them, since a
-        // cache that missed another node's start (a watch that dropped) would let two
-        // nodes into one slot. Standings read labels and annotations only: metadata is
-        // enough.
-        let listed: Vec<Node> = nodes
-            .list_metadata(&ListParams::default())
+    let mut inputs = NodeInputs {
+        node: name.clone(),
+        modules: modules_of(shared, &node, true),
+        policies: read_policies(shared)
             .await
-            .map_err(failed("listing nodes"))?
-            .items
-            .into_iter()
-            .map(|partial| Node {
-                metadata: partial.metadata,
-                ..Node::default()
-            })
-            .collect();
-        fleet = standings_of(shared, &policies, listed.iter());
-    }
-    let gate = Gate {
-        slot: slot(&name, own, &fleet, &policy),
-        require_pull_request: policy.require_pull_request,
-        sync_applying: policies.applying(&name),
+            .map_err(failed(&name, "reading the GitSyncs"))?,
+        fleet: fleet_of(shared, shared.nodes.state().iter().map(Arc::as_ref)),
+        fleet_listed: false,
+        device_plugin_pods_listed: BTreeMap::new(),
     };
+    let now = shared.ctx.clock.now();
+    let plan = loop {
+        match decide_node(&inputs, now) {
+            NodeDecision::Act(plan) => break plan,
+            NodeDecision::Confirm(what) => confirm(shared, &mut inputs, what).await?,
+        }
+    };
+    for m in &plan.modules {
+        let (facts, gate, decision) = (&m.facts, &plan.gate, &m.decision);
+        tracing::debug!(node = %name, module = %m.key, ?facts, ?gate, ?decision, "decided");
+    }
+    write(shared, &node, &plan, now).await
+}
 
-    let mut decided = Vec::new();
-    for (key, mut facts) in facts {
-        let mut decision = decide(&facts, &gate, now);
-        let unloads = decision.outcome == Outcome::Write(LabelWrite::RemoveWorkerPod);
-        let stopped = decision
-            .step
-            .as_ref()
-            .is_some_and(|s| s.step == UpgradeStep::DevicePluginStopped);
-        if (unloads || stopped) && !facts.device_plugin_pod_remains {
-            // The module goes only once its device plugin is gone: ask the API server,
-            // not a cache that may not have seen a new pod yet.
-            if device_plugin_pods_remain(client, &key, &name)
+/// Reads what `what` asks from the API server into `inputs`.
+async fn confirm(
+    shared: &Shared,
+    inputs: &mut NodeInputs,
+    what: Confirm,
+) -> Result<(), ReconcileError> {
+    let client = &shared.ctx.client;
+    let name = inputs.node.clone();
+    match what {
+        Confirm::Slots => {
+            // Standings read labels and annotations only: metadata is enough.
+            let listed: Vec<Node> = Api::<Node>::all(client.clone())
+                .list_metadata(&ListParams::default())
                 .await
-                .map_err(failed("listing device-plugin pods"))?
-            {
-                facts.device_plugin_pod_remains = true;
-                decision = decide(&facts, &gate, now);
+                .map_err(failed(&name, "listing nodes"))?
+                .items
+                .into_iter()
+                .map(|partial| Node {
+                    metadata: partial.metadata,
+                    ..Node::default()
+                })
+                .collect();
+            inputs.fleet = fleet_of(shared, listed.iter());
+            inputs.fleet_listed = true;
+        }
+        Confirm::DevicePluginPods(keys) => {
+            for key in keys {
+                let remain = device_plugin_pods_remain(client, &key, &name)
+                    .await
+                    .map_err(failed(&name, "listing device-plugin pods"))?;
+                inputs.device_plugin_pods_listed.insert(key, remain);
             }
         }
-        tracing::debug!(node = %name, module = %key, ?facts, ?gate, ?decision, "decided");
-        decided.push(ModuleDecision {
-            key,
-            facts,
-            decision,
-        });
     }
+    Ok(())
+}
 
-    for entry in &mut decided {
-        let Some(step) = entry.decision.step.clone() else {
-            continue;
-        };
-        let at = record_step(shared, &policies, &node, &entry.key, &step, now)
+/// Writes `plan` for `node`, in its order: the step records (with their Events), the
+/// node's labels and annotations, the wait announcements. Returns when to look again.
+async fn write(
+    shared: &Shared,
+    node: &Node,
+    plan: &NodePlan,
+    now: Timestamp,
+) -> Result<Action, ReconcileError> {
+    let name = node.name_any();
+    let mut recorded = BTreeMap::new();
+    for record in &plan.records {
+        let at = record_step(shared, node, record, now)
             .await
-            .map_err(failed("recording an upgrade step"))?;
-        if let Some(progress) = entry.decision.progress.as_mut() {
-            progress.step_at = Some(at);
-        }
+            .map_err(failed(&name, "recording an upgrade step"))?;
+        recorded.insert(record.key.clone(), at);
     }
 
-    if let Some(patch) = node_patch(&node, &decided) {
+    let patch = node_patch(
+        node.resource_version().as_deref().unwrap_or_default(),
+        node.annotations(),
+        &plan.modules,
+        &recorded,
+    );
+    if let Some(patch) = patch {
         let params = PatchParams {
             field_manager: Some(managers::VERSION_LABELS.to_string()),
             ..PatchParams::default()
         };
+        let nodes: Api<Node> = Api::all(shared.ctx.client.clone());
         crate::crash::point("upgrade.labels.before");
         match nodes.patch(&name, &params, &Patch::Merge(&patch)).await {
             Ok(_) => crate::crash::point("upgrade.labels.after"),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Ok(Action::requeue(CONFLICT_RETRY));
             }
-            Err(err) => return Err(failed("writing labels")(err)),
+            Err(err) => return Err(failed(&name, "writing labels")(err)),
         }
     }
 
-    for entry in decided.iter().filter(|entry| entry.decision.announce) {
-        announce_wait(shared, &policies, &node, entry, &gate).await;
+    for wait in &plan.waits {
+        announce_wait(shared, node, wait).await;
     }
-    Ok(next_look(&decided))
+    Ok(plan
+        .next_look
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
-/// When to look at the node again.
-fn next_look(decided: &[ModuleDecision]) -> Action {
-    let waits = |kind: fn(&Wait) -> bool| {
-        decided.iter().any(|entry| match &entry.decision.outcome {
-            Outcome::Wait(wait) => kind(wait),
-            _ => false,
-        })
-    };
-    if waits(|wait| matches!(wait, Wait::Guard(_))) {
-        Action::requeue(GUARD_RECHECK)
-    } else if waits(|wait| matches!(wait, Wait::Policy(_) | Wait::SyncApplying)) {
-        Action::requeue(POLICY_RECHECK)
-    } else if decided
-        .iter()
-        .any(|entry| entry.decision.progress.is_some())
-    {
-        Action::requeue(UPGRADE_RECHECK)
-    } else {
-        Action::await_change()
-    }
-}
-
-// ---- facts ----
-
-/// The Modules a node carries version labels or an upgrade annotation of. A
-/// `version-module` label alone counts only when its Module exists.
-fn module_keys(shared: &Shared, node: &Node) -> BTreeSet<ModuleKey> {
-    let mut keys = BTreeSet::new();
-    for label in node.labels().keys() {
-        for (kind, key) in ModuleLabel::parse(label) {
-            let counts = match kind {
-                ModuleLabel::VersionWorkerPod | ModuleLabel::VersionDevicePlugin => true,
-                ModuleLabel::VersionModule => module_of(shared, &key).is_some(),
-                _ => false,
-            };
-            if counts {
-                keys.insert(key);
-            }
-        }
-    }
-    keys.extend(
-        node.annotations()
-            .keys()
-            .filter(|key| key.starts_with(UPGRADE_ANNOTATION_PREFIX))
-            .filter_map(|key| ModuleKey::from_upgrade_annotation(key)),
-    );
-    keys
-}
+// ---- reads ----
 
 fn module_of(shared: &Shared, key: &ModuleKey) -> Option<Arc<Module>> {
     shared
@@ -430,85 +369,37 @@ fn module_of(shared: &Shared, key: &ModuleKey) -> Option<Arc<Module>> {
         .get(&ObjectRef::new(key.name()).within(key.namespace()))
 }
 
-/// The facts of one Module on a node; the device-plugin facts only with `pods` (the slots
-/// do not need them).
-fn facts_of(shared: &Shared, node: &Node, key: &ModuleKey, pods: bool) -> NodeModuleFacts {
-    let labels = node.labels();
-    let annotations = node.annotations();
+/// The facts of each Module on `node`; its device-plugin pods from the cache only with
+/// `pods` (the slots do not look at them).
+fn modules_of(shared: &Shared, node: &Node, pods: bool) -> Vec<(ModuleKey, NodeModuleFacts)> {
     let name = node.name_any();
-    let (remains, running) = if pods {
-        let on_node: Vec<Arc<Pod>> = shared.device_plugins.state_filter(|pod| {
-            pod.namespace().as_deref() == Some(key.namespace())
-                && pod.labels().get(MODULE_NAME_LABEL).map(String::as_str) == Some(key.name())
-                && pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
-        });
-        let running = on_node.iter().any(|pod| {
-            pod.metadata.deletion_timestamp.is_none()
-                && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        });
-        (!on_node.is_empty(), running)
-    } else {
-        (false, false)
-    };
-    NodeModuleFacts {
-        labels: VersionLabels::of(key, labels),
-        module_loaded: labels.contains_key(&key.ready_label()),
-        loaded_version: labels.get(&key.version_ready_label()).cloned(),
-        device_plugin_pod_remains: remains,
-        device_plugin_running: running,
-        has_device_plugin: module_of(shared, key)
-            .is_some_and(|module| module.spec.device_plugin.is_some()),
-        progress: annotations
-            .get(&key.upgrade_annotation())
-            .and_then(|text| Progress::from_annotation(text)),
-        stamp: super::Stamp {
-            revision: annotations
-                .get(REVISION_ANNOTATION)
-                .filter(|r| !r.is_empty())
-                .cloned(),
-            pull_request: annotations
-                .get(PULL_REQUEST_ANNOTATION)
-                .and_then(|pr| pr.parse().ok()),
-        },
-    }
+    module_keys(node, |key| module_of(shared, key).is_some())
+        .into_iter()
+        .map(|key| {
+            let on_node = if pods {
+                shared
+                    .device_plugins
+                    .state_filter(|pod| is_device_plugin_of(pod, &key, &name))
+            } else {
+                Vec::new()
+            };
+            let on_node: Vec<&Pod> = on_node.iter().map(Arc::as_ref).collect();
+            let module = module_of(shared, &key);
+            let facts = facts_of(node, &key, module.as_deref(), &on_node);
+            (key, facts)
+        })
+        .collect()
 }
 
-/// Whether the cached node has anything to move or an upgrade to follow.
-fn has_work(shared: &Shared, node: &Node) -> bool {
-    module_keys(shared, node).iter().any(|key| {
-        let facts = facts_of(shared, node, key, false);
-        facts.progress.is_some()
-            || !matches!(
-                label_action(&facts.labels, facts.module_loaded, false),
-                super::TableAction::Nothing | super::TableAction::OutsideTable
-            )
-    })
-}
-
-/// Every cached node's standing, for the slots.
-fn fleet_standings(shared: &Shared, policies: &Policies) -> Vec<(String, Standing)> {
-    standings_of(
-        shared,
-        policies,
-        shared.nodes.state().iter().map(Arc::as_ref),
-    )
-}
-
-/// The standing of each of `nodes`.
-fn standings_of<'a>(
-    shared: &Shared,
-    policies: &Policies,
-    nodes: impl Iterator<Item = &'a Node>,
-) -> Vec<(String, Standing)> {
+/// The facts the slots are counted on, of each of `nodes`.
+fn fleet_of<'a>(shared: &Shared, nodes: impl Iterator<Item = &'a Node>) -> Vec<FleetNode> {
     nodes
-        .map(|node| {
-            let name = node.name_any();
-            let facts: Vec<NodeModuleFacts> = module_keys(shared, node)
-                .iter()
-                .map(|key| facts_of(shared, node, key, false))
-                .collect();
-            let standing = standing(&facts, policies.policy_for(&name).require_pull_request);
-            (name, standing)
+        .map(|node| FleetNode {
+            name: node.name_any(),
+            modules: modules_of(shared, node, false)
+                .into_iter()
+                .map(|(_, facts)| facts)
+                .collect(),
         })
         .collect()
 }
@@ -530,86 +421,17 @@ async fn device_plugin_pods_remain(
     Ok(!pods.list_metadata(&params).await?.items.is_empty())
 }
 
-// ---- policy ----
-
-/// The `GitSync`s, which say each node's policy: that of the `GitSync` whose inventory
-/// holds the Node; for a node no `GitSync` applies, the strictest of them all; with no
-/// `GitSync`, the defaults.
-struct Policies {
-    syncs: Vec<Arc<GitSync>>,
-    owners: HashMap<String, usize>,
-}
-
-impl Policies {
-    fn of(syncs: Vec<Arc<GitSync>>) -> Policies {
-        let mut owners = HashMap::new();
-        for (index, sync) in syncs.iter().enumerate() {
-            for entry in sync.status.iter().flat_map(|status| &status.inventory) {
-                if entry.kind == "Node" && entry.api_version == "v1" {
-                    owners.entry(entry.name.clone()).or_insert(index);
-                }
-            }
-        }
-        Policies { syncs, owners }
+/// The `GitSync`s: from the cache once it has listed them, else (capstan's kinds may not be
+/// served yet) from the API server; a cluster without the kind has no `GitSync`.
+async fn read_policies(shared: &Shared) -> Result<Policies, kube::Error> {
+    if let Some(Ok(())) = shared.syncs.wait_until_ready().now_or_never() {
+        return Ok(Policies::of(shared.syncs.state()));
     }
-
-    /// From the cache once it has listed the `GitSync`s, else (capstan's kinds may not be
-    /// served yet) from the API server; a cluster without the kind has no `GitSync`.
-    async fn read(shared: &Shared) -> Result<Policies, kube::Error> {
-        if let Some(Ok(())) = shared.syncs.wait_until_ready().now_or_never() {
-            return Ok(Policies::of(shared.syncs.state()));
-        }
-        let api: Api<GitSync> = Api::namespaced(shared.ctx.client.clone(), SYSTEM_NAMESPACE);
-        match api.list(&ListParams::default()).await {
-            Ok(list) => Ok(Policies::of(list.items.into_iter().map(Arc::new).collect())),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Policies::of(Vec::new())),
-            Err(err) => Err(err),
-        }
-    }
-
-    /// The `GitSync` that applies `node`: its owner, else the only one.
-    fn sync_for(&self, node: &str) -> Option<&GitSync> {
-        match self.owners.get(node) {
-            Some(index) => self.syncs.get(*index).map(Arc::as_ref),
-            None if self.syncs.len() == 1 => self.syncs.first().map(Arc::as_ref),
-            None => None,
-        }
-    }
-
-    fn policy_of(sync: &GitSync) -> UpgradePolicy {
-        sync.status
-            .as_ref()
-            .and_then(|status| status.policy.clone())
-            .unwrap_or_default()
-    }
-
-    fn policy_for(&self, node: &str) -> UpgradePolicy {
-        if let Some(index) = self.owners.get(node) {
-            return self
-                .syncs
-                .get(*index)
-                .map(|s| Self::policy_of(s))
-                .unwrap_or_default();
-        }
-        self.syncs
-            .iter()
-            .map(|sync| Self::policy_of(sync))
-            .reduce(|a, b| UpgradePolicy {
-                max_nodes_in_flight: a.max_nodes_in_flight.min(b.max_nodes_in_flight),
-                require_pull_request: a.require_pull_request || b.require_pull_request,
-            })
-            .unwrap_or_default()
-    }
-
-    /// Whether the sync that applies `node` is writing a commit.
-    fn applying(&self, node: &str) -> bool {
-        self.sync_for(node).is_some_and(applying)
-    }
-
-    /// The name records of `node` are filed under.
-    fn sync_name(&self, node: &str) -> String {
-        self.sync_for(node)
-            .map_or(DEFAULT_SYNC_NAME.to_string(), |sync| sync.name_any())
+    let api: Api<GitSync> = Api::namespaced(shared.ctx.client.clone(), SYSTEM_NAMESPACE);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(Policies::of(list.items.into_iter().map(Arc::new).collect())),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Policies::of(Vec::new())),
+        Err(err) => Err(err),
     }
 }
 
@@ -620,20 +442,11 @@ fn nodes_of_module(shared: &Shared, module: &Module) -> Vec<ObjectRef<Node>> {
     let Ok(key) = module.key() else {
         return Vec::new();
     };
-    let labels = [
-        key.version_module_label(),
-        key.version_worker_pod_label(),
-        key.version_device_plugin_label(),
-    ];
-    let annotation = key.upgrade_annotation();
     shared
         .nodes
         .state()
         .iter()
-        .filter(|node| {
-            labels.iter().any(|label| node.labels().contains_key(label))
-                || node.annotations().contains_key(&annotation)
-        })
+        .filter(|node| carries(node, &key))
         .map(|node| ObjectRef::from_obj(node.as_ref()))
         .collect()
 }
@@ -646,31 +459,15 @@ fn node_of_pod(pod: &Pod) -> Option<ObjectRef<Node>> {
         .map(ObjectRef::new)
 }
 
-/// Whether a `GitSync` is writing a commit.
-fn applying(sync: &GitSync) -> bool {
-    sync.status
-        .as_ref()
-        .is_some_and(|status| status.phase == "Applying")
-}
-
-/// Every node, when a `GitSync`'s policy changed or it finished writing a commit (moves
-/// wait for that, see [`Gate::sync_applying`]).
+/// Every node, when a `GitSync` changed in a way moves wait on ([`wakes_every_node`]).
 fn policy_changed(
     shared: &Shared,
-    seen: &Mutex<HashMap<String, (Option<UpgradePolicy>, bool)>>,
+    seen: &Mutex<HashMap<String, SyncState>>,
     sync: &GitSync,
 ) -> Vec<ObjectRef<Node>> {
-    let policy = sync
-        .status
-        .as_ref()
-        .and_then(|status| status.policy.clone());
-    let now = (policy, applying(sync));
+    let now = SyncState::of(sync);
     let previous = lock(seen).insert(sync.name_any(), now.clone());
-    let wakes = match previous {
-        Some((policy, was_applying)) => policy != now.0 || (was_applying && !now.1),
-        None => true,
-    };
-    if !wakes {
+    if !wakes_every_node(previous.as_ref(), &now) {
         return Vec::new();
     }
     shared
@@ -681,21 +478,17 @@ fn policy_changed(
         .collect()
 }
 
-/// When a node's last upgrade ended, the queued nodes that may take the freed slots, in
-/// name order.
-fn next_in_line(
+/// When a node's last upgrade ended, the queued nodes that may take the freed slots
+/// ([`next_in_line`]). `upgrading` holds the nodes seen holding a slot.
+fn line_moves(
     shared: &Shared,
     upgrading: &Mutex<HashSet<String>>,
     node: &Node,
 ) -> Vec<ObjectRef<Node>> {
     let name = node.name_any();
-    let still = node.annotations().iter().any(|(key, value)| {
-        key.starts_with(UPGRADE_ANNOTATION_PREFIX)
-            && Progress::from_annotation(value).is_some_and(|p| p.upgrading())
-    });
     {
         let mut upgrading = lock(upgrading);
-        if still {
+        if holds_slot(node) {
             upgrading.insert(name);
             return Vec::new();
         }
@@ -704,125 +497,15 @@ fn next_in_line(
         }
     }
     let policies = Policies::of(shared.syncs.state());
-    let mut fleet = fleet_standings(shared, &policies);
-    fleet.sort_by(|a, b| a.0.cmp(&b.0));
-    let in_flight = fleet
+    let nodes = shared.nodes.state();
+    let fleet = standings(&fleet_of(shared, nodes.iter().map(Arc::as_ref)), &policies);
+    next_in_line(&fleet, &policies)
         .iter()
-        .filter(|(_, standing)| *standing == Standing::Upgrading)
-        .count();
-    let mut woken = Vec::new();
-    for (queued, _) in fleet.iter().filter(|(_, s)| *s == Standing::Queued) {
-        let limit = policies.policy_for(queued).max_nodes_in_flight.max(1) as usize;
-        if in_flight + woken.len() < limit {
-            woken.push(ObjectRef::new(queued));
-        }
-    }
-    woken
+        .map(|node| ObjectRef::new(node))
+        .collect()
 }
 
 // ---- writes ----
-
-/// The merge patch of the node's labels and upgrade annotations, conditional on the
-/// resourceVersion the decisions were made on; `None` when nothing changes.
-fn node_patch(node: &Node, decided: &[ModuleDecision]) -> Option<Value> {
-    let mut labels = Map::new();
-    let mut annotations = Map::new();
-    for entry in decided {
-        let key = &entry.key;
-        if let Outcome::Write(write) = &entry.decision.outcome {
-            let (label, value) = match write {
-                LabelWrite::SetWorkerPod(version) => {
-                    (key.version_worker_pod_label(), json!(version))
-                }
-                LabelWrite::RemoveWorkerPod => (key.version_worker_pod_label(), Value::Null),
-                LabelWrite::SetDevicePlugin(version) => {
-                    (key.version_device_plugin_label(), json!(version))
-                }
-                LabelWrite::RemoveDevicePlugin => (key.version_device_plugin_label(), Value::Null),
-            };
-            labels.insert(label, value);
-        }
-        let annotation = key.upgrade_annotation();
-        let current = node.annotations().get(&annotation);
-        let wanted = entry
-            .decision
-            .progress
-            .as_ref()
-            .map(Progress::to_annotation);
-        if current != wanted.as_ref() {
-            annotations.insert(annotation, wanted.map_or(Value::Null, Value::String));
-        }
-    }
-    if labels.is_empty() && annotations.is_empty() {
-        return None;
-    }
-    let mut metadata = Map::new();
-    metadata.insert(
-        "resourceVersion".into(),
-        json!(node.resource_version().unwrap_or_default()),
-    );
-    if !labels.is_empty() {
-        metadata.insert("labels".into(), Value::Object(labels));
-    }
-    if !annotations.is_empty() {
-        metadata.insert("annotations".into(), Value::Object(annotations));
-    }
-    Some(json!({ "metadata": metadata }))
-}
-
-/// The commit of a step or wait, with author, time and subject when the `GitSync` still
-/// lists it among its commits.
-fn commit_of(policies: &Policies, node: &str, stamp: &super::Stamp) -> CommitRef {
-    let mut commit =
-        history::commit_ref_of_stamp(stamp.revision.as_deref().unwrap_or(""), stamp.pull_request);
-    let known = policies.sync_for(node).and_then(|sync| {
-        let status = sync.status.as_ref()?;
-        status
-            .last_applied_commit
-            .iter()
-            .chain(&status.last_attempted_commit)
-            .chain(status.runs.iter().map(|run| &run.commit))
-            .find(|known| !commit.sha.is_empty() && known.sha == commit.sha)
-            .cloned()
-    });
-    if let Some(known) = known {
-        commit.author = known.author;
-        commit.time = known.time;
-        commit.subject = known.subject;
-    }
-    commit
-}
-
-/// `v1` or `none`.
-fn version(version: &Option<String>) -> &str {
-    version.as_deref().unwrap_or("none")
-}
-
-/// ` by 3cf3bea (#42)`, or nothing for an unstamped node.
-fn asked_by(commit: &CommitRef) -> String {
-    match (commit.short_sha.is_empty(), commit.pull_request) {
-        (true, _) => String::new(),
-        (false, Some(pr)) => format!(", asked by {} (#{pr})", commit.short_sha),
-        (false, None) => format!(", asked by {}", commit.short_sha),
-    }
-}
-
-/// The Event annotations of a move: module and versions (the commit's are added by
-/// [`history::emit_annotated_event`]).
-fn move_annotations(
-    key: &ModuleKey,
-    from: &Option<String>,
-    to: &Option<String>,
-) -> BTreeMap<String, String> {
-    let mut annotations = BTreeMap::from([(MODULE_ANNOTATION.to_string(), key.to_string())]);
-    if let Some(from) = from {
-        annotations.insert(FROM_VERSION_ANNOTATION.to_string(), from.clone());
-    }
-    if let Some(to) = to {
-        annotations.insert(TO_VERSION_ANNOTATION.to_string(), to.clone());
-    }
-    annotations
-}
 
 fn node_target(node: &Node) -> EventTarget {
     EventTarget {
@@ -834,98 +517,56 @@ fn node_target(node: &Node) -> EventTarget {
     }
 }
 
+fn module_target(shared: &Shared, key: &ModuleKey) -> EventTarget {
+    EventTarget {
+        api_version: Module::api_version(&()).to_string(),
+        kind: Module::kind(&()).to_string(),
+        namespace: Some(key.namespace().to_string()),
+        name: key.name().to_string(),
+        uid: module_of(shared, key).and_then(|module| module.uid()),
+    }
+}
+
 /// Writes the history record of a step and, when the record is new, its Events. Returns
 /// the step's time: now, or the time of the record written before a restart.
 async fn record_step(
     shared: &Shared,
-    policies: &Policies,
     node: &Node,
-    key: &ModuleKey,
-    step: &StepReached,
+    record: &StepRecord,
     now: Timestamp,
 ) -> Result<Timestamp, kube::Error> {
     let client = &shared.ctx.client;
-    let node_name = node.name_any();
-    let commit = commit_of(policies, &node_name, &step.stamp);
-    let message = format!(
-        "{key} {} -> {} on {node_name}: step {} {} after {:.1}s{}",
-        version(&step.from),
-        version(&step.to),
-        step.step.number(),
-        step.step.as_str(),
-        step.duration_seconds,
-        asked_by(&commit),
-    );
-    let spec = HistoryRecordSpec {
-        time: rfc3339_micros(now),
-        type_: RecordType::UpgradeStep,
-        sync: policies.sync_name(&node_name),
-        commit: commit.clone(),
-        message: message.clone(),
-        node: Some(node_name.clone()),
-        module: Some(key.to_string()),
-        step: Some(step.step.as_str().to_string()),
-        from_version: step.from.clone(),
-        to_version: step.to.clone(),
-        duration_seconds: Some(step.duration_seconds),
-        ..HistoryRecordSpec::default()
-    };
-    let name = history::record_name(&spec);
-    let created = match history::write_record(client, spec.clone()).await {
+    let created = match history::write_record(client, record.spec.clone()).await {
         Err(kube::Error::Api(status)) if status.code == 404 => {
             // No sync has made capstan's namespace yet.
             ensure_system_namespace(client).await?;
-            history::write_record(client, spec).await?
+            history::write_record(client, record.spec.clone()).await?
         }
         other => other?,
     };
     if !created {
         let records: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
-        let recorded = records.get_opt(&name).await?;
+        let recorded = records.get_opt(&history::record_name(&record.spec)).await?;
         return Ok(recorded
-            .and_then(|record| record.spec.time.parse().ok())
+            .and_then(|recorded| recorded.spec.time.parse().ok())
             .unwrap_or(now));
     }
-    let mut annotations = move_annotations(key, &step.from, &step.to);
-    annotations.insert(
-        UPGRADE_STEP_ANNOTATION.to_string(),
-        step.step.as_str().to_string(),
-    );
-    let module = module_of(shared, key);
-    let module_target = EventTarget {
-        api_version: Module::api_version(&()).to_string(),
-        kind: Module::kind(&()).to_string(),
-        namespace: Some(key.namespace().to_string()),
-        name: key.name().to_string(),
-        uid: module.and_then(|module| module.uid()),
-    };
-    let reason = step_reason(step.step);
-    for target in [node_target(node), module_target] {
-        if let Err(err) = history::emit_annotated_event(
-            client,
+    for target in [node_target(node), module_target(shared, &record.key)] {
+        if let Err(err) = history::record_event(
+            &shared.ctx.recorder,
             &target,
             false,
-            reason,
-            &message,
-            &commit,
-            annotations.clone(),
+            record.reason,
+            &record.spec.message,
+            &record.spec.commit,
+            record.annotations.clone(),
         )
         .await
         {
-            tracing::warn!(%err, node = %node_name, "could not record an upgrade-step event");
+            tracing::warn!(%err, node = %node.name_any(), "could not record an upgrade-step event");
         }
     }
     Ok(now)
-}
-
-/// The Event reason of a step.
-fn step_reason(step: UpgradeStep) -> &'static str {
-    match step {
-        UpgradeStep::DevicePluginStopped => "DevicePluginStopped",
-        UpgradeStep::OldModuleUnloaded => "OldModuleUnloaded",
-        UpgradeStep::NewModuleLoaded => "NewModuleLoaded",
-        UpgradeStep::DevicePluginStarted => "DevicePluginStarted",
-    }
 }
 
 async fn ensure_system_namespace(client: &kube::Client) -> Result<(), kube::Error> {
@@ -943,80 +584,21 @@ async fn ensure_system_namespace(client: &kube::Client) -> Result<(), kube::Erro
 }
 
 /// The Event that says, once per wait, why a node does not move.
-async fn announce_wait(
-    shared: &Shared,
-    policies: &Policies,
-    node: &Node,
-    entry: &ModuleDecision,
-    gate: &Gate,
-) {
-    let Some(progress) = &entry.decision.progress else {
-        return;
-    };
-    let Outcome::Wait(Wait::Policy(wait)) = entry.decision.outcome else {
-        return;
-    };
-    let node_name = node.name_any();
-    let stamp = super::Stamp {
-        revision: progress.revision.clone(),
-        pull_request: progress.pull_request,
-    };
-    let (stamp, to) = if progress.upgrading() {
-        // Held mid-upgrade: the unapproved commit is the node's newest.
-        (entry.facts.stamp.clone(), entry.facts.labels.module.clone())
-    } else {
-        (stamp, progress.to.clone())
-    };
-    let commit = commit_of(policies, &node_name, &stamp);
-    let key = &entry.key;
-    let moving = format!(
-        "{key} {} -> {} on {node_name}",
-        version(&progress.from),
-        version(&to)
-    );
-    let (warning, reason, message) = match (wait, &gate.slot) {
-        (PolicyWait::PullRequest, _) => (
-            true,
-            "PullRequestRequired",
-            format!(
-                "{moving} is not acted on: requirePullRequest is set and {} merged no pull \
-                 request; make the change through a pull request",
-                if commit.short_sha.is_empty() {
-                    "the change".to_string()
-                } else {
-                    format!("commit {}", commit.short_sha)
-                }
-            ),
-        ),
-        (
-            PolicyWait::Slot,
-            Slot::Taken {
-                upgrading,
-                ahead,
-                limit,
-            },
-        ) => (
-            false,
-            "UpgradeQueued",
-            format!(
-                "{moving} waits its turn: maxNodesInFlight is {limit}, {upgrading} node(s) \
-                 upgrading, {ahead} ahead in node-name order{}",
-                asked_by(&commit)
-            ),
-        ),
-        (PolicyWait::Slot, Slot::Free) => return,
-    };
-    if let Err(err) = history::emit_annotated_event(
-        &shared.ctx.client,
+async fn announce_wait(shared: &Shared, node: &Node, wait: &WaitEvent) {
+    if let Err(err) = history::record_event(
+        &shared.ctx.recorder,
         &node_target(node),
-        warning,
-        reason,
-        &message,
-        &commit,
-        move_annotations(key, &progress.from, &to),
+        wait.warning,
+        wait.reason,
+        &wait.message,
+        &wait.commit,
+        wait.annotations.clone(),
     )
     .await
     {
-        tracing::warn!(%err, node = %node_name, "could not record a wait event");
+        tracing::warn!(%err, node = %node.name_any(), "could not record a wait event");
     }
 }
+
+#[cfg(test)]
+mod tests;

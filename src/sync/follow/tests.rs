@@ -3,48 +3,20 @@
 
 use super::*;
 use crate::sync::manifests::StaticCatalog;
-
-const LABEL: &str = "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod";
-
-fn module(version: &str) -> String {
-    format!(
-        r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
-kind: Module
-metadata: {{name: my-kmod, namespace: kmm-demo}}
-spec:
-  selector: {{node-role.kubernetes.io/worker: ""}}
-  moduleLoader:
-    container:
-      version: "{version}"
-      modprobe: {{moduleName: my_kmod}}
-      kernelMappings:
-        - regexp: '^.+$'
-          containerImage: "registry.example/org/my-kmod:{version}"
-"#
-    )
-}
-
-fn node(name: &str, version: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    {LABEL}: {version}\n"
-    )
-}
-
-fn config_map(value: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: kmm-demo}}\ndata: {{value: {value:?}}}\n"
-    )
-}
+use capstan_testing::manifests::{config_map, module, node_label};
 
 /// A fleet: the Module's version, then each of three nodes' labels, then the ConfigMap.
 fn fleet(module_version: &str, labels: [&str; 3], setting: &str) -> Vec<RepoFile> {
     let mut files = vec![
-        file("cm.yaml", &config_map(setting)),
-        file("module.yaml", &module(module_version)),
+        file("cm.yaml", &config_map("settings", setting)),
+        file("module.yaml", &module("my-kmod", module_version)),
     ];
     for (i, version) in labels.iter().enumerate() {
         let name = format!("worker-{}", i + 1);
-        files.push(file(&format!("nodes/{name}.yaml"), &node(&name, version)));
+        files.push(file(
+            &format!("nodes/{name}.yaml"),
+            &node_label(&name, "my-kmod", version),
+        ));
     }
     files
 }

@@ -18,8 +18,8 @@ use super::yaml::{FieldPath, Node, NodeValue};
 use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
 use capstan_api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
 use capstan_api::module::{KernelMapping, ModprobeSpec};
-use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig, crds};
 use capstan_api::names::label_key;
+use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig, crds};
 use capstan_worker::modprobe::canonical_name;
 
 /// A document with a valid header, and the tree it came from (for lines).

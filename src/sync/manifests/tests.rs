@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::*;
+use capstan_testing::manifests::{module, node_label};
 
 const MODULE_V1: &str = r#"apiVersion: kmm.sigs.x-k8s.io/v1beta1
 kind: Module
@@ -28,19 +29,6 @@ spec:
 type Commit<'a> = Vec<(&'a str, String)>;
 
 const VERSION_LABEL: &str = "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod";
-
-/// The Module at `version`, with kmod images that carry the version.
-fn module(version: &str) -> String {
-    MODULE_V1
-        .replace("\"v1\"", &format!("{version:?}"))
-        .replace(":v1-", &format!(":{version}-"))
-}
-
-fn node(name: &str, version: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    {VERSION_LABEL}: {version}\n"
-    )
-}
 
 fn files<'a>(list: &'a [(&'a str, String)]) -> Vec<ManifestFile<'a>> {
     list.iter()
@@ -80,11 +68,17 @@ fn assert_errors(found: &[String], expected: &[&str]) {
 #[test]
 fn a_fleet_repository_loads_in_path_order() {
     let list = [
-        ("fleet/nodes/worker-2.yaml", node("worker-2", "v1")),
+        (
+            "fleet/nodes/worker-2.yaml",
+            node_label("worker-2", "my-kmod", "v1"),
+        ),
         ("fleet/modules/my-kmod.yaml", MODULE_V1.to_string()),
         (
             "fleet/nodes/worker-1.yaml",
-            format!("# first worker\n---\n{}---\n", node("worker-1", "v1")),
+            format!(
+                "# first worker\n---\n{}---\n",
+                node_label("worker-1", "my-kmod", "v1")
+            ),
         ),
         (
             "fleet/config.yml",
@@ -148,9 +142,9 @@ fn a_fleet_repository_loads_in_path_order() {
 #[test]
 fn the_order_of_the_files_given_does_not_matter() {
     let list = [
-        ("b.yaml", node("worker-1", "v1")),
+        ("b.yaml", node_label("worker-1", "my-kmod", "v1")),
         ("a.yaml", MODULE_V1.to_string()),
-        ("c/d.yaml", node("worker-2", "v1")),
+        ("c/d.yaml", node_label("worker-2", "my-kmod", "v1")),
         (
             "c/capstan.yaml",
             "apiVersion: v1\nkind: Node\nmetadata: {name: worker-3}\n".to_string(),
@@ -176,7 +170,7 @@ fn the_order_of_the_files_given_does_not_matter() {
 #[test]
 fn only_yaml_files_under_the_path_are_manifests() {
     let list = [
-        ("fleet/a.yaml", node("worker-1", "v1")),
+        ("fleet/a.yaml", node_label("worker-1", "my-kmod", "v1")),
         ("fleet/m.yaml", MODULE_V1.to_string()),
         ("fleet/README.md", "not yaml: [".to_string()),
         ("fleet/.github/workflows/ci.yml", "on: push\n".to_string()),
@@ -252,7 +246,7 @@ fn yaml_syntax_errors_name_line_and_column() {
         "nodes.yaml",
         format!(
             "{}---\napiVersion: v1\nkind: Node\nmetadata:\n  name: [worker-2\n",
-            node("worker-1", "v1")
+            node_label("worker-1", "my-kmod", "v1")
         ),
     )]);
     assert_errors(&found, &["nodes.yaml:11: invalid YAML (column "]);
@@ -515,18 +509,21 @@ fn version_labels_need_a_declared_module_with_a_version() {
         (
             vec![
                 ("m.yaml", MODULE_V1.to_string()),
-                ("n.yaml", node("worker-1", "v1")),
+                ("n.yaml", node_label("worker-1", "my-kmod", "v1")),
             ],
             vec![],
         ),
         (
-            vec![("n.yaml", node("worker-1", "v1"))],
+            vec![("n.yaml", node_label("worker-1", "my-kmod", "v1"))],
             vec![
                 "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod]: version label \"v1\" names Module kmm-demo/my-kmod, which no manifest of this commit declares; declare it or remove the label",
             ],
         ),
         (
-            vec![("m.yaml", unversioned), ("n.yaml", node("worker-1", "v1"))],
+            vec![
+                ("m.yaml", unversioned),
+                ("n.yaml", node_label("worker-1", "my-kmod", "v1")),
+            ],
             vec![
                 "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod]: version label \"v1\" names Module kmm-demo/my-kmod (m.yaml:1), which sets no spec.moduleLoader.container.version",
             ],
@@ -536,7 +533,8 @@ fn version_labels_need_a_declared_module_with_a_version() {
                 ("m.yaml", MODULE_V1.to_string()),
                 (
                     "n.yaml",
-                    node("worker-1", "v1").replace("version-module.", "version-module.x"),
+                    node_label("worker-1", "my-kmod", "v1")
+                        .replace("version-module.", "version-module.x"),
                 ),
             ],
             vec![
@@ -548,7 +546,7 @@ fn version_labels_need_a_declared_module_with_a_version() {
                 ("m.yaml", MODULE_V1.to_string()),
                 (
                     "n.yaml",
-                    node("worker-1", "v1").replace(
+                    node_label("worker-1", "my-kmod", "v1").replace(
                         "kmm.node.kubernetes.io/version-module",
                         "beta.kmm.node.kubernetes.io/version-worker-pod",
                     ),
@@ -563,7 +561,7 @@ fn version_labels_need_a_declared_module_with_a_version() {
                 ("m.yaml", MODULE_V1.to_string()),
                 (
                     "n.yaml",
-                    node("worker-1", "v1").replace("kmm-demo.my-kmod", "nodot"),
+                    node_label("worker-1", "my-kmod", "v1").replace("kmm-demo.my-kmod", "nodot"),
                 ),
             ],
             vec![
@@ -587,14 +585,15 @@ fn an_object_declared_twice_names_both_places() {
     let found = rejected(&[
         (
             "a.yaml",
-            node("worker-1", "v1").replace(&format!("    {VERSION_LABEL}: v1\n"), "    zone: a\n"),
+            node_label("worker-1", "my-kmod", "v1")
+                .replace(&format!("    {VERSION_LABEL}: \"v1\"\n"), "    zone: a\n"),
         ),
         (
             "b.yaml",
             format!(
                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\n---\n{}",
-                node("worker-1", "x")
-                    .replace(&format!("    {VERSION_LABEL}: x\n"), "    zone: b\n")
+                node_label("worker-1", "my-kmod", "x")
+                    .replace(&format!("    {VERSION_LABEL}: \"x\"\n"), "    zone: b\n")
             ),
         ),
     ]);
@@ -734,10 +733,19 @@ fn errors_and_ids_display_as_documented() {
 fn ordered_upgrade_commits_pass_the_transition_check() {
     let commit = |version: &str, labels: [&str; 3]| {
         load_all(&[
-            ("modules/my-kmod.yaml", module(version)),
-            ("nodes/worker-1.yaml", node("worker-1", labels[0])),
-            ("nodes/worker-2.yaml", node("worker-2", labels[1])),
-            ("nodes/worker-3.yaml", node("worker-3", labels[2])),
+            ("modules/my-kmod.yaml", module("my-kmod", version)),
+            (
+                "nodes/worker-1.yaml",
+                node_label("worker-1", "my-kmod", labels[0]),
+            ),
+            (
+                "nodes/worker-2.yaml",
+                node_label("worker-2", "my-kmod", labels[1]),
+            ),
+            (
+                "nodes/worker-3.yaml",
+                node_label("worker-3", "my-kmod", labels[2]),
+            ),
         ])
         .unwrap()
     };
@@ -765,7 +773,7 @@ fn ordered_upgrade_commits_pass_the_transition_check() {
 
     let version_only = load_all(&[(
         "modules/my-kmod.yaml",
-        MODULE_V1.replace("\"v1\"", "\"v2\""),
+        module("my-kmod", "v1").replace("version: \"v1\"", "version: \"v2\""),
     )])
     .unwrap();
     let found: Vec<String> = check_transition(Some(&start), &version_only)

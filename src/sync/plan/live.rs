@@ -11,7 +11,6 @@ use super::PlanError;
 use super::model::{ObjectAction, ObjectChange, ObjectRef};
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
-use capstan_api::InventoryEntry;
 use crate::sync::diff::{
     Action, DiffError, FIELD_MANAGER, comparable, diff_object, mask_secrets, unified,
 };
@@ -19,6 +18,7 @@ use crate::sync::discovery::ClusterKinds;
 use crate::sync::inventory::{Inventory, stamped_by};
 use crate::sync::manifests::{Manifest, ManifestError, ObjectId, modules_in};
 use crate::sync::source::CommitInfo;
+use capstan_api::InventoryEntry;
 
 /// The cluster a live plan reads.
 pub struct Cluster<'a> {

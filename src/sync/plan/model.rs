@@ -5,9 +5,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-use capstan_api::capstan::UpgradeStep;
 use crate::sync::manifests::{ManifestError, ObjectId};
 use crate::sync::source::CommitInfo;
+use capstan_api::capstan::UpgradeStep;
 
 /// The version of the JSON schema; bumped only by a change that breaks readers.
 pub const SCHEMA_VERSION: u32 = 1;

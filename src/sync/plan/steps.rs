@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use super::model::{NodeMove, PlannedStep};
+use crate::sync::manifests::{KmmLabel, Manifest, classify, is_node, modules_in};
 use capstan_api::capstan::UpgradeStep;
 use capstan_api::labels::ModuleKey;
-use crate::sync::manifests::{KmmLabel, Manifest, classify, is_node, modules_in};
 
 /// Version labels of a set of nodes: the version by node and Module.
 pub type VersionLabels = BTreeMap<(String, ModuleKey), String>;

@@ -6,30 +6,10 @@ use serde_json::Value;
 
 use super::*;
 use crate::sync::source::Auth;
-use crate::sync::source::testing::{Entry, branch_at, commit_files, init_repo};
+use capstan_testing::git::{FleetRepo, with_changes};
+use capstan_testing::manifests::{config_map, module, node_label};
 
 const VERSION_LABEL: &str = "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod";
-
-fn module(version: &str) -> String {
-    format!(
-        "apiVersion: kmm.sigs.x-k8s.io/v1beta1\nkind: Module\n\
-         metadata: {{name: my-kmod, namespace: kmm-demo}}\nspec:\n\
-         \x20 selector: {{node-role.kubernetes.io/worker: \"\"}}\n  moduleLoader:\n    container:\n\
-         \x20     version: {version}\n      modprobe: {{moduleName: my_kmod}}\n\
-         \x20     kernelMappings:\n        - regexp: '^.+$'\n\
-         \x20         containerImage: registry.example/my-kmod:{version}\n"
-    )
-}
-
-fn node(name: &str, version: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    {VERSION_LABEL}: {version}\n"
-    )
-}
-
-fn config_map(name: &str, value: &str) -> String {
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{key: {value}}}\n")
-}
 
 /// The fleet at base: my-kmod v1 on three workers, two ConfigMaps.
 fn base_fleet() -> Vec<(&'static str, String)> {
@@ -39,30 +19,29 @@ fn base_fleet() -> Vec<(&'static str, String)> {
             "fleet/config.yaml",
             config_map("kept", "1") + "---\n" + &config_map("old", "1"),
         ),
-        ("fleet/modules/my-kmod.yaml", module("v1")),
-        ("fleet/nodes/worker-1.yaml", node("worker-1", "v1")),
-        ("fleet/nodes/worker-2.yaml", node("worker-2", "v1")),
-        ("fleet/nodes/worker-9.yaml", node("worker-9", "v1")),
+        ("fleet/modules/my-kmod.yaml", module("my-kmod", "v1")),
+        (
+            "fleet/nodes/worker-1.yaml",
+            node_label("worker-1", "my-kmod", "v1"),
+        ),
+        (
+            "fleet/nodes/worker-2.yaml",
+            node_label("worker-2", "my-kmod", "v1"),
+        ),
+        (
+            "fleet/nodes/worker-9.yaml",
+            node_label("worker-9", "my-kmod", "v1"),
+        ),
         ("README.md", "# fleet".to_string()),
     ]
 }
 
-fn tree<'a>(files: &'a [(&'a str, String)]) -> Vec<(&'a str, Entry<'a>)> {
-    files
-        .iter()
-        .map(|(path, text)| (*path, Entry::File(text)))
-        .collect()
-}
-
 /// Commits `base` on main and `head` on a branch from it; plans head against main.
 fn plan_of(base: &[(&str, String)], head: &[(&str, String)], pull_request: Option<u64>) -> Plan {
-    let (dir, repo) = init_repo();
-    let fork = commit_files(&repo, "main", &tree(base), "Initial fleet");
-    branch_at(&repo, "feature", fork);
-    commit_files(&repo, "feature", &tree(head), "Move workers to my-kmod v2");
+    let repo = FleetRepo::proposal(base, head);
     let state = tempfile::tempdir().expect("state");
     let source = Source::open_allowing_new_path(
-        dir.path().to_str().expect("utf-8"),
+        repo.path().to_str().expect("utf-8"),
         "main",
         Some(Path::new("fleet")),
         state.path(),
@@ -74,29 +53,21 @@ fn plan_of(base: &[(&str, String)], head: &[(&str, String)], pull_request: Optio
     offline(&PlanInput::read(&source, base, head, pull_request).expect("read"))
 }
 
-fn with(
-    files: &[(&'static str, String)],
-    changes: &[(&'static str, Option<String>)],
-) -> Vec<(&'static str, String)> {
-    let mut files = files.to_vec();
-    for (path, contents) in changes {
-        files.retain(|(p, _)| p != path);
-        if let Some(contents) = contents {
-            files.push((path, contents.clone()));
-        }
-    }
-    files
-}
-
 /// The upgrade of the fleet: my-kmod v2, two workers moved, worker-9 leaves, a
 /// ConfigMap replaced.
 fn upgrade() -> Vec<(&'static str, String)> {
-    with(
+    with_changes(
         &base_fleet(),
         &[
-            ("fleet/modules/my-kmod.yaml", Some(module("v2"))),
-            ("fleet/nodes/worker-1.yaml", Some(node("worker-1", "v2"))),
-            ("fleet/nodes/worker-2.yaml", Some(node("worker-2", "v2"))),
+            ("fleet/modules/my-kmod.yaml", Some(module("my-kmod", "v2"))),
+            (
+                "fleet/nodes/worker-1.yaml",
+                Some(node_label("worker-1", "my-kmod", "v2")),
+            ),
+            (
+                "fleet/nodes/worker-2.yaml",
+                Some(node_label("worker-2", "my-kmod", "v2")),
+            ),
             ("fleet/nodes/worker-9.yaml", None),
             (
                 "fleet/config.yaml",
@@ -110,7 +81,7 @@ fn upgrade() -> Vec<(&'static str, String)> {
 fn an_unchanged_fleet_plans_no_changes() {
     let plan = plan_of(
         &base_fleet(),
-        &with(&base_fleet(), &[("README.md", Some("# edited".into()))]),
+        &with_changes(&base_fleet(), &[("README.md", Some("# edited".into()))]),
         None,
     );
     assert_eq!(plan.summary, Summary::default());
@@ -131,14 +102,14 @@ fn an_upgrade_shows_objects_nodes_steps_and_waves() {
     assert_eq!(
         objects,
         [
-            ("ConfigMap default/new".to_string(), ObjectAction::Create),
+            ("ConfigMap kmm-demo/new".to_string(), ObjectAction::Create),
             (
                 "Module kmm-demo/my-kmod".to_string(),
                 ObjectAction::Configure
             ),
             ("Node worker-1".to_string(), ObjectAction::Configure),
             ("Node worker-2".to_string(), ObjectAction::Configure),
-            ("ConfigMap default/old".to_string(), ObjectAction::Prune),
+            ("ConfigMap kmm-demo/old".to_string(), ObjectAction::Prune),
             ("Node worker-9".to_string(), ObjectAction::Release),
         ]
     );
@@ -211,9 +182,12 @@ fn an_upgrade_shows_objects_nodes_steps_and_waves() {
 #[test]
 fn a_version_label_naming_an_old_version_is_an_error_at_its_line() {
     // The Module stays at v1 while worker-1 is moved to v2.
-    let head = with(
+    let head = with_changes(
         &base_fleet(),
-        &[("fleet/nodes/worker-1.yaml", Some(node("worker-1", "v2")))],
+        &[(
+            "fleet/nodes/worker-1.yaml",
+            Some(node_label("worker-1", "my-kmod", "v2")),
+        )],
     );
     let plan = plan_of(&base_fleet(), &head, None);
     let errors: Vec<String> = plan.errors.iter().map(ToString::to_string).collect();
@@ -232,7 +206,7 @@ fn a_version_label_naming_an_old_version_is_an_error_at_its_line() {
 
 #[test]
 fn an_invalid_head_is_all_errors_and_no_objects() {
-    let head = with(
+    let head = with_changes(
         &base_fleet(),
         &[(
             "fleet/broken.yaml",
@@ -252,7 +226,7 @@ fn an_invalid_head_is_all_errors_and_no_objects() {
 
 #[test]
 fn an_invalid_base_is_compared_as_empty_with_a_warning() {
-    let base = with(
+    let base = with_changes(
         &base_fleet(),
         &[("fleet/broken.yaml", Some("kind: [".into()))],
     );
@@ -288,7 +262,7 @@ fn a_first_pull_request_adds_the_path() {
 
 #[test]
 fn without_prune_departed_objects_stay_and_keep_their_labels() {
-    let head = with(
+    let head = with_changes(
         &upgrade(),
         &[("fleet/capstan.yaml", Some("prune: false\n".into()))],
     );
@@ -298,14 +272,14 @@ fn without_prune_departed_objects_stay_and_keep_their_labels() {
     assert_eq!(
         plan.warnings,
         [
-            "2 objects left the repository and stay in the cluster (prune: false): ConfigMap default/old, Node worker-9"
+            "2 objects left the repository and stay in the cluster (prune: false): ConfigMap kmm-demo/old, Node worker-9"
         ]
     );
 }
 
 #[test]
 fn require_pull_request_warns_for_a_range_that_is_not_one() {
-    let head = with(
+    let head = with_changes(
         &upgrade(),
         &[(
             "fleet/capstan.yaml",
@@ -438,7 +412,7 @@ fn markdown_starts_with_the_summary_and_folds_each_diff() {
         "{markdown}"
     );
     assert!(
-        markdown.contains("| + | `ConfigMap default/new` | create | `fleet/config.yaml:6` |"),
+        markdown.contains("| + | `ConfigMap kmm-demo/new` | create | `fleet/config.yaml:9` |"),
         "{markdown}"
     );
     assert!(
@@ -464,7 +438,7 @@ fn markdown_starts_with_the_summary_and_folds_each_diff() {
         "{text}"
     );
     assert!(!text.contains('\x1b'));
-    assert!(render_text(&plan, true).contains("\x1b[32m+ ConfigMap default/new"));
+    assert!(render_text(&plan, true).contains("\x1b[32m+ ConfigMap kmm-demo/new"));
 }
 
 #[test]
@@ -472,7 +446,7 @@ fn a_plan_too_long_for_one_comment_is_split() {
     let big: String = (0..4_000)
         .map(|i| format!("  key-{i}: value-{i}\n"))
         .collect();
-    let head = with(
+    let head = with_changes(
         &base_fleet(),
         &[(
             "fleet/big.yaml",

@@ -1,5 +1,6 @@
 //! The commit a sync applies, and the pull request it came from.
 
+use capstan_api::CommitRef;
 use serde::{Deserialize, Serialize};
 
 /// One commit as capstan reports it.
@@ -22,6 +23,19 @@ pub struct CommitInfo {
 }
 
 impl CommitInfo {
+    /// The commit as records and statuses name it.
+    pub fn reference(&self) -> CommitRef {
+        CommitRef {
+            sha: self.sha.clone(),
+            short_sha: self.short_sha().to_string(),
+            revision: self.revision(),
+            author: self.author.clone(),
+            time: self.time.to_string(),
+            subject: self.subject.clone(),
+            pull_request: self.pull_request,
+        }
+    }
+
     /// The revision in the form Flux writes it: `main@sha1:<sha>`.
     pub fn revision(&self) -> String {
         format!("{}@sha1:{}", self.branch, self.sha)

@@ -808,9 +808,7 @@ fn canonical(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::source::testing::{
-        Entry, branch_at, commit_files, init_bare, init_repo, merge, pack_refs,
-    };
+    use capstan_testing::git::{Entry, FleetRepo};
 
     const LIMIT: u64 = 1 << 20;
 
@@ -852,41 +850,41 @@ mod tests {
 
     #[test]
     fn a_folder_inside_a_repository_becomes_the_synced_path() {
-        let (dir, repo) = init_repo();
-        commit_files(&repo, "main", &fleet(), "fleet");
-        std::fs::create_dir_all(dir.path().join("deploy/apps")).expect("mkdir");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &fleet(), "fleet");
+        std::fs::create_dir_all(repo.path().join("deploy/apps")).expect("mkdir");
 
-        let source = open(&dir.path().join("deploy"), None).expect("open folder");
+        let source = open(&repo.path().join("deploy"), None).expect("open folder");
         assert_eq!(source.path(), "deploy");
         assert!(!source.is_remote());
 
-        let source = open(&dir.path().join("deploy"), Some("apps")).expect("open folder + path");
+        let source = open(&repo.path().join("deploy"), Some("apps")).expect("open folder + path");
         assert_eq!(source.path(), "deploy/apps");
         let files = source.files_at("main", LIMIT).expect("files");
         assert_eq!(paths(&files), ["deploy/apps/lws.yaml"]);
 
-        let source = open(dir.path(), Some("./deploy/")).expect("open root + path");
+        let source = open(repo.path(), Some("./deploy/")).expect("open root + path");
         assert_eq!(source.path(), "deploy");
-        let source = open(dir.path(), None).expect("open root");
+        let source = open(repo.path(), None).expect("open root");
         assert_eq!(source.path(), "");
     }
 
     #[test]
     fn only_committed_content_is_synced() {
-        let (dir, repo) = init_repo();
-        commit_files(&repo, "main", &fleet(), "fleet");
-        let deploy = dir.path().join("deploy");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &fleet(), "fleet");
+        let deploy = repo.path().join("deploy");
         std::fs::create_dir_all(&deploy).expect("mkdir");
         std::fs::write(deploy.join("nodes.yaml"), "kind: Edited").expect("edit");
         std::fs::write(deploy.join("untracked.yaml"), "kind: New").expect("untracked");
         std::fs::write(deploy.join("staged.yaml"), "kind: Staged").expect("staged");
-        let mut index = repo.index().expect("index");
+        let mut index = repo.git.index().expect("index");
         index
             .add_path(Path::new("deploy/staged.yaml"))
             .expect("stage");
         index.write().expect("write index");
 
-        let source = open(dir.path(), Some("deploy")).expect("open");
+        let source = open(repo.path(), Some("deploy")).expect("open");
         let head = source.head().expect("head");
         let files = source.files_at(&head.sha, LIMIT).expect("files");
         assert_eq!(
@@ -902,9 +900,8 @@ mod tests {
 
     #[test]
     fn files_are_sorted_and_limited_to_the_path() {
-        let (dir, repo) = init_repo();
-        commit_files(
-            &repo,
+        let repo = FleetRepo::new();
+        repo.commit_files(
             "main",
             &[
                 ("deploy/z.yaml", Entry::File("z")),
@@ -915,30 +912,30 @@ mod tests {
             ],
             "files",
         );
-        let source = open(dir.path(), Some("deploy")).expect("open");
+        let source = open(repo.path(), Some("deploy")).expect("open");
         let files = source.files_at("main", LIMIT).expect("files");
         assert_eq!(
             paths(&files),
             ["deploy/a.yaml", "deploy/a/b.yaml", "deploy/z.yaml"]
         );
-        let everything = open(dir.path(), None).expect("open root");
+        let everything = open(repo.path(), None).expect("open root");
         assert_eq!(everything.files_at("main", LIMIT).expect("files").len(), 5);
     }
 
     #[test]
     fn the_branch_is_read_not_the_checked_out_head() {
-        let (dir, repo) = init_repo();
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("main"))], "on main");
-        commit_files(
-            &repo,
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &[("a.yaml", Entry::File("main"))], "on main");
+        repo.commit_files(
             "feature",
             &[("a.yaml", Entry::File("feature"))],
             "on feature",
         );
-        repo.set_head("refs/heads/feature")
+        repo.git
+            .set_head("refs/heads/feature")
             .expect("checkout feature");
 
-        let source = open(dir.path(), None).expect("open");
+        let source = open(repo.path(), None).expect("open");
         let head = source.head().expect("head");
         assert_eq!(head.subject, "on main");
         let files = source.files_at(&head.sha, LIMIT).expect("files");
@@ -947,10 +944,9 @@ mod tests {
 
     #[test]
     fn a_file_over_the_size_limit_is_rejected_naming_it() {
-        let (dir, repo) = init_repo();
+        let repo = FleetRepo::new();
         let big = "x".repeat(2048);
-        commit_files(
-            &repo,
+        repo.commit_files(
             "main",
             &[
                 ("deploy/small.yaml", Entry::File("ok")),
@@ -959,7 +955,7 @@ mod tests {
             ],
             "big",
         );
-        let source = open(dir.path(), Some("deploy")).expect("open");
+        let source = open(repo.path(), Some("deploy")).expect("open");
         let error = source.files_at("main", 1024).expect_err("too large");
         assert!(
             matches!(&error, SourceError::FileTooLarge { path, size: 2048, limit: 1024 } if path == "deploy/big.yaml"),
@@ -977,9 +973,8 @@ mod tests {
 
     #[test]
     fn symlinks_inside_the_repository_resolve_to_their_target() {
-        let (dir, repo) = init_repo();
-        commit_files(
-            &repo,
+        let repo = FleetRepo::new();
+        repo.commit_files(
             "main",
             &[
                 ("base/common.yaml", Entry::File("kind: Common")),
@@ -994,7 +989,7 @@ mod tests {
             ],
             "links",
         );
-        let source = open(dir.path(), Some("deploy")).expect("open through a link");
+        let source = open(repo.path(), Some("deploy")).expect("open through a link");
         let files = source.files_at("main", LIMIT).expect("files");
         assert_eq!(
             paths(&files),
@@ -1030,9 +1025,8 @@ mod tests {
             ("loop.yaml", "leads into a loop"),
         ];
         for (target, message) in cases {
-            let (dir, repo) = init_repo();
-            commit_files(
-                &repo,
+            let repo = FleetRepo::new();
+            repo.commit_files(
                 "main",
                 &[
                     ("deploy/ok.yaml", Entry::File("ok")),
@@ -1041,7 +1035,7 @@ mod tests {
                 ],
                 "link",
             );
-            let source = open(dir.path(), Some("deploy")).expect("open");
+            let source = open(repo.path(), Some("deploy")).expect("open");
             let error = source
                 .files_at("main", LIMIT)
                 .expect_err(target)
@@ -1053,9 +1047,8 @@ mod tests {
 
     #[test]
     fn a_symlinked_folder_leading_back_up_is_a_loop() {
-        let (dir, repo) = init_repo();
-        commit_files(
-            &repo,
+        let repo = FleetRepo::new();
+        repo.commit_files(
             "main",
             &[
                 ("deploy/a.yaml", Entry::File("a")),
@@ -1063,7 +1056,7 @@ mod tests {
             ],
             "loop",
         );
-        let source = open(dir.path(), Some("deploy")).expect("open");
+        let source = open(repo.path(), Some("deploy")).expect("open");
         let error = source.files_at("main", LIMIT).expect_err("loop");
         assert!(
             matches!(&error, SourceError::SymlinkLoop { link } if link == "deploy/sub/up"),
@@ -1073,35 +1066,19 @@ mod tests {
 
     #[test]
     fn each_commit_knows_its_author_time_subject_and_pull_request() {
-        let (dir, repo) = init_repo();
-        let first = commit_files(
-            &repo,
-            "main",
-            &[("a.yaml", Entry::File("1"))],
-            "Initial fleet",
-        );
-        branch_at(&repo, "feature", first);
-        commit_files(
-            &repo,
-            "feature",
-            &[("a.yaml", Entry::File("2"))],
-            "Bump driver",
-        );
-        commit_files(
-            &repo,
-            "main",
-            &[("b.yaml", Entry::File("b"))],
-            "Add b (#41)",
-        );
-        let merged = merge(
-            &repo,
+        let repo = FleetRepo::new();
+        let first = repo.commit_files("main", &[("a.yaml", Entry::File("1"))], "Initial fleet");
+        repo.branch("feature", first);
+        repo.commit_files("feature", &[("a.yaml", Entry::File("2"))], "Bump driver");
+        repo.commit_files("main", &[("b.yaml", Entry::File("b"))], "Add b (#41)");
+        let merged = repo.merge(
             "main",
             "feature",
             &[("a.yaml", Entry::File("2")), ("b.yaml", Entry::File("b"))],
             "Merge pull request #42 from acme/feature\n\nBump driver",
         );
 
-        let source = open(dir.path(), None).expect("open");
+        let source = open(repo.path(), None).expect("open");
         let head = source.head().expect("head");
         assert_eq!(head.sha, merged.to_string());
         assert_eq!(head.branch, "main");
@@ -1120,16 +1097,17 @@ mod tests {
 
     #[test]
     fn revisions_resolve_to_commits() {
-        let (dir, repo) = init_repo();
-        let first = commit_files(&repo, "main", &[("a.yaml", Entry::File("1"))], "first");
-        let second = commit_files(&repo, "main", &[("a.yaml", Entry::File("2"))], "second");
-        let feature = commit_files(&repo, "feature", &[("a.yaml", Entry::File("3"))], "feature");
-        let commit = repo.find_commit(first).expect("commit");
-        repo.tag_lightweight("v1", commit.as_object(), false)
+        let repo = FleetRepo::new();
+        let first = repo.commit_files("main", &[("a.yaml", Entry::File("1"))], "first");
+        let second = repo.commit_files("main", &[("a.yaml", Entry::File("2"))], "second");
+        let feature = repo.commit_files("feature", &[("a.yaml", Entry::File("3"))], "feature");
+        let commit = repo.git.find_commit(first).expect("commit");
+        repo.git
+            .tag_lightweight("v1", commit.as_object(), false)
             .expect("tag");
-        repo.set_head("refs/heads/feature").expect("head");
+        repo.git.set_head("refs/heads/feature").expect("head");
 
-        let source = open(dir.path(), None).expect("open");
+        let source = open(repo.path(), None).expect("open");
         let cases = [
             ("main", second, "main"),
             ("main~1", first, "main"),
@@ -1166,53 +1144,46 @@ mod tests {
 
     #[test]
     fn merge_base_is_where_a_branch_left_main() {
-        let (dir, repo) = init_repo();
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("1"))], "first");
-        let fork = commit_files(&repo, "main", &[("a.yaml", Entry::File("2"))], "fork point");
-        branch_at(&repo, "feature", fork);
-        commit_files(
-            &repo,
-            "feature",
-            &[("a.yaml", Entry::File("3"))],
-            "on feature",
-        );
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("4"))], "on main");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &[("a.yaml", Entry::File("1"))], "first");
+        let fork = repo.commit_files("main", &[("a.yaml", Entry::File("2"))], "fork point");
+        repo.branch("feature", fork);
+        repo.commit_files("feature", &[("a.yaml", Entry::File("3"))], "on feature");
+        repo.commit_files("main", &[("a.yaml", Entry::File("4"))], "on main");
 
-        let source = open(dir.path(), None).expect("open");
+        let source = open(repo.path(), None).expect("open");
         let base = source.merge_base("main", "feature").expect("merge base");
         assert_eq!(base.sha, fork.to_string());
         assert_eq!(base.subject, "fork point");
 
-        commit_files(
-            &repo,
-            "orphan",
-            &[("o.yaml", Entry::File("o"))],
-            "unrelated",
-        );
+        repo.commit_files("orphan", &[("o.yaml", Entry::File("o"))], "unrelated");
         let error = source.merge_base("main", "orphan").expect_err("unrelated");
         assert!(matches!(error, SourceError::NoMergeBase { .. }), "{error}");
     }
 
     #[test]
     fn a_ci_checkout_without_the_local_branch_follows_origin() {
-        let (dir, repo) = init_repo();
-        let tip = commit_files(&repo, "main", &fleet(), "fleet");
-        branch_at(&repo, "feature", tip);
-        let proposed = commit_files(
-            &repo,
+        let repo = FleetRepo::new();
+        let tip = repo.commit_files("main", &fleet(), "fleet");
+        repo.branch("feature", tip);
+        let proposed = repo.commit_files(
             "feature",
             &[("deploy/nodes.yaml", Entry::File("kind: Node"))],
             "proposed",
         );
-        repo.reference("refs/remotes/origin/main", tip, true, "fetched")
+        repo.git
+            .reference("refs/remotes/origin/main", tip, true, "fetched")
             .expect("remote-tracking branch");
-        repo.set_head_detached(proposed).expect("detached checkout");
-        repo.find_reference("refs/heads/main")
+        repo.git
+            .set_head_detached(proposed)
+            .expect("detached checkout");
+        repo.git
+            .find_reference("refs/heads/main")
             .expect("main")
             .delete()
             .expect("delete main");
 
-        let source = open(dir.path(), Some("deploy")).expect("open");
+        let source = open(repo.path(), Some("deploy")).expect("open");
         assert_eq!(source.head().expect("head").sha, tip.to_string());
         assert_eq!(source.resolve("main").expect("main").sha, tip.to_string());
         assert_eq!(
@@ -1228,7 +1199,7 @@ mod tests {
         );
 
         let error = Source::open(
-            dir.path().to_str().expect("utf-8"),
+            repo.path().to_str().expect("utf-8"),
             "prod",
             None,
             tempfile::tempdir().expect("state").path(),
@@ -1243,15 +1214,10 @@ mod tests {
 
     #[test]
     fn a_plan_may_open_a_path_the_branch_does_not_have_yet() {
-        let (dir, repo) = init_repo();
-        commit_files(
-            &repo,
-            "main",
-            &[("README.md", Entry::File("# fleet"))],
-            "empty",
-        );
-        let proposed = commit_files(&repo, "feature", &fleet(), "add the fleet");
-        let root = dir.path().to_str().expect("utf-8");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &[("README.md", Entry::File("# fleet"))], "empty");
+        let proposed = repo.commit_files("feature", &fleet(), "add the fleet");
+        let root = repo.path().to_str().expect("utf-8");
         let state = tempfile::tempdir().expect("state");
         let path = Some(Path::new("deploy"));
 
@@ -1274,22 +1240,22 @@ mod tests {
 
     #[test]
     fn a_packed_ref_is_read_like_a_loose_one() {
-        let (dir, repo) = init_repo();
-        let tip = commit_files(&repo, "main", &[("a.yaml", Entry::File("1"))], "packed");
-        pack_refs(&repo, &[("refs/heads/main", tip)]);
-        assert!(!repo.path().join("refs/heads/main").exists());
+        let repo = FleetRepo::new();
+        let tip = repo.commit_files("main", &[("a.yaml", Entry::File("1"))], "packed");
+        repo.pack_refs(&[("refs/heads/main", tip)]);
+        assert!(!repo.git.path().join("refs/heads/main").exists());
 
-        let source = open(dir.path(), None).expect("open");
+        let source = open(repo.path(), None).expect("open");
         assert_eq!(source.head().expect("head").sha, tip.to_string());
-        assert_eq!(canonical(&source.git_dir()), canonical(repo.path()));
+        assert_eq!(canonical(&source.git_dir()), canonical(repo.git.path()));
     }
 
     #[test]
     fn opening_explains_what_is_wrong() {
-        let (dir, repo) = init_repo();
-        commit_files(&repo, "main", &fleet(), "fleet");
-        commit_files(&repo, "dev", &fleet(), "fleet");
-        let root = dir.path().to_str().expect("utf-8");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &fleet(), "fleet");
+        repo.commit_files("dev", &fleet(), "fleet");
+        let root = repo.path().to_str().expect("utf-8");
         let state = tempfile::tempdir().expect("state");
         let open_with = |repo: &str, branch: &str, path: Option<&str>| {
             Source::open(repo, branch, path.map(Path::new), state.path(), Auth::None)
@@ -1323,7 +1289,7 @@ mod tests {
             error.contains("repository '/no/such/dir' not found"),
             "{error}"
         );
-        let git_dir = repo.path().join("refs");
+        let git_dir = repo.git.path().join("refs");
         let error = open_with(git_dir.to_str().expect("utf-8"), "main", None);
         assert!(
             error.contains("inside the repository's git directory"),
@@ -1333,9 +1299,9 @@ mod tests {
 
     #[test]
     fn a_remote_is_cloned_and_fetched_only_when_its_head_moved() {
-        let (remote_dir, remote) = init_bare();
-        let first = commit_files(&remote, "main", &fleet(), "first");
-        let url = format!("file://{}", remote_dir.path().display());
+        let remote = FleetRepo::bare();
+        let first = remote.commit_files("main", &fleet(), "first");
+        let url = format!("file://{}", remote.path().display());
         let state = tempfile::tempdir().expect("state");
 
         let mut source = Source::open(
@@ -1358,8 +1324,7 @@ mod tests {
         assert!(!source.fetch().expect("fetch"));
         assert!(!fetch_head.exists(), "an unchanged head still fetched");
 
-        let second = commit_files(
-            &remote,
+        let second = remote.commit_files(
             "main",
             &[("deploy/new.yaml", Entry::File("kind: New"))],
             "Add new (#7)",
@@ -1410,9 +1375,9 @@ mod tests {
 
     #[test]
     fn a_missing_remote_branch_names_the_branches_there() {
-        let (remote_dir, remote) = init_bare();
-        commit_files(&remote, "main", &fleet(), "first");
-        let url = format!("file://{}", remote_dir.path().display());
+        let remote = FleetRepo::bare();
+        remote.commit_files("main", &fleet(), "first");
+        let url = format!("file://{}", remote.path().display());
         let state = tempfile::tempdir().expect("state");
         let error = Source::open(&url, "prod", None, state.path(), Auth::None)
             .expect_err("no such branch")
@@ -1444,9 +1409,9 @@ mod tests {
 
     #[test]
     fn a_local_repository_has_nothing_to_fetch() {
-        let (dir, repo) = init_repo();
-        commit_files(&repo, "main", &fleet(), "fleet");
-        let mut source = open(dir.path(), None).expect("open");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &fleet(), "fleet");
+        let mut source = open(repo.path(), None).expect("open");
         assert!(!source.fetch().expect("fetch"));
     }
 

@@ -13,9 +13,6 @@ mod git;
 mod watch;
 mod webhook;
 
-#[cfg(test)]
-pub(crate) mod testing;
-
 pub use auth::Auth;
 pub use commit::{CommitInfo, pull_request_of};
 pub use error::SourceError;

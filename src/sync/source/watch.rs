@@ -93,7 +93,7 @@ fn is_ref(path: &Path, heads: &Path, packed_refs: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::source::testing::{Entry, commit_files, init_repo, pack_refs};
+    use capstan_testing::git::{Entry, FleetRepo};
 
     const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -111,16 +111,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_on_the_branch_is_noticed() {
-        let (_dir, repo) = init_repo();
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("a: 1"))], "first");
-        let (_watcher, mut rx) = watch_refs(repo.path()).expect("watch");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &[("a.yaml", Entry::File("a: 1"))], "first");
+        let (_watcher, mut rx) = watch_refs(repo.git.path()).expect("watch");
         settle(&mut rx).await;
 
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("a: 2"))], "second");
+        repo.commit_files("main", &[("a.yaml", Entry::File("a: 2"))], "second");
         assert!(notified(&mut rx).await, "no notification for a commit");
 
-        commit_files(
-            &repo,
+        repo.commit_files(
             "feature/x",
             &[("a.yaml", Entry::File("a: 3"))],
             "new branch",
@@ -133,18 +132,18 @@ mod tests {
 
     #[tokio::test]
     async fn packed_refs_changes_are_noticed() {
-        let (_dir, repo) = init_repo();
-        let first = commit_files(&repo, "main", &[("a.yaml", Entry::File("a: 1"))], "first");
-        let second = commit_files(&repo, "next", &[("a.yaml", Entry::File("a: 2"))], "second");
-        let (_watcher, mut rx) = watch_refs(repo.path()).expect("watch");
+        let repo = FleetRepo::new();
+        let first = repo.commit_files("main", &[("a.yaml", Entry::File("a: 1"))], "first");
+        let second = repo.commit_files("next", &[("a.yaml", Entry::File("a: 2"))], "second");
+        let (_watcher, mut rx) = watch_refs(repo.git.path()).expect("watch");
         settle(&mut rx).await;
 
-        pack_refs(&repo, &[("refs/heads/main", first)]);
+        repo.pack_refs(&[("refs/heads/main", first)]);
         assert!(notified(&mut rx).await, "no notification for packing refs");
         settle(&mut rx).await;
 
         // Only packed-refs changes now: the branch has no loose ref left.
-        pack_refs(&repo, &[("refs/heads/main", second)]);
+        repo.pack_refs(&[("refs/heads/main", second)]);
         assert!(
             notified(&mut rx).await,
             "no notification for a packed ref moving"
@@ -152,20 +151,22 @@ mod tests {
         settle(&mut rx).await;
 
         // A commit in a packed repository writes a loose ref again.
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("a: 3"))], "third");
+        repo.commit_files("main", &[("a.yaml", Entry::File("a: 3"))], "third");
         assert!(notified(&mut rx).await, "no notification after packing");
     }
 
     #[tokio::test]
     async fn reading_refs_is_not_a_change() {
-        let (_dir, repo) = init_repo();
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("a: 1"))], "first");
-        let (_watcher, mut rx) = watch_refs(repo.path()).expect("watch");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &[("a.yaml", Entry::File("a: 1"))], "first");
+        let (_watcher, mut rx) = watch_refs(repo.git.path()).expect("watch");
         settle(&mut rx).await;
 
         for _ in 0..10 {
-            repo.find_reference("refs/heads/main").expect("read ref");
-            let _ = std::fs::read(repo.path().join("refs/heads/main"));
+            repo.git
+                .find_reference("refs/heads/main")
+                .expect("read ref");
+            let _ = std::fs::read(repo.git.path().join("refs/heads/main"));
         }
         assert!(
             tokio::time::timeout(DEBOUNCE * 10, rx.recv())
@@ -177,9 +178,9 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_watcher_closes_the_channel() {
-        let (_dir, repo) = init_repo();
-        commit_files(&repo, "main", &[("a.yaml", Entry::File("a: 1"))], "first");
-        let (watcher, mut rx) = watch_refs(repo.path()).expect("watch");
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &[("a.yaml", Entry::File("a: 1"))], "first");
+        let (watcher, mut rx) = watch_refs(repo.git.path()).expect("watch");
         drop(watcher);
         let closed =
             tokio::time::timeout(DEADLINE, async { while rx.recv().await.is_some() {} }).await;

@@ -190,7 +190,7 @@ fn default_relist() -> f64 {
 
 /// Why a cluster.yaml was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum ClusterConfigError {
     #[error("{path}: {source}")]
     Read {
         path: String,
@@ -230,9 +230,9 @@ impl ClusterConfig {
     }
 
     /// Reads and checks a cluster.yaml; errors name the file, line and field.
-    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+    pub fn read(path: &Path) -> Result<Self, ClusterConfigError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|source| ClusterConfigError::Read {
             path: shown.clone(),
             source,
         })?;
@@ -240,8 +240,8 @@ impl ClusterConfig {
     }
 
     /// Parses and checks cluster.yaml text; `origin` names it in errors.
-    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ClusterConfigError> {
+        let invalid = |message: String| ClusterConfigError::Invalid {
             path: origin.to_string(),
             message,
         };

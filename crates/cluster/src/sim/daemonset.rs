@@ -30,10 +30,10 @@ use crate::resources::Resource;
 use crate::store::{Change, EventType};
 
 // Shared with the StatefulSet controller; the file sits beside both controllers.
-use super::workload;
+use super::workload_controller;
 
-use workload::{
-    Applied, Cache, Controller, Dependents, Key, OwnedPod, Owner, Revision, StatusWrite,
+use workload_controller::{
+    Applied, Cache, Controller, Dependents, Key, OwnedPod, Owner, Revision, Settled, StatusWrite,
     StatusWriter, WorkQueue,
 };
 
@@ -54,8 +54,9 @@ const STATUS_INTERVAL: Duration = Duration::from_millis(100);
 const FAILED_BACKOFF_START: Duration = Duration::from_secs(1);
 const FAILED_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
 
-/// Runs the DaemonSet controller until the store's change stream closes.
-pub async fn run(api: Arc<Api>) {
+/// Runs the DaemonSet controller until the store's change stream closes, telling
+/// `settled` how far it has settled.
+pub async fn run(api: Arc<Api>, settled: Settled) {
     let changes = api.store.follow();
     let Some(mut controller) = DaemonSetController::new(api) else {
         tracing::warn!(
@@ -63,7 +64,7 @@ pub async fn run(api: Arc<Api>) {
         );
         return;
     };
-    workload::drive(changes, &mut controller).await;
+    workload_controller::drive(changes, &mut controller, &settled).await;
 }
 
 /// How a DaemonSet replaces pods whose template is out of date.
@@ -367,7 +368,8 @@ fn rolling_update(
 ) -> Vec<Action> {
     let desired = nodes.values().filter(|e| e.should_run).count();
     let desired = i64::try_from(desired).unwrap_or(i64::MAX);
-    let mut max_unavailable = workload::scaled(max_unavailable, desired, true).unwrap_or(1);
+    let mut max_unavailable =
+        workload_controller::scaled(max_unavailable, desired, true).unwrap_or(1);
     // An impossible configuration (0 and no surge) gets upstream's default of 1.
     if desired > 0 && max_unavailable <= 0 {
         max_unavailable = 1;
@@ -471,13 +473,13 @@ fn status(
 /// The hash of a template as upstream `controller.ComputeHash`: FNV-1a of the template
 /// (here its canonical JSON) and the collision count, safe-encoded.
 fn template_hash(template: &Value, collision_count: Option<i64>) -> String {
-    let json = workload::canonical_json(template);
+    let json = workload_controller::canonical_json(template);
     // Upstream hashes the count as a little-endian uint32.
     let count = collision_count.map(|c| (c as u32).to_le_bytes());
     let parts: Vec<&[u8]> = std::iter::once(json.as_slice())
         .chain(count.as_ref().map(|c| c.as_slice()))
         .collect();
-    workload::safe_encode(workload::fnv1a_32(&parts))
+    workload_controller::safe_encode(workload_controller::fnv1a_32(&parts))
 }
 
 /// What to do about a DaemonSet's ControllerRevisions (upstream `constructHistory`).
@@ -496,7 +498,7 @@ struct HistoryPlan {
 }
 
 fn plan_history(ds: &DaemonSet, revisions: &[Revision]) -> HistoryPlan {
-    let data = workload::template_patch(&ds.template);
+    let data = workload_controller::template_patch(&ds.template);
     let (mut current, old): (Vec<Revision>, Vec<Revision>) =
         revisions.iter().cloned().partition(|r| r.data == data);
     let next = old.iter().map(|r| r.revision).max().unwrap_or(0) + 1;
@@ -525,7 +527,7 @@ fn plan_history(ds: &DaemonSet, revisions: &[Revision]) -> HistoryPlan {
 }
 
 fn controller_revision(ds: &DaemonSet, hash: &str, data: Value, revision: i64) -> Value {
-    let labels = workload::template_labels(&ds.template, &[(HASH_LABEL, hash)]);
+    let labels = workload_controller::template_labels(&ds.template, &[(HASH_LABEL, hash)]);
     let name = format!("{}-{hash}", ds.owner.name);
     ds.owner.controller_revision(&name, labels, data, revision)
 }
@@ -546,7 +548,7 @@ fn expired_revisions(old: &[Revision], live_hashes: &HashSet<&str>, limit: usize
 /// The pod this DaemonSet creates, before it is pinned to a node (upstream
 /// `CreatePodTemplate` and `GetPodFromTemplate`).
 fn daemon_pod(ds: &DaemonSet, hash: &str) -> Value {
-    let labels = workload::template_labels(
+    let labels = workload_controller::template_labels(
         &ds.template,
         &[
             (GENERATION_LABEL, &ds.template_generation),
@@ -728,7 +730,7 @@ impl DaemonSetController {
             .cloned()
             .collect();
         let plan = plan_history(ds, &revisions);
-        let options = workload::write_options(MANAGER);
+        let options = workload_controller::write_options(MANAGER);
         if let Some(body) = &plan.create {
             match self.api.create(
                 &self.revision_resource,
@@ -777,7 +779,8 @@ impl DaemonSetController {
             .get_value(&self.revision_resource, &ds.owner.namespace, name)
             .ok();
         let ours = existing.as_ref().is_some_and(|e| {
-            workload::controller_of(&e["metadata"], KIND).is_some_and(|o| o.uid == ds.owner.uid)
+            workload_controller::controller_of(&e["metadata"], KIND)
+                .is_some_and(|o| o.uid == ds.owner.uid)
                 && e["data"] == body["data"]
         });
         if let (true, Some(existing)) = (ours, existing) {
@@ -799,7 +802,7 @@ impl DaemonSetController {
             Some("status"),
             PatchType::Merge,
             json!({"status": {"collisionCount": count}}),
-            &workload::write_options(MANAGER),
+            &workload_controller::write_options(MANAGER),
         );
         match result {
             Ok(updated) => self.record_daemon_set(&updated),
@@ -831,11 +834,11 @@ impl DaemonSetController {
 
     /// Logs an unexpected failure and retries the DaemonSet in a moment.
     fn failed(&mut self, ds: &DaemonSet, what: &str, err: &ApiError) {
-        if !workload::is_race(err) {
+        if !workload_controller::is_race(err) {
             tracing::warn!(%err, namespace = %ds.owner.namespace, daemonset = %ds.owner.name, "{what}");
         }
         self.queue
-            .add_after(ds.owner.key(), workload::retry_after(err));
+            .add_after(ds.owner.key(), workload_controller::retry_after(err));
     }
 
     fn record_daemon_set(&mut self, object: &Value) {
@@ -849,7 +852,7 @@ impl DaemonSetController {
             .partition(|a| matches!(a, Action::Create { .. }));
         let more = creates.len() > BURST || deletes.len() > BURST;
         let template = (!creates.is_empty()).then(|| daemon_pod(ds, hash));
-        let options = workload::write_options(MANAGER);
+        let options = workload_controller::write_options(MANAGER);
         for action in creates.into_iter().take(BURST) {
             let (Action::Create { node }, Some(template)) = (action, &template) else {
                 continue;
@@ -880,7 +883,7 @@ impl DaemonSetController {
                 ..DeleteOptions::default()
             };
             let key = (ds.owner.namespace.clone(), pod);
-            let deleted = workload::delete_pod(
+            let deleted = workload_controller::delete_pod(
                 &self.api,
                 &self.pod_resource,
                 &mut self.dependents.pods,
@@ -1033,7 +1036,7 @@ impl Controller for DaemonSetController {
 
 #[cfg(test)]
 mod tests {
-    use super::workload::testing::{self, eventually};
+    use super::workload_controller::testing::{self, eventually};
     use super::*;
     use crate::EmbeddedCluster;
     use serde_json::Map;
@@ -1493,7 +1496,7 @@ mod tests {
             name: name.into(),
             revision: number,
             labels,
-            data: workload::template_patch(template),
+            data: workload_controller::template_patch(template),
         }
     }
 
@@ -1512,7 +1515,10 @@ mod tests {
             json!({"app": "agent", "controller-revision-hash": hash})
         );
         assert_eq!(created["revision"], 1);
-        assert_eq!(created["data"], workload::template_patch(&ds.template));
+        assert_eq!(
+            created["data"],
+            workload_controller::template_patch(&ds.template)
+        );
 
         let current = revision("agent-cur", 3, &ds.template, "cur");
         let older = revision("agent-old", 2, &other, "old");
@@ -1573,17 +1579,21 @@ mod tests {
         })
     }
 
-    /// An embedded cluster with these nodes (name, labels), the controller running, and
-    /// `daemon_set` created.
-    async fn started(nodes: &[(&str, Value)], daemon_set: Value) -> (EmbeddedCluster, Arc<Api>) {
+    /// An embedded cluster with these nodes (name, labels), the controller running (and
+    /// telling how far it has settled), and `daemon_set` created.
+    async fn started(
+        nodes: &[(&str, Value)],
+        daemon_set: Value,
+    ) -> (EmbeddedCluster, Arc<Api>, Settled) {
         let cluster = testing::cluster().await;
         let api = cluster.api().clone();
         for (name, labels) in nodes {
             testing::node(&api, name, labels.clone());
         }
-        tokio::spawn(run(api.clone()));
+        let settled = Settled::default();
+        tokio::spawn(run(api.clone(), settled.clone()));
         testing::create(&api, "apps", "daemonsets", "default", daemon_set);
-        (cluster, api)
+        (cluster, api, settled)
     }
 
     fn set_image(api: &Api, image: &str) {
@@ -1607,7 +1617,7 @@ mod tests {
             ("worker-2", json!({"role": "worker"})),
             ("infra-1", json!({"role": "infra"})),
         ];
-        let (_cluster, api) = started(&nodes, agent(json!({"role": "worker"}))).await;
+        let (_cluster, api, settled) = started(&nodes, agent(json!({"role": "worker"}))).await;
 
         let pods = eventually("two daemon pods", || {
             Some(daemon_pods(&api)).filter(|p| p.len() == 2)
@@ -1664,9 +1674,9 @@ mod tests {
                    "numberReady": 2, "updatedNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1})
         );
 
-        // Steady state: no more writes.
+        // Steady state: the controller settles without writing the DaemonSet again.
         let version = testing::get(&api, "apps", "daemonsets", "default", "agent")["metadata"]["resourceVersion"].clone();
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        testing::settled(&api, &settled).await;
         let after = testing::get(&api, "apps", "daemonsets", "default", "agent");
         assert_eq!(after["metadata"]["resourceVersion"], version);
     }
@@ -1674,7 +1684,7 @@ mod tests {
     #[tokio::test]
     async fn nodes_that_stop_matching_or_go_lose_their_daemon_pod() {
         let nodes = ["worker-1", "worker-2", "worker-3"].map(|n| (n, json!({"role": "worker"})));
-        let (_cluster, api) = started(&nodes, agent(json!({"role": "worker"}))).await;
+        let (_cluster, api, _) = started(&nodes, agent(json!({"role": "worker"}))).await;
         eventually("three daemon pods", || {
             Some(daemon_pods(&api)).filter(|p| p.len() == 3)
         })
@@ -1720,7 +1730,7 @@ mod tests {
     #[tokio::test]
     async fn rolling_update_replaces_one_pod_at_a_time() {
         let nodes = ["worker-1", "worker-2", "worker-3"].map(|n| (n, json!({})));
-        let (_cluster, api) = started(&nodes, agent(json!({}))).await;
+        let (_cluster, api, settled) = started(&nodes, agent(json!({}))).await;
         let pods = eventually("three daemon pods", || {
             Some(daemon_pods(&api)).filter(|p| p.len() == 3)
         })
@@ -1746,14 +1756,15 @@ mod tests {
             (!terminating.is_empty()).then_some(terminating)
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Settled, with nothing finishing the termination: no second pod goes.
+        testing::settled(&api, &settled).await;
         let terminating = daemon_pods(&api)
             .into_iter()
             .filter(testing::is_terminating)
             .count();
         assert_eq!((first.len(), terminating), (1, 1), "maxUnavailable 1");
 
-        // The kubelet now finishes terminations and starts new pods.
+        // From here on a kubelet stand-in finishes terminations and starts new pods.
         testing::spawn_kubelet(api.clone());
         testing::finish_termination(
             &api,
@@ -1781,7 +1792,7 @@ mod tests {
         let mut daemon_set = agent(json!({}));
         daemon_set["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
         let nodes = ["worker-1", "worker-2"].map(|n| (n, json!({})));
-        let (_cluster, api) = started(&nodes, daemon_set).await;
+        let (_cluster, api, settled) = started(&nodes, daemon_set).await;
         testing::spawn_kubelet(api.clone());
         eventually("two available", || {
             Some(ds_status(&api)).filter(|s| s["numberAvailable"] == 2)
@@ -1793,8 +1804,10 @@ mod tests {
             Some(ds_status(&api)).filter(|s| s["observedGeneration"] == 2)
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Settled on the new template: OnDelete leaves the running pods alone.
+        testing::settled(&api, &settled).await;
         let pods = daemon_pods(&api);
+        assert_eq!(pods.len(), 2);
         assert!(pods.iter().all(
             |p| p["spec"]["containers"][0]["image"] == "agent:1" && !testing::is_terminating(p)
         ));

@@ -14,12 +14,13 @@ use tokio::time::Instant;
 use super::Simulation;
 use super::nodes::{self, KUBELET};
 use super::placement;
-use capstan_api::labels;
-use capstan_api::clock::rfc3339;
 use crate::api::{DeleteOptions, Read, WriteOptions};
 use crate::errors::ApiError;
+use crate::object_key::ObjectKey;
 use crate::pointer::{self, Pointer, annotation};
-use crate::store::{Change, Closed, EventType, Followed, Follower, ObjectKey};
+use crate::store::{Change, Closed, EventType, Followed, Follower};
+use capstan_api::clock::rfc3339;
+use capstan_api::labels;
 
 /// Pods with this label ignore termination until deleted with grace period 0.
 pub const STUCK_LABEL: &str = "sim.capstan.dev/stuck";
@@ -956,8 +957,8 @@ fn terminated_status(
 mod tests {
     use super::*;
     use crate::api::PatchType;
+    use crate::object_key::ObjectKey;
     use crate::sim::config::ClusterConfig;
-    use crate::store::ObjectKey;
 
     fn pod() -> Value {
         json!({"metadata": {"uid": "u1", "labels": {}}, "spec": {"containers": [{"name": "app", "image": "app:v1"}]}})
@@ -1031,9 +1032,7 @@ mod tests {
         let config = ClusterConfig::parse(config, "test").expect("config");
         let sim = Arc::new(Simulation {
             api: api.clone(),
-            node_order: std::sync::Mutex::new(crate::sim::NodeOrder::new(vec![
-                "n1".into(),
-            ])),
+            node_order: std::sync::Mutex::new(crate::sim::NodeOrder::new(vec!["n1".into()])),
             config,
             history: std::sync::Mutex::new(std::collections::VecDeque::new()),
         });
@@ -1049,7 +1048,7 @@ mod tests {
             ("1", vec!["Succeeded"]),
             ("0", vec!["Running", "Succeeded"]),
         ] {
-            let cluster = super::super::workload::testing::cluster().await;
+            let cluster = super::super::workload_controller::testing::cluster().await;
             let api = cluster.api().clone();
             let yaml = format!("nodes:\n  - name: n1\ntiming: {{relistSeconds: {relist}}}\n");
             let sim = simulation(&api, &yaml);
@@ -1103,7 +1102,7 @@ mod tests {
                 Some(placement::NODE_AFFINITY),
             ),
         ] {
-            let cluster = super::super::workload::testing::cluster().await;
+            let cluster = super::super::workload_controller::testing::cluster().await;
             let api = cluster.api().clone();
             let sim = simulation(&api, "nodes:\n  - name: n1\ntiming: {relistSeconds: 1}\n");
             let mut changes = api.store.subscribe();
@@ -1164,7 +1163,7 @@ mod tests {
     /// node's history a step per worker that changed the table.
     #[tokio::test]
     async fn workers_exiting_together_share_one_module_table_write() {
-        let cluster = super::super::workload::testing::cluster().await;
+        let cluster = super::super::workload_controller::testing::cluster().await;
         let api = cluster.api().clone();
         let sim = simulation(&api, "nodes:\n  - name: n1\ntiming: {relistSeconds: 1}\n");
         let mut changes = api.store.subscribe();
@@ -1244,7 +1243,7 @@ mod tests {
     /// write moved it on: nothing that write changed is lost.
     #[tokio::test]
     async fn a_status_write_from_a_stale_read_keeps_the_later_write() {
-        let cluster = super::super::workload::testing::cluster().await;
+        let cluster = super::super::workload_controller::testing::cluster().await;
         let api = cluster.api().clone();
         let pods = api.registry.get("", "v1", "pods").expect("pods");
         let body = json!({
@@ -1299,7 +1298,7 @@ mod tests {
     /// the pod has already finished; it must not start the finished pod again.
     #[tokio::test]
     async fn a_late_change_does_not_start_a_finished_pod_again() {
-        let cluster = super::super::workload::testing::cluster().await;
+        let cluster = super::super::workload_controller::testing::cluster().await;
         let api = cluster.api().clone();
         let sim = simulation(&api, "nodes:\n  - name: n1\n");
         let mut changes = api.store.subscribe();

@@ -11,14 +11,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Simulation;
-use capstan_api::labels::UNSCHEDULABLE_TAINT;
-use capstan_api::clock::rfc3339;
 use crate::api::{Api, DeleteOptions, ListOptions, PatchType, WriteOptions};
 use crate::errors::ApiError;
 use crate::eviction;
 use crate::pointer::Pointer;
 use crate::selector::LabelSelector;
 use crate::store::{Change, EventType, Followed};
+use capstan_api::clock::rfc3339;
+use capstan_api::labels::UNSCHEDULABLE_TAINT;
 
 /// How often changed namespaces' budgets are recomputed, at most.
 const BUDGET_INTERVAL: Duration = Duration::from_millis(50);
@@ -130,8 +130,7 @@ fn delete_pods_of(api: &Api, node: &str) {
     let Some(pods) = api.registry.get("", "v1", "pods") else {
         return;
     };
-    let Ok(selector) =
-        crate::selector::FieldSelector::parse(&format!("spec.nodeName={node}"))
+    let Ok(selector) = crate::selector::FieldSelector::parse(&format!("spec.nodeName={node}"))
     else {
         return;
     };

@@ -3,6 +3,7 @@
 //! controllers that create pods (DaemonSet, StatefulSet), schedule them and keep node
 //! taints and disruption budgets up to date.
 
+pub mod background_workloads;
 pub mod config;
 pub mod daemonset;
 pub mod kubelet;
@@ -11,8 +12,7 @@ pub mod nodes;
 pub mod placement;
 pub mod scheduler;
 pub mod statefulset;
-mod workload;
-pub mod workloads;
+mod workload_controller;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,14 +22,15 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use capstan_api::labels;
 use crate::api::{Api, DeleteOptions, PatchType, Read, WriteOptions};
 use crate::errors::ApiError;
+use crate::object_key::ObjectKey;
 use crate::pointer::{self, Pointer};
-use crate::store::ObjectKey;
+use capstan_api::labels;
 use capstan_worker::simulated::ModuleTable;
 use config::ClusterConfig;
 use nodes::{KERNELS, KUBELET, NodeState};
+use workload_controller::Settled;
 
 /// A change to a node's module table, as the simulation saw it happen.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -107,13 +108,13 @@ impl Simulation {
             history: Mutex::new(VecDeque::new()),
         });
         sim.register_nodes()?;
-        workloads::create(&sim)?;
+        background_workloads::create(&sim)?;
         let tasks = vec![
             tokio::spawn(kubelet::run(sim.clone())),
             tokio::spawn(scheduler::run(sim.api.clone())),
             tokio::spawn(lifecycle::run(sim.clone())),
-            tokio::spawn(daemonset::run(sim.api.clone())),
-            tokio::spawn(statefulset::run(sim.api.clone())),
+            tokio::spawn(daemonset::run(sim.api.clone(), Settled::default())),
+            tokio::spawn(statefulset::run(sim.api.clone(), Settled::default())),
         ];
         Ok((sim, tasks))
     }

@@ -14,8 +14,8 @@ use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 use super::config::NodeConfig;
-use capstan_api::clock::rfc3339;
 use crate::pointer::{self, Pointer};
+use capstan_api::clock::rfc3339;
 use capstan_worker::simulated::ModuleTable;
 
 /// The API group and version of [`KERNEL_KIND`] objects.

@@ -10,10 +10,11 @@ use serde_json::{Value, json};
 
 use super::nodes;
 use super::placement;
-use capstan_api::clock::rfc3339;
 use crate::api::{Api, PatchType, WriteOptions};
+use crate::object_key::ObjectKey;
 use crate::pointer::Pointer;
-use crate::store::{Change, EventType, Followed, ObjectKey};
+use crate::store::{Change, EventType, Followed};
+use capstan_api::clock::rfc3339;
 
 const MANAGER: &str = "default-scheduler";
 

@@ -18,9 +18,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::workload::{
-    self, Applied, Cache, Controller, Dependents, Key, OwnedPod, Owner, Revision, StatusWrite,
-    StatusWriter, WorkQueue,
+use super::workload_controller::{
+    self, Applied, Cache, Controller, Dependents, Key, OwnedPod, Owner, Revision, Settled,
+    StatusWrite, StatusWriter, WorkQueue,
 };
 use crate::api::{Api, DeleteOptions, PatchType};
 use crate::errors::ApiError;
@@ -41,8 +41,9 @@ const STATUS_INTERVAL: Duration = Duration::from_millis(100);
 /// How many hash collisions a new revision's name may run into before giving up for now.
 const COLLISION_ATTEMPTS: i64 = 10;
 
-/// Runs the StatefulSet controller until the store's change stream closes.
-pub async fn run(api: Arc<Api>) {
+/// Runs the StatefulSet controller until the store's change stream closes, telling
+/// `settled` how far it has settled.
+pub async fn run(api: Arc<Api>, settled: Settled) {
     let changes = api.store.follow();
     let Some(mut controller) = StatefulSetController::new(api) else {
         tracing::warn!(
@@ -50,7 +51,7 @@ pub async fn run(api: Arc<Api>) {
         );
         return;
     };
-    workload::drive(changes, &mut controller).await;
+    workload_controller::drive(changes, &mut controller, &settled).await;
 }
 
 /// How a StatefulSet replaces pods whose revision is out of date.
@@ -365,7 +366,7 @@ fn rolling_update(
     max_unavailable: &Value,
     now: Timestamp,
 ) -> Vec<Action> {
-    let max_unavailable = workload::scaled(max_unavailable, set.replicas, false)
+    let max_unavailable = workload_controller::scaled(max_unavailable, set.replicas, false)
         .unwrap_or(1)
         .max(1);
     let available = |pod: &OwnedPod| running_and_available(pod, set.min_ready_seconds, now);
@@ -458,9 +459,9 @@ fn status(
 /// The hash of a revision as upstream `HashControllerRevision`: FNV-1 of its data and
 /// the collision count in decimal, safe-encoded.
 fn revision_hash(data: &Value, collision_count: i64) -> String {
-    let data = workload::canonical_json(data);
+    let data = workload_controller::canonical_json(data);
     let count = collision_count.to_string();
-    workload::safe_encode(workload::fnv1_32(&[&data, count.as_bytes()]))
+    workload_controller::safe_encode(workload_controller::fnv1_32(&[&data, count.as_bytes()]))
 }
 
 fn controller_revision(
@@ -470,7 +471,7 @@ fn controller_revision(
     collision_count: i64,
 ) -> Value {
     let hash = revision_hash(&data, collision_count);
-    let labels = workload::template_labels(&set.template, &[(HASH_LABEL, &hash)]);
+    let labels = workload_controller::template_labels(&set.template, &[(HASH_LABEL, &hash)]);
     let name = format!("{}-{hash}", set.owner.name);
     set.owner.controller_revision(&name, labels, data, revision)
 }
@@ -495,7 +496,7 @@ fn plan_revision(set: &StatefulSet, revisions: &[Revision], collision_count: i64
             .cmp(&b.revision)
             .then_with(|| a.name.cmp(&b.name))
     });
-    let data = workload::template_patch(&set.template);
+    let data = workload_controller::template_patch(&set.template);
     let next = sorted.last().map_or(0, |r| r.revision) + 1;
     let newest_equal = sorted.iter().rev().find(|r| r.data == data);
     match (newest_equal, sorted.last()) {
@@ -531,7 +532,7 @@ fn expired_revisions(revisions: &[Revision], live: &HashSet<&str>, limit: usize)
 fn stateful_pod(set: &StatefulSet, template: &Value, revision: &str, ordinal: i64) -> Value {
     let name = set.pod_name(ordinal);
     let index = ordinal.to_string();
-    let labels = workload::template_labels(
+    let labels = workload_controller::template_labels(
         template,
         &[
             (REVISION_LABEL, revision),
@@ -585,11 +586,11 @@ impl StatefulSetController {
 
     /// Logs an unexpected failure and retries the set in a moment.
     fn failed(&mut self, set: &StatefulSet, what: &str, err: &ApiError) {
-        if !workload::is_race(err) {
+        if !workload_controller::is_race(err) {
             tracing::warn!(%err, namespace = %set.owner.namespace, statefulset = %set.owner.name, "{what}");
         }
         self.queue
-            .add_after(set.owner.key(), workload::retry_after(err));
+            .add_after(set.owner.key(), workload_controller::retry_after(err));
     }
 
     fn owned_revisions(&self, set: &StatefulSet) -> Vec<Revision> {
@@ -603,7 +604,7 @@ impl StatefulSetController {
 
     /// Makes sure the set's template has the newest ControllerRevision; `None` to retry.
     fn sync_revisions(&mut self, set: &StatefulSet) -> Option<Revisions> {
-        let options = workload::write_options(MANAGER);
+        let options = workload_controller::write_options(MANAGER);
         let mut collision_count = set.status.collision_count;
         let update = loop {
             let revisions = self.owned_revisions(set);
@@ -681,7 +682,7 @@ impl StatefulSetController {
             .api
             .get_value(&self.revision_resource, &set.owner.namespace, name)
             .ok()?;
-        let ours = workload::controller_of(&existing["metadata"], KIND)
+        let ours = workload_controller::controller_of(&existing["metadata"], KIND)
             .is_some_and(|o| o.uid == set.owner.uid);
         if !ours || existing["data"] != body["data"] {
             return None;
@@ -691,9 +692,10 @@ impl StatefulSetController {
     }
 
     fn apply(&mut self, set: &StatefulSet, revisions: &Revisions, actions: Vec<Action>) {
-        let options = workload::write_options(MANAGER);
+        let options = workload_controller::write_options(MANAGER);
         let template_of = |revision: &Revision| {
-            workload::template_of_patch(&revision.data).unwrap_or_else(|| set.template.clone())
+            workload_controller::template_of_patch(&revision.data)
+                .unwrap_or_else(|| set.template.clone())
         };
         for action in actions {
             match action {
@@ -713,7 +715,7 @@ impl StatefulSetController {
                 }
                 Action::Delete { pod } => {
                     let key = (set.owner.namespace.clone(), pod);
-                    let deleted = workload::delete_pod(
+                    let deleted = workload_controller::delete_pod(
                         &self.api,
                         &self.pod_resource,
                         &mut self.dependents.pods,
@@ -871,7 +873,7 @@ impl Controller for StatefulSetController {
 
 #[cfg(test)]
 mod tests {
-    use super::workload::testing::{self, eventually};
+    use super::workload_controller::testing::{self, eventually};
     use super::*;
     use crate::EmbeddedCluster;
     use serde_json::Map;
@@ -1246,7 +1248,7 @@ mod tests {
             name: name.into(),
             revision: number,
             labels: Map::new(),
-            data: workload::template_patch(template),
+            data: workload_controller::template_patch(template),
         }
     }
 
@@ -1257,7 +1259,7 @@ mod tests {
         let RevisionStep::Create(body) = plan_revision(&set, &[], 0) else {
             panic!("a first revision to create");
         };
-        let hash = revision_hash(&workload::template_patch(&set.template), 0);
+        let hash = revision_hash(&workload_controller::template_patch(&set.template), 0);
         assert_eq!(body["metadata"]["name"], format!("web-{hash}"));
         assert_eq!(
             body["metadata"]["labels"],
@@ -1342,14 +1344,15 @@ mod tests {
         object
     }
 
-    /// An embedded cluster with the controller running and the `web` set (with `spec`
-    /// merged into its spec) created.
-    async fn started(spec: Value) -> (EmbeddedCluster, Arc<Api>) {
+    /// An embedded cluster with the controller running (and telling how far it has
+    /// settled) and the `web` set (with `spec` merged into its spec) created.
+    async fn started(spec: Value) -> (EmbeddedCluster, Arc<Api>, Settled) {
         let cluster = testing::cluster().await;
         let api = cluster.api().clone();
-        tokio::spawn(run(api.clone()));
+        let settled = Settled::default();
+        tokio::spawn(run(api.clone(), settled.clone()));
         testing::create(&api, "apps", "statefulsets", "default", web(spec));
-        (cluster, api)
+        (cluster, api, settled)
     }
 
     fn names(api: &Api) -> Vec<String> {
@@ -1388,12 +1391,13 @@ mod tests {
 
     #[tokio::test]
     async fn ordered_ready_waits_for_each_pod_before_the_next() {
-        let (_cluster, api) = started(json!({})).await;
+        let (_cluster, api, settled) = started(json!({})).await;
 
         for ordinal in 0..3 {
             let name = format!("web-{ordinal}");
             eventually("the next pod", || names(&api).contains(&name).then_some(())).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Settled with the pod not ready: the next one waits for it.
+            testing::settled(&api, &settled).await;
             assert_eq!(names(&api).len(), ordinal + 1, "only {name} so far");
             testing::mark_ready(&api, "default", &name);
         }
@@ -1422,16 +1426,16 @@ mod tests {
             (&json!("web-1"), &json!("web"))
         );
 
-        // Steady state: no more writes.
+        // Steady state: the controller settles without writing the set again.
         let version = testing::get(&api, "apps", "statefulsets", "default", "web")["metadata"]["resourceVersion"].clone();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        testing::settled(&api, &settled).await;
         let after = testing::get(&api, "apps", "statefulsets", "default", "web");
         assert_eq!(after["metadata"]["resourceVersion"], version);
     }
 
     #[tokio::test]
     async fn parallel_scales_all_at_once_from_the_start_ordinal() {
-        let (_cluster, api) =
+        let (_cluster, api, _) =
             started(json!({"podManagementPolicy": "Parallel", "ordinals": {"start": 3}})).await;
         eventually("three pods at once", || {
             (names(&api) == ["web-3", "web-4", "web-5"]).then_some(())
@@ -1461,7 +1465,7 @@ mod tests {
     #[tokio::test]
     async fn rolling_update_respects_the_partition_then_completes() {
         let partition = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 1}});
-        let (_cluster, api) = started(json!({"updateStrategy": partition})).await;
+        let (_cluster, api, _) = started(json!({"updateStrategy": partition})).await;
         let bind = {
             let api = api.clone();
             // Stands in for the scheduler: every pod goes to worker-1.

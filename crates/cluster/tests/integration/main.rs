@@ -1,9 +1,12 @@
 //! The embedded cluster's integration tests: its Kubernetes API (`api_*`) and its node and
 //! workload simulation (`sim_*`), in one test binary.
 
-use capstan_testing as common;
-
-
+/// The shared test support under one name: waits from `capstan_testing`, the cluster's own
+/// test API from `capstan_cluster::testing`.
+mod common {
+    pub use capstan_cluster::testing::*;
+    pub use capstan_testing::*;
+}
 
 mod api_bad_input;
 mod api_custom_resources;

@@ -1,5 +1,6 @@
-//! The controllers' Event recorder: events.k8s.io/v1 Events, an Event seen again within
-//! [`TTL`] counted in its `series` instead of written anew.
+//! capstan's one Event recorder, for the sync and every controller: events.k8s.io/v1
+//! Events stamped by the injected clock, an Event seen again within [`TTL`] counted in its
+//! `series` instead of written anew.
 //!
 //! kube's `Recorder` is not used: it counts Events that differ only in their note as one
 //! series (keeping the first note), keeps every Event of the last six minutes however many
@@ -8,9 +9,9 @@
 //! as client-go does, remembers at most [`CAPACITY`] Events (client-go's bound), and
 //! patches only the series.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -20,6 +21,8 @@ use kube::Client;
 use kube::Resource as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+use capstan_api::clock::Clock;
 
 /// How long an Event stays open for its series.
 pub const TTL: SignedDuration = SignedDuration::from_mins(6);
@@ -35,6 +38,9 @@ pub struct EventKey {
     pub note: String,
     pub regarding: ObjectKey,
     pub related: Option<ObjectKey>,
+    /// The Event's annotations: the commit and pull request that asked for what it
+    /// reports, and the upgrade step's module, versions and step.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Which object an Event is about.
@@ -141,15 +147,18 @@ impl Recent {
 pub struct Recorder {
     client: Client,
     controller: String,
+    clock: Arc<dyn Clock>,
     recent: Mutex<Recent>,
     last_suffix: AtomicU64,
 }
 
 impl Recorder {
-    pub fn new(client: Client, controller: &str) -> Recorder {
+    /// A recorder reporting as `controller`, its Events stamped by `clock`.
+    pub fn new(client: Client, controller: &str, clock: Arc<dyn Clock>) -> Recorder {
         Recorder {
             client,
             controller: controller.to_string(),
+            clock,
             recent: Mutex::new(Recent::default()),
             last_suffix: AtomicU64::new(0),
         }
@@ -175,8 +184,8 @@ impl Recorder {
         key: EventKey,
         regarding: &ObjectReference,
         related: Option<ObjectReference>,
-        now: Timestamp,
     ) -> Result<(), kube::Error> {
+        let now = self.clock.now();
         let write = self.recent.lock().expect("recorder lock").write(&key, now);
         match write {
             Write::Series {
@@ -204,6 +213,7 @@ impl Recorder {
                     metadata: ObjectMeta {
                         name: Some(name.clone()),
                         namespace: Some(namespace.clone()),
+                        annotations: (!key.annotations.is_empty()).then(|| key.annotations.clone()),
                         ..ObjectMeta::default()
                     },
                     event_time: Some(MicroTime(now)),
@@ -249,6 +259,7 @@ mod tests {
                 ..ObjectReference::default()
             }),
             related: None,
+            annotations: BTreeMap::new(),
         }
     }
 

@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use capstan_api::clock::parse_time;
 use crate::api::{Api, DeleteOptions, Deleted, PatchType, WriteOptions};
 use crate::errors::ApiError;
 use crate::pointer::Pointer;
 use crate::resources::Resource;
 use crate::store::{Change, Closed, EventType, Followed, Follower, StoredObject};
+use capstan_api::clock::parse_time;
 
 /// An object's namespace and name.
 pub(in crate::sim) type Key = (String, String);
@@ -767,6 +768,25 @@ impl WorkQueue {
     }
 }
 
+/// How far a workload controller has settled: the store revision up to which it has
+/// taken in every change, published each time it has reconciled every owner those
+/// changes made due and holds nothing queued for later. Once it reaches the store's
+/// revision with no write since, the controller has finished reacting and writes nothing
+/// until something else changes; tests wait for that instead of sleeping.
+#[derive(Clone, Default)]
+pub struct Settled(Arc<watch::Sender<u64>>);
+
+impl Settled {
+    /// The revisions as they are published, for a waiter.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
+    fn publish(&self, revision: u64) {
+        self.0.send_replace(revision);
+    }
+}
+
 /// A controller driven by the store's change stream.
 pub(in crate::sim) trait Controller {
     /// Rebuilds the in-memory view from the store and queues every owner.
@@ -779,10 +799,12 @@ pub(in crate::sim) trait Controller {
 }
 
 /// Runs `controller` until the change stream closes: resync, then take in changes (all
-/// that are waiting, in one go) and reconcile the owners that are due.
+/// that are waiting, in one go) and reconcile the owners that are due. Publishes to
+/// `settled` whenever nothing is left queued.
 pub(in crate::sim) async fn drive(
     mut changes: Follower,
     controller: &mut impl Controller,
+    settled: &Settled,
 ) {
     controller.resync();
     loop {
@@ -800,7 +822,10 @@ pub(in crate::sim) async fn drive(
                 followed = changes.next() => Some(followed),
                 () = tokio::time::sleep_until(at) => None,
             },
-            None => Some(changes.next().await),
+            None => {
+                settled.publish(changes.seen());
+                Some(changes.next().await)
+            }
         };
         let Some(first) = first else {
             continue;
@@ -935,11 +960,12 @@ pub(in crate::sim) mod testing {
 
     use serde_json::{Value, json};
 
-    use capstan_api::clock::rfc3339;
+    use super::Settled;
     use crate::api::{Api, DeleteOptions, ListOptions, PatchType, WriteOptions};
     use crate::pointer::Pointer;
     use crate::store::EventType;
     use crate::{ClusterOptions, EmbeddedCluster};
+    use capstan_api::clock::rfc3339;
 
     pub async fn cluster() -> EmbeddedCluster {
         let options = ClusterOptions {
@@ -1070,6 +1096,28 @@ pub(in crate::sim) mod testing {
                 }
             }
         })
+    }
+
+    /// Waits until the controller publishing to `settled` has taken in every change up
+    /// to the store's revision and has nothing left to do, with no write since: what it
+    /// does in reaction to the state so far is done. Fails the test after ten seconds.
+    pub async fn settled(api: &Api, settled: &Settled) {
+        let mut progress = settled.subscribe();
+        let caught_up = async {
+            loop {
+                let revision = api.store.resource_version();
+                progress
+                    .wait_for(|seen| *seen >= revision)
+                    .await
+                    .expect("the controller runs");
+                if api.store.resource_version() == revision {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), caught_up)
+            .await
+            .expect("the controller settles within ten seconds");
     }
 
     /// Polls `check` until it answers, for at most ten seconds.

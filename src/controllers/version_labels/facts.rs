@@ -1,0 +1,304 @@
+//! What the controller reads off the objects: which Modules a node carries, the facts of
+//! each (its three labels, `.ready`, its device-plugin pods, the upgrade kept in the node's
+//! annotation, the node's stamps), and whether a node holds a slot.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt as _;
+
+use super::{NodeModuleFacts, Progress, Stamp, VersionLabels};
+use capstan_api::labels::{
+    MODULE_NAME_LABEL, ModuleKey, ModuleLabel, PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION,
+    UPGRADE_ANNOTATION_PREFIX,
+};
+use capstan_api::module::Module;
+
+/// The Modules `node` carries version labels or an upgrade annotation of. A
+/// `version-module` label alone counts only when its Module exists (`module_exists`): Git
+/// may label nodes for a Module it has not created yet.
+pub fn module_keys(node: &Node, module_exists: impl Fn(&ModuleKey) -> bool) -> BTreeSet<ModuleKey> {
+    let mut keys = BTreeSet::new();
+    for label in node.labels().keys() {
+        for (kind, key) in ModuleLabel::parse(label) {
+            let counts = match kind {
+                ModuleLabel::VersionWorkerPod | ModuleLabel::VersionDevicePlugin => true,
+                ModuleLabel::VersionModule => module_exists(&key),
+                _ => false,
+            };
+            if counts {
+                keys.insert(key);
+            }
+        }
+    }
+    keys.extend(
+        node.annotations()
+            .keys()
+            .filter(|key| key.starts_with(UPGRADE_ANNOTATION_PREFIX))
+            .filter_map(|key| ModuleKey::from_upgrade_annotation(key)),
+    );
+    keys
+}
+
+/// Whether `node` carries a version label or the upgrade annotation of `key`: a change of
+/// the Module concerns it.
+pub fn carries(node: &Node, key: &ModuleKey) -> bool {
+    let labels = [
+        key.version_module_label(),
+        key.version_worker_pod_label(),
+        key.version_device_plugin_label(),
+    ];
+    labels.iter().any(|label| node.labels().contains_key(label))
+        || node.annotations().contains_key(&key.upgrade_annotation())
+}
+
+/// Whether `pod` is a device-plugin pod of `key` on `node` (the caller lists the
+/// device-plugin pods).
+pub fn is_device_plugin_of(pod: &Pod, key: &ModuleKey, node: &str) -> bool {
+    pod.namespace().as_deref() == Some(key.namespace())
+        && pod.labels().get(MODULE_NAME_LABEL).map(String::as_str) == Some(key.name())
+        && pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+}
+
+/// The facts of `key` on `node`, given its Module (when it exists) and its device-plugin
+/// pods on the node (none when the decision at hand does not look at them: the slots).
+pub fn facts_of(
+    node: &Node,
+    key: &ModuleKey,
+    module: Option<&Module>,
+    device_plugin_pods: &[&Pod],
+) -> NodeModuleFacts {
+    let labels = node.labels();
+    let annotations = node.annotations();
+    let running = device_plugin_pods.iter().any(|pod| {
+        pod.metadata.deletion_timestamp.is_none()
+            && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    });
+    NodeModuleFacts {
+        labels: VersionLabels::of(key, labels),
+        module_loaded: labels.contains_key(&key.ready_label()),
+        loaded_version: labels.get(&key.version_ready_label()).cloned(),
+        device_plugin_pod_remains: !device_plugin_pods.is_empty(),
+        device_plugin_running: running,
+        has_device_plugin: module.is_some_and(|module| module.spec.device_plugin.is_some()),
+        progress: annotations
+            .get(&key.upgrade_annotation())
+            .and_then(|text| Progress::from_annotation(text)),
+        stamp: stamp_of(annotations),
+    }
+}
+
+/// The stamps capstan's sync put on a node.
+fn stamp_of(annotations: &BTreeMap<String, String>) -> Stamp {
+    Stamp {
+        revision: annotations
+            .get(REVISION_ANNOTATION)
+            .filter(|r| !r.is_empty())
+            .cloned(),
+        pull_request: annotations
+            .get(PULL_REQUEST_ANNOTATION)
+            .and_then(|pr| pr.parse().ok()),
+    }
+}
+
+/// Whether an upgrade of some Module runs on `node` (it holds a slot until it ends).
+pub fn holds_slot(node: &Node) -> bool {
+    node.annotations().iter().any(|(key, value)| {
+        key.starts_with(UPGRADE_ANNOTATION_PREFIX)
+            && Progress::from_annotation(value).is_some_and(|p| p.upgrading())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn key() -> ModuleKey {
+        ModuleKey::new("kmm-demo", "my-kmod").expect("a key")
+    }
+
+    fn node(labels: &[(String, &str)], annotations: &[(String, &str)]) -> Node {
+        let map = |pairs: &[(String, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect(),
+            )
+        };
+        Node {
+            metadata: ObjectMeta {
+                name: Some("worker-1".into()),
+                labels: map(labels),
+                annotations: map(annotations),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    fn pod(phase: &str, deleting: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some("kmm-demo".into()),
+                labels: Some([(MODULE_NAME_LABEL.to_string(), "my-kmod".to_string())].into()),
+                deletion_timestamp: deleting.then_some(Time(jiff::Timestamp::UNIX_EPOCH)),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("worker-1".into()),
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn the_modules_a_node_carries() {
+        let k = key();
+        let started = Progress {
+            started_at: Some(jiff::Timestamp::UNIX_EPOCH),
+            ..Progress::default()
+        }
+        .to_annotation();
+        // (name, node, Module exists, among its Modules, a Module change concerns it)
+        let rows = [
+            ("nothing", node(&[], &[]), true, false, false),
+            (
+                "M of an existing Module",
+                node(&[(k.version_module_label(), "v1")], &[]),
+                true,
+                true,
+                true,
+            ),
+            (
+                "M of a Module not created yet",
+                node(&[(k.version_module_label(), "v1")], &[]),
+                false,
+                false,
+                true,
+            ),
+            (
+                "W alone",
+                node(&[(k.version_worker_pod_label(), "v1")], &[]),
+                false,
+                true,
+                true,
+            ),
+            (
+                "D alone",
+                node(&[(k.version_device_plugin_label(), "v1")], &[]),
+                false,
+                true,
+                true,
+            ),
+            (
+                "an upgrade annotation",
+                node(&[], &[(k.upgrade_annotation(), &started)]),
+                false,
+                true,
+                true,
+            ),
+            (
+                "only .ready",
+                node(&[(k.ready_label(), "")], &[]),
+                true,
+                false,
+                false,
+            ),
+        ];
+        for (name, node, exists, carried, concerned) in rows {
+            assert_eq!(
+                module_keys(&node, |_| exists).contains(&k),
+                carried,
+                "{name}"
+            );
+            assert_eq!(carries(&node, &k), concerned, "{name}");
+        }
+        assert!(holds_slot(&node(
+            &[],
+            &[(k.upgrade_annotation(), &started)]
+        )));
+        let waiting = Progress::default().to_annotation();
+        assert!(
+            !holds_slot(&node(&[], &[(k.upgrade_annotation(), &waiting)])),
+            "waits"
+        );
+    }
+
+    #[test]
+    fn device_plugin_facts_count_every_pod_and_run_on_running_ones() {
+        // (name, pods, remains, running)
+        let rows = [
+            ("no pod", vec![], false, false),
+            ("a running pod", vec![pod("Running", false)], true, true),
+            ("a pending pod", vec![pod("Pending", false)], true, false),
+            ("a terminating pod", vec![pod("Running", true)], true, false),
+        ];
+        let node = node(&[], &[]);
+        for (name, pods, remains, running) in rows {
+            let pods: Vec<&Pod> = pods.iter().collect();
+            let facts = facts_of(&node, &key(), None, &pods);
+            assert_eq!(
+                (facts.device_plugin_pod_remains, facts.device_plugin_running),
+                (remains, running),
+                "{name}"
+            );
+        }
+        let elsewhere = Pod {
+            spec: Some(PodSpec {
+                node_name: Some("worker-2".into()),
+                ..PodSpec::default()
+            }),
+            ..pod("Running", false)
+        };
+        assert!(is_device_plugin_of(
+            &pod("Running", false),
+            &key(),
+            "worker-1"
+        ));
+        assert!(!is_device_plugin_of(&elsewhere, &key(), "worker-1"));
+    }
+
+    #[test]
+    fn labels_and_stamps_become_facts() {
+        let k = key();
+        let node = node(
+            &[
+                (k.version_module_label(), "v2"),
+                (k.version_worker_pod_label(), "v1"),
+                (k.ready_label(), ""),
+                (k.version_ready_label(), "v1"),
+            ],
+            &[
+                (REVISION_ANNOTATION.to_string(), "main@sha1:c2"),
+                (PULL_REQUEST_ANNOTATION.to_string(), "42"),
+                (k.upgrade_annotation(), "not json"),
+            ],
+        );
+        let facts = facts_of(&node, &k, None, &[]);
+        assert_eq!(
+            facts,
+            NodeModuleFacts {
+                labels: VersionLabels {
+                    module: Some("v2".into()),
+                    worker_pod: Some("v1".into()),
+                    device_plugin: None,
+                },
+                module_loaded: true,
+                loaded_version: Some("v1".into()),
+                progress: None,
+                stamp: Stamp {
+                    revision: Some("main@sha1:c2".into()),
+                    pull_request: Some(42),
+                },
+                ..NodeModuleFacts::default()
+            }
+        );
+    }
+}
