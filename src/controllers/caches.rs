@@ -34,6 +34,8 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::controllers::skipped_fields::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
+use capstan_api::GitSync;
+use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
@@ -188,6 +190,10 @@ pub struct Caches {
     pub worker_pods: Cache<Pod, WorkerPodParts>,
     /// The device-plugin DaemonSets, in every namespace.
     pub daemon_sets: Cache<DaemonSet>,
+    /// The device-plugin pods, in every namespace.
+    pub device_plugin_pods: Cache<Pod>,
+    /// The `GitSync`s in `capstan-system`: the ordered-upgrade policies.
+    pub syncs: Cache<GitSync>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -209,7 +215,12 @@ impl Caches {
             modules: Cache::new(Api::all(client.clone()), watcher::Config::default()),
             nmcs: Cache::new(Api::all(client.clone()), watcher::Config::default()),
             worker_pods: Cache::new(Api::all(client.clone()), worker_pods),
-            daemon_sets: Cache::new(Api::all(client.clone()), device_plugins),
+            daemon_sets: Cache::new(Api::all(client.clone()), device_plugins.clone()),
+            device_plugin_pods: Cache::new(Api::all(client.clone()), device_plugins),
+            syncs: Cache::new(
+                Api::namespaced(client.clone(), SYSTEM_NAMESPACE),
+                watcher::Config::default(),
+            ),
             tasks: tokio::task::JoinSet::new(),
         }
     }
@@ -222,6 +233,8 @@ impl Caches {
         self.nmcs.start(&mut self.tasks);
         self.worker_pods.start(&mut self.tasks);
         self.daemon_sets.start(&mut self.tasks);
+        self.device_plugin_pods.start(&mut self.tasks);
+        self.syncs.start(&mut self.tasks);
     }
 }
 

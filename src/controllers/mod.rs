@@ -168,7 +168,7 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
                 tasks.spawn(device_plugin::reconciler::run(ctx, &caches));
             }
             ControllerName::VersionLabels => {
-                tasks.spawn(version_labels::reconciler::run(ctx));
+                tasks.spawn(version_labels::reconciler::run(ctx, &caches));
             }
         }
     }

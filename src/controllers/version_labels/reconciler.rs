@@ -1,10 +1,10 @@
 //! The version-label controller's reconciler: one reconcile per Node, for every Module whose
 //! version labels or upgrade annotation the node carries.
 //!
-//! It watches Nodes (the trigger and the fleet the slots are counted over), Modules (a
-//! change reconciles every node labelled for the Module), device-plugin pods (a change
-//! reconciles the pod's node) and the `GitSync`s in `capstan-system` (a change of policy
-//! reconciles every node). It decides nothing itself: a reconcile
+//! It follows, through the shared caches, Nodes (the trigger and the fleet the slots are
+//! counted over), Modules (a change reconciles every node labelled for the Module),
+//! device-plugin pods (a change or a deletion reconciles the pod's node) and the
+//! `GitSync`s in `capstan-system` (a change of policy reconciles every node). It decides nothing itself: a reconcile
 //!
 //! 1. returns at once when the cached node has nothing to move ([`has_work`]);
 //! 2. reads the node afresh, the facts of each Module on it, the `GitSync`s and the fleet
@@ -30,8 +30,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
 
@@ -42,6 +41,7 @@ use super::{
     Confirm, FleetNode, NodeDecision, NodeInputs, NodeModuleFacts, NodePlan, Policies, decide_node,
     has_work, next_in_line, node_patch, retry_delay, standings,
 };
+use crate::controllers::caches::Caches;
 use crate::controllers::context::{Context, managers};
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
@@ -49,8 +49,6 @@ use capstan_api::labels::{DEVICE_PLUGIN_ROLE, MODULE_NAME_LABEL, ModuleKey, ROLE
 use capstan_api::module::Module;
 use capstan_api::{GitSync, HistoryRecord};
 
-/// Changes a watch subscriber may fall behind by before the watch waits for it.
-const BUFFER: usize = 4096;
 /// Next look after the node changed under a write (the watch brings the change).
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 
@@ -81,72 +79,26 @@ struct Shared {
     failures: Mutex<HashMap<String, u32>>,
 }
 
-/// Runs the controller until `ctx.shutdown` is cancelled; reconciles in flight finish
-/// first.
-pub async fn run(ctx: Arc<Context>) {
-    let client = ctx.client.clone();
-    let mut watches = tokio::task::JoinSet::new();
-
-    let (nodes, node_writer) = reflector::store_shared::<Node>(BUFFER);
-    let node_changes = node_writer.subscribe().expect("a shared store");
-    let node_ends = node_writer.subscribe().expect("a shared store");
-    watches.spawn(drive(
-        "Node",
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .reflect_shared(node_writer),
-    ));
-
-    let (modules, module_writer) = reflector::store_shared::<Module>(BUFFER);
-    let module_changes = module_writer.subscribe().expect("a shared store");
-    watches.spawn(drive(
-        "Module",
-        watcher(
-            Api::<Module>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect_shared(module_writer),
-    ));
-
-    // Shared stores tell subscribers of changes, not of deletions: a device-plugin pod
-    // going is what a node waits for, so its watch sends the pod's node itself. The watch
-    // runs in its own task and its channel never blocks it, so its store keeps up whatever
-    // the controller does.
-    let (device_plugins, pod_writer) = reflector::store::<Pod>();
-    let device_plugin_pods =
-        watcher::Config::default().labels(&format!("{ROLE_LABEL}={DEVICE_PLUGIN_ROLE}"));
-    let (pod_nodes, pod_changes) = futures::channel::mpsc::unbounded();
-    watches.spawn(drive(
-        "Pod",
-        watcher(Api::<Pod>::all(client.clone()), device_plugin_pods)
-            .default_backoff()
-            .reflect(pod_writer)
-            .inspect(move |event| {
-                if let Ok(
-                    watcher::Event::Apply(pod)
-                    | watcher::Event::Delete(pod)
-                    | watcher::Event::InitApply(pod),
-                ) = event
-                    && let Some(node) = node_of_pod(pod)
-                {
-                    let _ = pod_nodes.unbounded_send(node);
-                }
-            }),
-    ));
-
-    let (syncs, sync_writer) = reflector::store_shared::<GitSync>(BUFFER);
-    let sync_changes = sync_writer.subscribe().expect("a shared store");
-    watches.spawn(drive(
-        "GitSync",
-        watcher(
-            Api::<GitSync>::namespaced(client.clone(), SYSTEM_NAMESPACE),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect_shared(sync_writer),
-    ));
-
+/// Runs the version-label controller until `ctx.shutdown`. Subscribes to `caches`; the
+/// caller starts them.
+pub fn run(
+    ctx: Arc<Context>,
+    caches: &Caches,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (nodes, _) = caches.nodes.reader();
+    let (modules, modules_ready) = caches.modules.reader();
+    let (device_plugins, device_plugins_ready) = caches.device_plugin_pods.reader();
+    let (syncs, _) = caches.syncs.reader();
+    let node_changes = caches.nodes.subscribe();
+    let node_ends = caches.nodes.subscribe();
+    let module_changes = caches.modules.subscribe();
+    // A device-plugin pod that goes (deleted ones come as last seen) is what a node waits
+    // for: its node is reconciled.
+    let pod_changes = caches
+        .device_plugin_pods
+        .subscribe()
+        .filter_map(|pod: Arc<Pod>| async move { node_of_pod(&pod) });
+    let sync_changes = caches.syncs.subscribe();
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         nodes: nodes.clone(),
@@ -155,56 +107,45 @@ pub async fn run(ctx: Arc<Context>) {
         syncs,
         failures: Mutex::new(HashMap::new()),
     });
-    // An empty Module store would hide every new move, an empty pod store every
-    // device-plugin pod. Waited for here, once: a store wakes only one waiter.
-    let ready = futures::future::join(
-        shared.modules.wait_until_ready(),
-        shared.device_plugins.wait_until_ready(),
-    );
-    tokio::select! {
-        _ = ready => {}
-        () = ctx.shutdown.cancelled() => return,
+    async move {
+        // An empty Module store would hide every new move, an empty pod store every
+        // device-plugin pod.
+        let ready = async {
+            for mut ready in [modules_ready, device_plugins_ready] {
+                // An error means the watch is gone (shutdown).
+                let _ = ready.wait_for(|listed| *listed).await;
+            }
+        };
+        tokio::select! {
+            _ = ready => {}
+            () = ctx.shutdown.cancelled() => return,
+        }
+        let shutdown = ctx.shutdown.clone();
+        Controller::for_shared_stream(node_changes, nodes)
+            .watches_shared_stream(module_changes, {
+                let shared = shared.clone();
+                move |module: Arc<Module>| nodes_of_module(&shared, &module)
+            })
+            .reconcile_on(pod_changes)
+            .watches_shared_stream(sync_changes, {
+                let shared = shared.clone();
+                let seen: Mutex<HashMap<String, SyncState>> = Mutex::new(HashMap::new());
+                move |sync: Arc<GitSync>| policy_changed(&shared, &seen, &sync)
+            })
+            .watches_shared_stream(node_ends, {
+                let shared = shared.clone();
+                let upgrading: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
+                move |node: Arc<Node>| line_moves(&shared, &upgrading, &node)
+            })
+            .graceful_shutdown_on(async move { shutdown.cancelled().await })
+            .run(reconcile, error_policy, shared)
+            .for_each(|result| async move {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "version-labels controller");
+                }
+            })
+            .await;
     }
-    let shutdown = ctx.shutdown.clone();
-    Controller::for_shared_stream(node_changes, nodes)
-        .watches_shared_stream(module_changes, {
-            let shared = shared.clone();
-            move |module: Arc<Module>| nodes_of_module(&shared, &module)
-        })
-        .reconcile_on(pod_changes)
-        .watches_shared_stream(sync_changes, {
-            let shared = shared.clone();
-            let seen: Mutex<HashMap<String, SyncState>> = Mutex::new(HashMap::new());
-            move |sync: Arc<GitSync>| policy_changed(&shared, &seen, &sync)
-        })
-        .watches_shared_stream(node_ends, {
-            let shared = shared.clone();
-            let upgrading: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
-            move |node: Arc<Node>| line_moves(&shared, &upgrading, &node)
-        })
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(%err, "version-labels controller");
-            }
-        })
-        .await;
-    watches.shutdown().await;
-}
-
-/// Polls a watch so its store fills and its subscribers hear of changes.
-async fn drive<S, T>(kind: &'static str, stream: S)
-where
-    S: futures::Stream<Item = Result<T, watcher::Error>>,
-{
-    stream
-        .for_each(|event| async move {
-            if let Err(err) = event {
-                tracing::warn!(%err, kind, "watch failed; retrying");
-            }
-        })
-        .await;
 }
 
 async fn reconcile(node: Arc<Node>, shared: Arc<Shared>) -> Result<Action, ReconcileError> {

@@ -15,6 +15,7 @@ use crate::controllers::fixtures::{self, Call};
 use crate::controllers::version_labels::{POLICY_RECHECK, UPGRADE_RECHECK};
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
+use kube::runtime::{reflector, watcher};
 
 const NOW: &str = "2026-11-21T10:14:13Z";
 
