@@ -21,19 +21,6 @@ pub const EVENT_REPORTER: &str = "capstan-controllers";
 /// its turn gathers its changes into one reconcile (docs/benchmarks.md).
 pub const CONCURRENCY: u16 = 16;
 
-/// Field managers of the controllers' writes: one per controller, so that Git (manager
-/// `capstan`) and the controllers never own the same field.
-pub mod managers {
-    /// The Module -> NMC controller (NMC spec, Module status and finalizer).
-    pub const MODULE_NMC: &str = "capstan-module-nmc";
-    /// The NMC controller (NMC status, worker pods, ready labels).
-    pub const NMC: &str = "capstan-nmc";
-    /// The device-plugin controller (DaemonSets).
-    pub const DEVICE_PLUGIN: &str = "capstan-device-plugin";
-    /// The ordered-upgrade version-label controller (internal node labels).
-    pub const VERSION_LABELS: &str = "capstan-version-labels";
-}
-
 /// Shared by every reconciler of one capstan process.
 pub struct Context {
     /// The cluster.

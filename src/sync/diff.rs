@@ -12,7 +12,7 @@ use similar::TextDiff;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
 
 /// The field manager capstan applies what comes from Git with.
-pub const FIELD_MANAGER: &str = "capstan";
+pub const FIELD_MANAGER: &str = capstan_api::managers::SYNC;
 
 /// How an object would change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -7,11 +7,12 @@ use crate::common;
 
 use std::collections::BTreeMap;
 
+use capstan::controllers::Context;
 use capstan::controllers::device_plugin::{self, StepAction};
 use capstan::controllers::module_nmc::ModuleFacts;
 use capstan::controllers::node::NodeFacts;
-use capstan::controllers::{Context, context::managers};
 use capstan_api::labels::ModuleKey;
+use capstan_api::managers;
 use capstan_api::module::{DaemonSetStatus, Module};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod crds;
 pub mod labels;
 pub mod lws;
+pub mod managers;
 pub mod module;
 pub mod names;
 pub mod nmc;

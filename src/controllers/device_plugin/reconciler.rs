@@ -30,9 +30,10 @@ use thiserror::Error;
 
 use super::{Step, StepAction, Why, decide, plugin_status};
 use crate::controllers::caches::Caches;
-use crate::controllers::context::{Context, managers};
+use crate::controllers::context::Context;
 use crate::controllers::module_nmc::ModuleFacts;
 use crate::controllers::node::NodeFacts;
+use capstan_api::managers;
 use capstan_api::module::Module;
 
 /// How often a Module is reconciled without any change.

@@ -31,10 +31,11 @@ use tokio::time::Instant;
 use super::tally::{Tally, Verdict};
 use super::{EntryAction, ModuleFacts, decide};
 use crate::controllers::caches::{Caches, Stores};
-use crate::controllers::context::{CONCURRENCY, Context, managers};
+use crate::controllers::context::{CONCURRENCY, Context};
 use crate::controllers::node::NodeFacts;
 use capstan_api::clock::rfc3339;
 use capstan_api::labels::{ModuleKey, ModuleLabel};
+use capstan_api::managers;
 use capstan_api::module::{Module, ModuleCondition, ModuleStatus};
 use capstan_api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
 

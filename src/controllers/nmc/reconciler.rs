@@ -30,11 +30,12 @@ use super::own_writes::OwnWrites;
 use super::worker_pod;
 use super::{LabelChanges, NmcInput, WorkerOutcome, WorkerPod, decide};
 use crate::controllers::caches::{Caches, Stores};
-use crate::controllers::context::{CONCURRENCY, Context, managers};
+use crate::controllers::context::{CONCURRENCY, Context};
 use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
 use crate::controllers::node::NodeFacts;
 use crate::controllers::skipped_fields::Lean;
 use capstan_api::labels::{ModuleKey, ModuleLabel};
+use capstan_api::managers;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
 

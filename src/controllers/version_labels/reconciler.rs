@@ -42,10 +42,11 @@ use super::{
     has_work, next_in_line, node_patch, retry_delay, standings,
 };
 use crate::controllers::caches::Caches;
-use crate::controllers::context::{Context, managers};
+use crate::controllers::context::Context;
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{DEVICE_PLUGIN_ROLE, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL};
+use capstan_api::managers;
 use capstan_api::module::Module;
 use capstan_api::{GitSync, HistoryRecord};
 

@@ -1,0 +1,14 @@
+//! Field managers: who owns which field of an object capstan writes. Git's changes (the
+//! sync, manager `capstan`) and each controller write under their own name, so that Git and
+//! the controllers never own the same field.
+
+/// The sync: what comes from Git, the `GitSync` status, pruning.
+pub const SYNC: &str = "capstan";
+/// The Module -> NMC controller (NMC spec, Module status and finalizer).
+pub const MODULE_NMC: &str = "capstan-module-nmc";
+/// The NMC controller (NMC status, worker pods, ready labels).
+pub const NMC: &str = "capstan-nmc";
+/// The device-plugin controller (DaemonSets).
+pub const DEVICE_PLUGIN: &str = "capstan-device-plugin";
+/// The ordered-upgrade version-label controller (internal node labels).
+pub const VERSION_LABELS: &str = "capstan-version-labels";
