@@ -18,13 +18,14 @@ use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::Value;
 
-use super::diff::{FIELD_MANAGER, comparable};
+use super::diff::comparable;
 use super::discovery::ClusterKinds;
 use super::follow::Attribution;
 use super::inventory::{Inventory, stamped, stamps_of};
 use super::manifests::{DriftPolicy, Manifest, ObjectId};
 use super::source::CommitInfo;
 use capstan_api::canonical::digest;
+use capstan_api::managers;
 
 /// Writes in flight at once.
 const CONCURRENCY: usize = 16;
@@ -358,7 +359,7 @@ async fn ssa(
         )
         .ok_or_else(|| not_served(manifest))?;
     // Strict: a field the server does not know is an error, not silently dropped.
-    let mut params = PatchParams::apply(FIELD_MANAGER)
+    let mut params = PatchParams::apply(managers::SYNC)
         .force()
         .validation(kube::api::ValidationDirective::Strict);
     if dry_run {

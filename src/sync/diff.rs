@@ -4,15 +4,13 @@
 //! resourceVersion, generation, uid, timestamps). Defaults the server fills in are on both
 //! sides, so they make no noise. Secret values are masked.
 
+use capstan_api::managers;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use similar::TextDiff;
 
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
-
-/// The field manager capstan applies what comes from Git with.
-pub const FIELD_MANAGER: &str = capstan_api::managers::SYNC;
 
 /// How an object would change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -76,7 +74,7 @@ pub async fn diff_object(
         object: shown.clone(),
         source,
     })?;
-    let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    let params = PatchParams::apply(managers::SYNC).force().dry_run();
     let applied = api
         .patch(name, &params, &Patch::Apply(desired))
         .await

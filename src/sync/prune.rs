@@ -16,12 +16,12 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::apply::{ApplyError, stage_of};
-use super::diff::FIELD_MANAGER;
 use super::discovery::ClusterKinds;
 use super::follow::Attribution;
 use super::inventory::{id_of, stamped_by};
 use super::manifests::ObjectId;
 use capstan_api::InventoryEntry;
+use capstan_api::managers;
 
 /// What pruning did to one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,7 +96,7 @@ async fn prune_one(
         let released = stamped_by(&empty, attribution.commit_of(&id));
         api.patch(
             &entry.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(managers::SYNC).force(),
             &Patch::Apply(&released),
         )
         .await
@@ -108,10 +108,11 @@ async fn prune_one(
         .managed_fields
         .iter()
         .flatten()
-        .any(|entry| entry.manager.as_deref() == Some(FIELD_MANAGER));
+        .any(|entry| entry.manager.as_deref() == Some(managers::SYNC));
     if !managed {
         return Ok(Pruned::Kept(format!(
-            "not deleted: no field of it is managed by {FIELD_MANAGER} anymore"
+            "not deleted: no field of it is managed by {} anymore",
+            managers::SYNC
         )));
     }
     match api.delete(&entry.name, &DeleteParams::background()).await {

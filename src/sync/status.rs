@@ -9,9 +9,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{CustomResourceExt as _, Resource as _};
 use serde_json::json;
 
-use super::diff::FIELD_MANAGER;
 use super::discovery::ClusterKinds;
 use capstan_api::capstan::SYSTEM_NAMESPACE;
+use capstan_api::managers;
 use capstan_api::{GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord};
 
 /// How long capstan's own CRDs get to become served.
@@ -26,7 +26,7 @@ pub async fn ensure(
     name: &str,
     spec: GitSyncSpec,
 ) -> Result<GitSync, kube::Error> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(managers::SYNC).force();
     let served = |kinds: &ClusterKinds| {
         [GitSync::api_version(&()), HistoryRecord::api_version(&())]
             .iter()

@@ -4,7 +4,8 @@
 
 use crate::common;
 
-use capstan::sync::diff::{Action, FIELD_MANAGER, diff_object};
+use capstan::sync::diff::{Action, diff_object};
+use capstan_api::managers;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use serde_json::json;
@@ -28,7 +29,7 @@ async fn apply(client: &kube::Client, resource: &ApiResource, object: &serde_jso
     let name = object["metadata"]["name"].as_str().expect("name");
     api.patch(
         name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(managers::SYNC).force(),
         &Patch::Apply(object),
     )
     .await

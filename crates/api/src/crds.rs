@@ -1,7 +1,6 @@
 //! The CustomResourceDefinitions of every kind capstan handles, as objects and as the YAML
 //! stream `capstan crds` prints for `kubectl apply -f -`. The strict field check that
-//! manifests from Git go through, [`unknown_fields`], walks these schemas; it lives in
-//! [`crate::schema`] beside the transforms the kinds use, and is re-exported here.
+//! manifests from Git go through, [`crate::schema::unknown_fields`], walks these schemas.
 //!
 //! The schemas come from the Rust types (kube's derive with schemars), so the types and the
 //! CRDs cannot drift apart. They are structural (every node typed, no `$ref`, no untagged
@@ -15,7 +14,6 @@ use super::capstan::{GitSync, HistoryRecord};
 use super::lws::LeaderWorkerSet;
 use super::module::Module;
 use super::nmc::NodeModulesConfig;
-pub use super::schema::unknown_fields;
 use super::upgrade_config::UpgradeConfig;
 
 /// The CRDs could not be printed.
@@ -485,7 +483,7 @@ mod tests {
             "unexpected": 1
         });
         assert_eq!(
-            unknown_fields(&module, &object),
+            crate::schema::unknown_fields(&module, &object),
             [
                 "spec.devicePlugin.container.env[0].valu",
                 "spec.moduleLoader.container.kernelMappings[0].regex",

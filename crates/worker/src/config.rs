@@ -25,7 +25,6 @@ use serde_saphyr::Spanned;
 use thiserror::Error;
 
 use super::modprobe::canonical_name;
-use capstan_api::crds;
 use capstan_api::nmc::{ModuleConfig, NodeModulesConfig};
 use capstan_api::text_memo::Memo;
 
@@ -205,7 +204,7 @@ fn check_fields(value: &Value, tree: &Spanned<Tree>, origin: &str) -> Result<(),
         "spec": {"modules": [{"config": value}]},
     });
     const PREFIX: &str = "spec.modules[0].config.";
-    let mut fields: Vec<UnknownField> = crds::unknown_fields(crd, &object)
+    let mut fields: Vec<UnknownField> = capstan_api::schema::unknown_fields(crd, &object)
         .into_iter()
         .filter_map(|path| path.strip_prefix(PREFIX).map(str::to_string))
         .map(|path| UnknownField {

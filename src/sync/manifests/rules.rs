@@ -19,7 +19,7 @@ use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
 use capstan_api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
 use capstan_api::module::{KernelMapping, ModprobeSpec};
 use capstan_api::names::label_key;
-use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig, crds};
+use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig};
 use capstan_worker::modprobe::canonical_name;
 
 /// A document with a valid header, and the tree it came from (for lines).
@@ -222,7 +222,7 @@ fn strict_fields(
     manifest: &Manifest,
     tree: &Node,
 ) -> Vec<Finding> {
-    let mut found: Vec<Finding> = crds::unknown_fields(crd, &manifest.object)
+    let mut found: Vec<Finding> = capstan_api::schema::unknown_fields(crd, &manifest.object)
         .into_iter()
         .map(|dotted| {
             let path = tree.resolve(&dotted);

@@ -1,7 +1,7 @@
 //! Checks an object against the OpenAPI schema of its CRD as the API server would: types,
 //! nulls, required fields, enums, bounds, list sizes and list keys. Each violation names
 //! the field path, so the caller can point at the line. Unknown fields are found by
-//! [`capstan_api::crds::unknown_fields`]; this module only suggests what was meant.
+//! [`capstan_api::schema::unknown_fields`]; this module only suggests what was meant.
 
 use std::collections::BTreeSet;
 

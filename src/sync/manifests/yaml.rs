@@ -122,7 +122,7 @@ impl Node {
         (line > 0).then_some(line)
     }
 
-    /// Reads a dotted path as [`capstan_api::crds::unknown_fields`] writes it
+    /// Reads a dotted path as [`capstan_api::schema::unknown_fields`] writes it
     /// (`spec.a.b[0].c`) against this tree, so keys that contain dots are found whole.
     /// The unresolved rest, if any, becomes one last field.
     pub fn resolve(&self, dotted: &str) -> FieldPath {

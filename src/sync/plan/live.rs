@@ -1,6 +1,7 @@
 //! Head against the live cluster: server-side apply dry runs for what head declares, the
 //! `GitSync` inventory for what it no longer declares, and the nodes' live version labels.
 
+use capstan_api::managers;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -11,9 +12,7 @@ use super::PlanError;
 use super::model::{ObjectAction, ObjectChange, ObjectRef};
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
-use crate::sync::diff::{
-    Action, DiffError, FIELD_MANAGER, comparable, diff_object, mask_secrets, unified,
-};
+use crate::sync::diff::{Action, DiffError, comparable, diff_object, mask_secrets, unified};
 use crate::sync::discovery::ClusterKinds;
 use crate::sync::inventory::{Inventory, stamped_by};
 use crate::sync::manifests::{Manifest, ManifestError, ObjectId, modules_in};
@@ -198,7 +197,7 @@ fn applied_by_capstan(live: &Value, field: &str) -> Map<String, Value> {
         .into_iter()
         .flatten();
     let owned: BTreeSet<&str> = entries
-        .filter(|entry| entry["manager"] == FIELD_MANAGER && entry["operation"] == "Apply")
+        .filter(|entry| entry["manager"] == managers::SYNC && entry["operation"] == "Apply")
         .filter_map(|entry| {
             entry
                 .pointer(&format!("/fieldsV1/f:metadata/f:{field}"))?
