@@ -1,9 +1,139 @@
 //! The shared test support under one name (waits, Git repositories and fleet manifests
-//! from `capstan_testing`, the embedded cluster's test API from `capstan_cluster::testing`),
-//! and what only capstan's own tests need.
+//! from `capstan_testing`, the embedded cluster's test helpers from
+//! `capstan_cluster::testing`), the cluster the tests run against, and what only capstan's
+//! own tests need.
+//!
+//! Every test runs against the embedded cluster, or, with `CAPSTAN_TEST_SERVER=real`, a
+//! real control plane of its own (`capstan_real_cluster`: kube-apiserver, its controllers
+//! and kwok nodes). A test that needs what only the embedded cluster has (the simulated
+//! kernel-module table, injected faults, the `capstan cluster` command) says so with
+//! [`requires_stand_in`]; `.ci/run` leaves those out of the real server's run
+//! (`tests/integration/stand-in-only.txt`).
 
-pub use capstan_cluster::testing::*;
+use std::sync::Arc;
+
+pub use capstan_cluster::testing::{cluster_revision, is_ready};
 pub use capstan_testing::*;
+
+use capstan_cluster::sim::Simulation;
+use capstan_cluster::sim::config::ClusterConfig;
+use capstan_cluster::{ClusterOptions, EmbeddedCluster};
+use capstan_real_cluster::ControlPlane;
+
+/// The environment variable that picks the server: `real`, or unset (or `embedded`) for
+/// the embedded cluster.
+pub const SERVER_ENV: &str = "CAPSTAN_TEST_SERVER";
+
+/// Whether this run is against a real kube-apiserver.
+pub fn on_real_server() -> bool {
+    match std::env::var(SERVER_ENV).as_deref() {
+        Ok("real") => true,
+        Ok("" | "embedded") | Err(_) => false,
+        Ok(other) => panic!("{SERVER_ENV}={other}: expected `real` or `embedded`"),
+    }
+}
+
+/// Fails a test that needs the embedded cluster's `what` when it runs on a real server:
+/// such a test belongs in `stand-in-only.txt`.
+pub fn requires_stand_in(what: &str) {
+    assert!(
+        !on_real_server(),
+        "this test needs the embedded cluster's {what}: list it in \
+         tests/integration/stand-in-only.txt"
+    );
+}
+
+/// The cluster a test runs against.
+pub enum TestCluster {
+    Embedded(EmbeddedCluster),
+    Real(ControlPlane),
+}
+
+impl TestCluster {
+    /// A kubeconfig for it.
+    pub fn kubeconfig(&self) -> String {
+        match self {
+            TestCluster::Embedded(cluster) => cluster.kubeconfig(),
+            TestCluster::Real(plane) => plane.kubeconfig(),
+        }
+    }
+
+    /// The simulated nodes, on the embedded cluster only.
+    pub fn simulation(&self) -> Option<&Arc<Simulation>> {
+        match self {
+            TestCluster::Embedded(cluster) => cluster.simulation(),
+            TestCluster::Real(_) => None,
+        }
+    }
+
+    /// Stops it.
+    pub async fn shutdown(self) {
+        match self {
+            TestCluster::Embedded(cluster) => cluster.shutdown().await,
+            TestCluster::Real(plane) => plane.shutdown().await,
+        }
+    }
+}
+
+/// A cluster without nodes, and its client.
+pub async fn start() -> (TestCluster, kube::Client) {
+    start_simulated(ClusterConfig {
+        nodes: Vec::new(),
+        ..ClusterConfig::default()
+    })
+    .await
+}
+
+/// A cluster with the nodes of `config` (simulated on the embedded cluster, kwok's on a
+/// real one).
+pub async fn start_simulated(config: ClusterConfig) -> (TestCluster, kube::Client) {
+    if on_real_server() {
+        let plane = ControlPlane::start(&config)
+            .await
+            .unwrap_or_else(|err| panic!("the real control plane starts: {err:#}"));
+        let client = plane.client().await.expect("client");
+        // The embedded cluster serves capstan's kinds from the start; a user of a real one
+        // applies `capstan crds` first.
+        capstan_real_cluster::install_crds(&client, capstan_api::crds::all())
+            .await
+            .unwrap_or_else(|err| panic!("capstan's CRDs apply: {err:#}"));
+        return (TestCluster::Real(plane), client);
+    }
+    let (cluster, client) = if config.nodes.is_empty() && config.workloads.is_empty() {
+        capstan_cluster::testing::start().await
+    } else {
+        capstan_cluster::testing::start_simulated(config).await
+    };
+    (TestCluster::Embedded(cluster), client)
+}
+
+/// The default cluster: a control-plane node and three workers.
+pub async fn start_default_simulated() -> (TestCluster, kube::Client) {
+    start_simulated(ClusterConfig::default_cluster()).await
+}
+
+/// The embedded cluster started with `options`; on a real server, options other than
+/// the default ones (faults, persistence) are the embedded cluster's own.
+pub async fn start_with(options: ClusterOptions) -> (TestCluster, kube::Client) {
+    if on_real_server() {
+        let ClusterOptions {
+            faults,
+            state_dir,
+            simulation,
+            capstan_crds: true,
+            ..
+        } = &options
+        else {
+            panic!("a real server always has capstan's CRDs here");
+        };
+        if *faults == capstan_cluster::faults::FaultSettings::default() && state_dir.is_none() {
+            return start_simulated(simulation.clone().unwrap_or_default()).await;
+        }
+        requires_stand_in("options (faults, persistence)");
+    }
+    let (cluster, client) = capstan_cluster::testing::start_with(options).await;
+    (TestCluster::Embedded(cluster), client)
+}
 
 /// A syncer of the repository at `repo` into the cluster of `client`.
 pub async fn syncer(client: &kube::Client, repo: &std::path::Path) -> capstan::sync::run::Syncer {

@@ -76,7 +76,7 @@ fn module(version: &str, image: &str) -> Module {
     .expect("module")
 }
 
-async fn setup() -> (capstan_cluster::EmbeddedCluster, kube::Client) {
+async fn setup() -> (common::TestCluster, kube::Client) {
     let (cluster, client) = common::start_default_simulated().await;
     let namespace: Namespace =
         serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("namespace");

@@ -11,7 +11,7 @@ use capstan::controllers::{self, Context};
 use capstan_api::labels::{self, ModuleKey};
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
-use capstan_cluster::EmbeddedCluster;
+use common::TestCluster;
 use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
 use common::wait_until;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
@@ -25,7 +25,7 @@ const NS: &str = "kmm";
 
 /// A cluster whose worker nodes run the given kernels, with the KMM controllers running.
 struct Fleet {
-    cluster: EmbeddedCluster,
+    cluster: TestCluster,
     client: kube::Client,
     stop: CancellationToken,
     controllers: tokio::task::JoinHandle<()>,

@@ -295,7 +295,7 @@ fn tail(log: &Path) -> String {
 
 /// The cluster of a campaign: in the test's process, or `capstan cluster serve`.
 enum Cluster {
-    InProcess(capstan_cluster::EmbeddedCluster),
+    InProcess(common::TestCluster),
     Served(Served),
 }
 

@@ -33,7 +33,7 @@ const FIRST: &str = "1111111111111111111111111111111111111111";
 /// A cluster with Module `kmm-demo/my-kmod` at v2 (with a device plugin) and `nodes`
 /// running v1: labels from Git (commit FIRST, pull request 1), the internal labels, the
 /// ready labels and a running device-plugin pod each.
-async fn world(nodes: &[&str]) -> (capstan_cluster::EmbeddedCluster, kube::Client) {
+async fn world(nodes: &[&str]) -> (common::TestCluster, kube::Client) {
     let (cluster, client) = common::start().await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for name in [NS, "capstan-system"] {

@@ -5,7 +5,8 @@
 use crate::common;
 use crate::fleet;
 
-use capstan_cluster::{ClusterOptions, EmbeddedCluster, kubeconfig};
+use capstan_cluster::{ClusterOptions, kubeconfig};
+use common::TestCluster;
 use common::git::{FleetRepo, with_changes};
 use common::manifests::node_label;
 use fleet::{VERSION_LABEL, capstan, fleet_v1, fleet_v2, stdout};
@@ -158,7 +159,7 @@ fn json_lists_the_four_steps_of_worker_1() {
 }
 
 /// An embedded cluster with capstan's kinds, and a kubeconfig file for it.
-async fn cluster_with_kubeconfig() -> (EmbeddedCluster, kube::Client, tempfile::TempDir) {
+async fn cluster_with_kubeconfig() -> (TestCluster, kube::Client, tempfile::TempDir) {
     let (cluster, client) = common::start_with(ClusterOptions {
         capstan_crds: true,
         ..ClusterOptions::default()
@@ -340,4 +341,52 @@ async fn a_live_plan_moves_labels_from_the_cluster_and_prunes_from_the_inventory
         pruned["diff"].as_str().unwrap().contains("-  k: v"),
         "{pruned:#}"
     );
+}
+
+#[test]
+fn offline_plan_knows_every_built_in_kind() {
+    let rbac = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+                metadata: {name: plugin-reader, namespace: kmm-demo}\n\
+                rules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list]}]\n\
+                ---\n\
+                apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+                metadata: {name: plugin-reader, namespace: kmm-demo}\n\
+                roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: plugin-reader}\n\
+                subjects: [{kind: ServiceAccount, name: plugin, namespace: kmm-demo}]\n";
+    let hpa = "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n\
+               metadata: {name: plugin, namespace: kmm-demo}\n\
+               spec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: plugin}\n  \
+               minReplicas: 1\n  maxReplicas: 3\n";
+    let policy = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
+                  metadata: {name: deny-ingress, namespace: kmm-demo}\n\
+                  spec: {podSelector: {}, policyTypes: [Ingress]}\n";
+    let head = with_changes(
+        &fleet_v1(),
+        &[
+            ("fleet/rbac.yaml", Some(rbac.to_string())),
+            ("fleet/hpa.yaml", Some(hpa.to_string())),
+            ("fleet/network-policy.yaml", Some(policy.to_string())),
+        ],
+    );
+    let fleet = FleetRepo::proposal(&fleet_v1(), &head);
+    let output = capstan(fleet.path(), &[&PLAN[..], &["--format", "json"]].concat());
+    let plan: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(plan["errors"], json!([]), "{plan:#}");
+    assert_eq!(output.status.code(), Some(2), "{plan:#}");
+    assert_eq!(
+        actions(&plan),
+        [
+            "create HorizontalPodAutoscaler plugin",
+            "create NetworkPolicy deny-ingress",
+            "create Role plugin-reader",
+            "create RoleBinding plugin-reader",
+        ]
+    );
+    let namespaces: Vec<&Value> = plan["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .map(|o| &o["id"]["namespace"])
+        .collect();
+    assert_eq!(namespaces, [&json!("kmm-demo"); 4]);
 }

@@ -53,7 +53,7 @@ fn sync_once_with(
 }
 
 fn write_kubeconfig(
-    cluster: &capstan_cluster::EmbeddedCluster,
+    cluster: &common::TestCluster,
     dir: &std::path::Path,
 ) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");

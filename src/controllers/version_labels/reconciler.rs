@@ -205,10 +205,13 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         fleet_listed: false,
         device_plugin_pods_listed: BTreeMap::new(),
     };
-    let now = shared.ctx.clock.now();
-    let plan = loop {
+    // The clock is read for each decision, after the reads it confirms: a step then takes
+    // a time later than every write the confirming list saw (the last step of the node
+    // whose slot it takes, above all).
+    let (plan, now) = loop {
+        let now = shared.ctx.clock.now();
         match decide_node(&inputs, now) {
-            NodeDecision::Act(plan) => break plan,
+            NodeDecision::Act(plan) => break (plan, now),
             NodeDecision::Confirm(what) => confirm(shared, &mut inputs, what).await?,
         }
     };

@@ -33,7 +33,7 @@ pub const SIMULATED_LABEL: &str = "sim.capstan.dev/simulated";
 /// The field manager of the simulated kubelet's writes.
 pub const KUBELET: &str = "kubelet";
 /// The version every simulated kubelet reports.
-pub const KUBELET_VERSION: &str = "v1.33.0";
+pub const KUBELET_VERSION: &str = "v1.36.3";
 
 /// What the simulation knows about a node, read from its Node and NodeKernel objects.
 #[derive(Clone, Debug, PartialEq)]
@@ -171,7 +171,7 @@ pub fn node_info(kernel: &str, boot_id: &str, name: &str) -> Value {
         "bootID": boot_id,
         "kernelVersion": kernel,
         "osImage": "Fedora CoreOS 37",
-        "containerRuntimeVersion": "cri-o://1.33.0",
+        "containerRuntimeVersion": "cri-o://1.36.0",
         "kubeletVersion": KUBELET_VERSION,
         "kubeProxyVersion": "",
         "operatingSystem": "linux",

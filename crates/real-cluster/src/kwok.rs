@@ -1,0 +1,132 @@
+//! kwok's configuration: its own stages for nodes (initialise, heartbeat with a lease) and
+//! pods (ready, delete), copied from its module by the build, and one stage of capstan's
+//! for pods that run to completion.
+//!
+//! kwok's own completion stage completes only pods a Job owns. A KMM worker pod is owned by
+//! its NodeModulesConfig and runs once (`restartPolicy: Never`): on a real node its
+//! container exits when modprobe is done. Here every pod that runs to completion exits 0
+//! as soon as it runs, and the NMC controller reads it as upstream KMM does.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use capstan_api::labels::WORKER_CONFIG_ANNOTATION;
+
+/// A running pod whose containers are not restarted exits: `{code}`, its containers
+/// terminated with `{reason}` (the template of kwok's `pod-complete`, without its Job
+/// selector). `{selector}` adds match expressions.
+const RUN_TO_COMPLETION: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: {name}
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    - key: '.spec.restartPolicy'
+      operator: 'In'
+      values:
+      - 'Never'
+      - 'OnFailure'
+{selector}  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {code}
+            finishedAt: {{ $now | Quote }}
+            reason: {reason}
+            message: {message}
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: {phase}
+"#;
+
+/// A match expression: whether the worker config of a KMM worker pod names `image`.
+fn names_image(image: &str, operator: &str) -> String {
+    format!(
+        "    - key: '.metadata.annotations[\"{WORKER_CONFIG_ANNOTATION}\"] // \"\" | contains(\"containerImage: {image}\")'\n      operator: '{operator}'\n      values:\n      - 'true'\n"
+    )
+}
+
+/// The completion stages: KMM worker pods whose kmod image is one of `broken_images` fail
+/// as the worker does when it cannot pull it (as the embedded cluster's `brokenImages`);
+/// every other pod that runs to completion succeeds.
+fn completion_stages(broken_images: &[String]) -> Vec<String> {
+    let stage = |name: &str, selector: &str, code: u8, reason: &str, message: &str, phase: &str| {
+        RUN_TO_COMPLETION
+            .replace("{name}", name)
+            .replace("{selector}", selector)
+            .replace("{code}", &code.to_string())
+            .replace("{reason}", reason)
+            .replace("{message}", message)
+            .replace("{phase}", phase)
+    };
+    let mut stages = Vec::new();
+    let mut healthy = String::new();
+    for (i, image) in broken_images.iter().enumerate() {
+        stages.push(stage(
+            &format!("pod-worker-image-broken-{i}"),
+            &names_image(image, "In"),
+            1,
+            "Error",
+            &format!("'pulling image {image}: manifest unknown'"),
+            "Failed",
+        ));
+        healthy.push_str(&names_image(image, "NotIn"));
+    }
+    stages.push(stage(
+        "pod-run-to-completion",
+        &healthy,
+        0,
+        "Completed",
+        "''",
+        "Succeeded",
+    ));
+    stages
+}
+
+/// The stage files the build copies from kwok's module (`kustomize/stage/...`).
+pub const UPSTREAM_STAGES: [&str; 4] = [
+    "node-initialize.yaml",
+    "node-heartbeat-with-lease.yaml",
+    "pod-ready.yaml",
+    "pod-delete.yaml",
+];
+
+/// kwok's `--config`: upstream's stages from `stages` and capstan's completion stages, one
+/// YAML document each.
+pub fn config(stages: &Path, broken_images: &[String]) -> anyhow::Result<String> {
+    let mut documents = Vec::new();
+    for name in UPSTREAM_STAGES {
+        let path = stages.join(name);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading {}: rebuild the control plane with hack/real-cluster/build",
+                path.display()
+            )
+        })?;
+        documents.push(text.trim_end().to_string());
+    }
+    documents.extend(
+        completion_stages(broken_images)
+            .into_iter()
+            .map(|stage| stage.trim_end().to_string()),
+    );
+    Ok(documents.join("\n---\n") + "\n")
+}

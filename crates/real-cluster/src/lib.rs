@@ -1,0 +1,507 @@
+//! A real Kubernetes control plane on loopback, the reference capstan's tests and
+//! benchmarks run against beside the embedded cluster: etcd, kube-apiserver (RBAC and Node
+//! authorizers, the default admission plugins), kube-controller-manager (DaemonSets,
+//! StatefulSets, the garbage collector, node lifecycle and the rest of its defaults),
+//! kube-scheduler, and kwok playing the kubelets of fake nodes.
+//!
+//! The binaries come from `hack/real-cluster/build`, which builds them from their Go
+//! modules into a cache directory ([`Binaries::locate`]). Each [`ControlPlane`] is a fresh
+//! cluster in a directory of its own: certificates and the service-account key are made at
+//! start, every port is picked free on 127.0.0.1, and every process it started is stopped
+//! when it is dropped, when the test that started it panics, and when the process that
+//! started it dies (`PR_SET_PDEATHSIG`).
+//!
+//! Nodes come from the embedded cluster's `cluster.yaml` ([`ClusterConfig`]): the same
+//! names, roles, labels, taints, allocatable and kernel versions, registered as kwok nodes.
+//! kwok runs no container: a pod becomes Running and Ready at once, and a pod that runs to
+//! completion (`restartPolicy` Never or OnFailure) then Succeeds ([`kwok`]).
+
+pub mod kwok;
+pub mod pki;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use capstan_cluster::sim::config::ClusterConfig;
+use capstan_cluster::sim::nodes::{SIMULATED_LABEL, registration};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+
+/// Where the binaries are, when not in the default cache directory.
+pub const BIN_ENV: &str = "CAPSTAN_REAL_CLUSTER_BIN";
+/// The cache directory's root, when not `$XDG_CACHE_HOME/capstan` or `~/.cache/capstan`.
+pub const CACHE_ENV: &str = "CAPSTAN_CACHE_DIR";
+/// The annotation kwok manages nodes by.
+pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+
+/// How long a component has to become ready: kube-apiserver's first start on a loaded
+/// 2-core machine takes tens of seconds.
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The built binaries.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    dir: PathBuf,
+}
+
+impl Binaries {
+    /// The binaries in `$CAPSTAN_REAL_CLUSTER_BIN`, or in the cache directory
+    /// `hack/real-cluster/build` fills; an error says how to build them.
+    pub fn locate() -> anyhow::Result<Binaries> {
+        let dir = match std::env::var_os(BIN_ENV) {
+            Some(dir) => PathBuf::from(dir),
+            None => cache_dir().join("real-cluster").join("bin"),
+        };
+        let binaries = Binaries { dir };
+        for name in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+        ] {
+            let path = binaries.path(name);
+            if !path.is_file() {
+                bail!(
+                    "{} is missing: build the control plane with hack/real-cluster/build \
+                     (or set {BIN_ENV} to the directory holding it)",
+                    path.display()
+                );
+            }
+        }
+        Ok(binaries)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// kwok's stage definitions, copied beside the binaries by the build.
+    fn kwok_stages(&self) -> PathBuf {
+        self.dir.join("kwok-stages")
+    }
+}
+
+/// `$CAPSTAN_CACHE_DIR`, else `$XDG_CACHE_HOME/capstan`, else `~/.cache/capstan`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os(CACHE_ENV) {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
+    base.join("capstan")
+}
+
+/// One started component.
+struct Process {
+    name: &'static str,
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+/// A running control plane. Dropping it stops every process and removes its directory.
+pub struct ControlPlane {
+    processes: Vec<Process>,
+    server: String,
+    kubeconfig: String,
+    // Last, so the processes stop before their files go.
+    dir: tempfile::TempDir,
+}
+
+impl ControlPlane {
+    /// Starts a control plane with the nodes of `config` and waits until it serves, its
+    /// controllers run and every node is Ready.
+    pub async fn start(config: &ClusterConfig) -> anyhow::Result<ControlPlane> {
+        capstan_api::install_crypto_provider();
+        let binaries = Binaries::locate()?;
+        let dir = tempfile::Builder::new()
+            .prefix("capstan-real-cluster-")
+            .tempdir()?;
+        let mut plane = ControlPlane {
+            processes: Vec::new(),
+            server: String::new(),
+            kubeconfig: String::new(),
+            dir,
+        };
+        let root = plane.dir.path().to_path_buf();
+        let pki = pki::create(&root)?;
+        let etcd_client = free_port()?;
+        let etcd_peer = free_port()?;
+        let secure_port = free_port()?;
+        plane.server = format!("https://127.0.0.1:{secure_port}");
+
+        plane.spawn(
+            "etcd",
+            &binaries,
+            &[
+                "--name=default".into(),
+                format!("--data-dir={}", root.join("etcd").display()),
+                format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"),
+                // A test cluster is thrown away: durability buys nothing.
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+        plane.spawn(
+            "kube-apiserver",
+            &binaries,
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={secure_port}"),
+                format!("--tls-cert-file={}", pki.apiserver.cert.display()),
+                format!("--tls-private-key-file={}", pki.apiserver.key.display()),
+                format!("--client-ca-file={}", pki.ca.cert.display()),
+                "--authorization-mode=Node,RBAC".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!(
+                    "--service-account-key-file={}",
+                    pki.service_account_pub.display()
+                ),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    pki.service_account_key.display()
+                ),
+                // KMM's worker pods are privileged.
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+            ],
+        )?;
+
+        let admin = kubeconfig(&plane.server, &pki.ca_pem, &pki.admin, "admin")?;
+        let controller_manager = kubeconfig(
+            &plane.server,
+            &pki.ca_pem,
+            &pki.controller_manager,
+            "system:kube-controller-manager",
+        )?;
+        let scheduler = kubeconfig(
+            &plane.server,
+            &pki.ca_pem,
+            &pki.scheduler,
+            "system:kube-scheduler",
+        )?;
+        let admin_path = root.join("admin.kubeconfig");
+        std::fs::write(&admin_path, &admin)?;
+        std::fs::write(root.join("controller-manager.kubeconfig"), &controller_manager)?;
+        std::fs::write(root.join("scheduler.kubeconfig"), &scheduler)?;
+        plane.kubeconfig = admin;
+        let client = plane.client().await?;
+        plane
+            .wait("kube-apiserver to be ready", || {
+                let client = client.clone();
+                async move { ready(&client).await }
+            })
+            .await?;
+
+        plane.spawn(
+            "kube-controller-manager",
+            &binaries,
+            &[
+                format!(
+                    "--kubeconfig={}",
+                    root.join("controller-manager.kubeconfig").display()
+                ),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--use-service-account-credentials=true".into(),
+                format!(
+                    "--service-account-private-key-file={}",
+                    pki.service_account_key.display()
+                ),
+                format!("--root-ca-file={}", pki.ca.cert.display()),
+                format!("--cluster-signing-cert-file={}", pki.ca.cert.display()),
+                format!("--cluster-signing-key-file={}", pki.ca.key.display()),
+            ],
+        )?;
+        plane.spawn(
+            "kube-scheduler",
+            &binaries,
+            &[
+                format!(
+                    "--kubeconfig={}",
+                    root.join("scheduler.kubeconfig").display()
+                ),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+            ],
+        )?;
+        let kwok_config = root.join("kwok.yaml");
+        std::fs::write(&kwok_config, kwok::config(&binaries.kwok_stages(), &config.broken_images)?)?;
+        plane.spawn(
+            "kwok",
+            &binaries,
+            &[
+                format!("--kubeconfig={}", admin_path.display()),
+                format!("--config={}", kwok_config.display()),
+                "--manage-all-nodes=false".into(),
+                format!("--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake"),
+                "--node-lease-duration-seconds=40".into(),
+                "--cidr=10.64.0.0/12".into(),
+            ],
+        )?;
+
+        let nodes: Api<Node> = Api::all(client.clone());
+        let now = jiff::Timestamp::now();
+        for (index, node) in config.nodes.iter().enumerate() {
+            let object: Node = serde_json::from_value(kwok_node(registration(node, index, now)))?;
+            nodes
+                .create(&PostParams::default(), &object)
+                .await
+                .with_context(|| format!("registering node {}", node.name))?;
+        }
+        let names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
+        plane
+            .wait("every node to be Ready under kwok", || {
+                let (nodes, names) = (nodes.clone(), names.clone());
+                async move { all_ready(&nodes, &names).await }
+            })
+            .await?;
+        // The service-account controller makes `default` in each namespace; pods are
+        // refused until it has (the ServiceAccount admission plugin).
+        let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
+        plane
+            .wait("kube-controller-manager to run", || {
+                let accounts = accounts.clone();
+                async move { matches!(accounts.get_opt("default").await, Ok(Some(_))) }
+            })
+            .await?;
+        Ok(plane)
+    }
+
+    /// The administrator's kubeconfig (YAML, certificates inline).
+    pub fn kubeconfig(&self) -> String {
+        self.kubeconfig.clone()
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The directory the control plane runs in: its kubeconfigs, certificates, etcd data
+    /// and each component's log (`<component>.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client acting as the administrator.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        let mut config = config;
+        // As the embedded cluster's client: 429 from an eviction is an answer ("the budget
+        // says no"), not a reason to retry for minutes.
+        config.default_retry = false;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Stops every process, the last started first, each given a few seconds after
+    /// SIGTERM.
+    pub async fn shutdown(mut self) {
+        while let Some(mut process) = self.processes.pop() {
+            if let Some(pid) = process.child.id() {
+                // SAFETY: signalling our own child, whose pid we hold.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                }
+            }
+            let stopped =
+                tokio::time::timeout(Duration::from_secs(5), process.child.wait()).await;
+            if stopped.is_err() {
+                let _ = process.child.kill().await;
+            }
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        name: &'static str,
+        binaries: &Binaries,
+        args: &[String],
+    ) -> anyhow::Result<()> {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let file = std::fs::File::create(&log)?;
+        let mut command = tokio::process::Command::new(binaries.path(name));
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                // The component dies with the thread that started it, even when that
+                // process is killed and runs no destructor.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binaries.path(name).display()))?;
+        self.processes.push(Process { name, child, log });
+        Ok(())
+    }
+
+    /// Waits until `check` holds; fails, with the end of the log of any component that
+    /// exited, when one does or the time is up.
+    async fn wait<F, Check>(&mut self, what: &str, mut check: Check) -> anyhow::Result<()>
+    where
+        Check: FnMut() -> F,
+        F: std::future::Future<Output = bool>,
+    {
+        let started = Instant::now();
+        loop {
+            if check().await {
+                return Ok(());
+            }
+            for process in &mut self.processes {
+                if let Some(status) = process.child.try_wait()? {
+                    bail!(
+                        "{} exited ({status}) while waiting for {what}:\n{}",
+                        process.name,
+                        log_tail(&process.log)
+                    );
+                }
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                let logs: Vec<String> = self
+                    .processes
+                    .iter()
+                    .map(|p| format!("--- {}:\n{}", p.name, log_tail(&p.log)))
+                    .collect();
+                bail!(
+                    "timed out after {READY_TIMEOUT:?} waiting for {what}\n{}",
+                    logs.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Creates `crds` and waits until the API server has established each (serves its kind).
+pub async fn install_crds(
+    client: &kube::Client,
+    crds: Vec<CustomResourceDefinition>,
+) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.create(&PostParams::default(), crd)
+            .await
+            .with_context(|| format!("creating CRD {name}"))?;
+    }
+    let started = Instant::now();
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        loop {
+            let established = api.get_opt(&name).await?.is_some_and(|crd| {
+                crd.status
+                    .and_then(|status| status.conditions)
+                    .is_some_and(|conditions| {
+                        conditions
+                            .iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    })
+            });
+            if established {
+                break;
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                bail!("CRD {name} not established after {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The Node a kubelet of `config` would register, managed by kwok instead of the embedded
+/// cluster's simulation.
+fn kwok_node(mut node: serde_json::Value) -> serde_json::Value {
+    if let Some(labels) = node["metadata"]["labels"].as_object_mut() {
+        labels.remove(SIMULATED_LABEL);
+    }
+    node["metadata"]["annotations"] = serde_json::json!({KWOK_NODE_ANNOTATION: "fake"});
+    // kwok writes the conditions, heartbeats and lease itself.
+    if let Some(status) = node["status"].as_object_mut() {
+        status.remove("conditions");
+    }
+    node
+}
+
+async fn ready(client: &kube::Client) -> bool {
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("a valid request");
+    matches!(client.request_text(request).await, Ok(body) if body.trim() == "ok")
+}
+
+async fn all_ready(nodes: &Api<Node>, names: &[String]) -> bool {
+    for name in names {
+        let Ok(Some(node)) = nodes.get_opt(name).await else {
+            return false;
+        };
+        let ready = node
+            .status
+            .and_then(|status| status.conditions)
+            .is_some_and(|conditions| {
+                conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+        if !ready {
+            return false;
+        }
+    }
+    true
+}
+
+/// A kubeconfig for `user`, authenticating with its client certificate.
+fn kubeconfig(server: &str, ca_pem: &str, pair: &pki::Pair, user: &str) -> anyhow::Result<String> {
+    use base64::Engine as _;
+    let encode = |text: &[u8]| base64::engine::general_purpose::STANDARD.encode(text);
+    let cert = std::fs::read(&pair.cert)?;
+    let key = std::fs::read(&pair.key)?;
+    Ok(format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: {user}\ncurrent-context: real\n",
+        ca = encode(ca_pem.as_bytes()),
+        cert = encode(&cert),
+        key = encode(&key),
+    ))
+}
+
+/// A port free on 127.0.0.1 now.
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The last lines of a component's log.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
