@@ -1,11 +1,11 @@
-//! The Module -> NMC and NMC controllers on the embedded cluster over HTTPS: kmod images
-//! per kernel, reload after a reboot, a kernel upgrade, Module deletion with its finalizer,
-//! and a broken image backing off.
+//! The Module -> NMC and NMC controllers over HTTPS: kmod images per kernel, reload after
+//! a reboot, a kernel upgrade, Module deletion with its finalizer, and a broken image
+//! backing off. On the embedded cluster the simulated kernel shows each load and unload;
+//! on a real server the NodeModulesConfig status is what shows a module loaded.
 
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use capstan::controllers::{self, Context};
 use capstan_api::labels::{self, ModuleKey};
@@ -15,8 +15,8 @@ use common::TestCluster;
 use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
 use common::wait_until;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 const FEDORA: &str = "6.0.15-300.fc37.x86_64";
@@ -78,15 +78,80 @@ impl Fleet {
         self.controllers.await.expect("controllers stop");
     }
 
-    fn sim(&self) -> &Arc<capstan_cluster::sim::Simulation> {
-        self.cluster.simulation().expect("simulation")
+    /// Whether kernel module `module` is loaded on `node`: in the simulated kernel on the
+    /// embedded cluster; on a real server, where worker pods run no code, as the node's
+    /// NodeModulesConfig status says.
+    async fn loaded(&self, node: &str, module: &str) -> bool {
+        if let Some(sim) = self.cluster.simulation() {
+            return sim
+                .node(node)
+                .map(|state| state.modules.contains(module))
+                .unwrap_or(false);
+        }
+        self.nmc(node).await.is_some_and(|nmc| {
+            nmc.status
+                .unwrap_or_default()
+                .modules
+                .iter()
+                .any(|entry| entry.config.modprobe.module_name == module)
+        })
     }
 
-    fn loaded(&self, node: &str, module: &str) -> bool {
-        self.sim()
-            .node(node)
-            .map(|state| state.modules.contains(module))
-            .unwrap_or(false)
+    /// The node reboots: on the embedded cluster its kernel loses every module; on a real
+    /// server its kubelet reports a new boot ID.
+    async fn reboot(&self, node: &str) {
+        if let Some(sim) = self.cluster.simulation() {
+            return sim.reboot(node).await.expect("reboot");
+        }
+        self.report_node_info(node, json!({"bootID": uuid::Uuid::new_v4().to_string()}))
+            .await;
+    }
+
+    /// The node comes back on kernel `kernel`.
+    async fn upgrade_kernel(&self, node: &str, kernel: &str) {
+        if let Some(sim) = self.cluster.simulation() {
+            return sim
+                .upgrade_kernel(node, kernel)
+                .await
+                .expect("kernel upgrade");
+        }
+        self.report_node_info(
+            node,
+            json!({"bootID": uuid::Uuid::new_v4().to_string(), "kernelVersion": kernel}),
+        )
+        .await;
+    }
+
+    /// Writes `node_info` into the node's status, as its kubelet does when it starts.
+    async fn report_node_info(&self, node: &str, node_info: Value) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodeInfo": node_info}})),
+        )
+        .await
+        .expect("node status");
+    }
+
+    /// The boot ID the node's NodeModulesConfig status has `module` loaded under, and the
+    /// node's own.
+    async fn boot_ids(&self, node: &str, module: &str) -> (Option<String>, String) {
+        let key = ModuleKey::new(NS, module).expect("key");
+        let recorded = self
+            .nmc(node)
+            .await
+            .and_then(|nmc| nmc.status_module(&key).map(|s| s.boot_id.clone()));
+        let api: Api<Node> = Api::all(self.client.clone());
+        let current = api
+            .get(node)
+            .await
+            .expect("node")
+            .status
+            .and_then(|s| s.node_info)
+            .map(|info| info.boot_id)
+            .unwrap_or_default();
+        (recorded, current)
     }
 
     async fn nmc(&self, node: &str) -> Option<NodeModulesConfig> {
@@ -166,8 +231,8 @@ async fn each_kernel_gets_its_image_and_a_reboot_reloads() {
     wait_until(
         "the module is loaded and recorded on both nodes",
         || async {
-            fleet.loaded("fedora-1", "gpu_drv")
-                && fleet.loaded("rhel-1", "gpu_drv")
+            fleet.loaded("fedora-1", "gpu_drv").await
+                && fleet.loaded("rhel-1", "gpu_drv").await
                 && fleet.loaded_image("fedora-1", "gpu-drv").await.is_some()
                 && fleet.loaded_image("rhel-1", "gpu-drv").await.is_some()
         },
@@ -207,11 +272,17 @@ async fn each_kernel_gets_its_image_and_a_reboot_reloads() {
             .contains(&labels::MODULE_FINALIZER.to_string())
     );
 
-    // A reboot empties the node's module table; the module is loaded again.
+    // A reboot empties the node's module table; the module is loaded again, under the
+    // node's new boot.
     let loads_before = loads(&fleet, "fedora-1");
-    fleet.sim().reboot("fedora-1").await.expect("reboot");
+    fleet.reboot("fedora-1").await;
     wait_until("the module is reloaded after the reboot", || async {
-        fleet.loaded("fedora-1", "gpu_drv") && loads(&fleet, "fedora-1") > loads_before
+        let (recorded, current) = fleet.boot_ids("fedora-1", "gpu-drv").await;
+        fleet.loaded("fedora-1", "gpu_drv").await
+            && recorded == Some(current)
+            && loads(&fleet, "fedora-1")
+                .zip(loads_before)
+                .is_none_or(|(now, before)| now > before)
     })
     .await;
     wait_until("the ready label is back", || async {
@@ -224,22 +295,25 @@ async fn each_kernel_gets_its_image_and_a_reboot_reloads() {
     fleet.stop().await;
 }
 
-fn loads(fleet: &Fleet, node: &str) -> usize {
-    fleet
-        .sim()
-        .module_history()
-        .iter()
-        .filter(|event| event.node == node && event.action == "load")
-        .count()
+/// How many times the simulated kernel of `node` loaded a module (`Some` on the embedded
+/// cluster only: a real server's nodes have no kernel to count in).
+fn loads(fleet: &Fleet, node: &str) -> Option<usize> {
+    kernel_actions(fleet, node, "load")
 }
 
-fn unloads(fleet: &Fleet, node: &str) -> usize {
-    fleet
-        .sim()
-        .module_history()
-        .iter()
-        .filter(|event| event.node == node && event.action == "unload")
-        .count()
+/// How many times it unloaded one.
+fn unloads(fleet: &Fleet, node: &str) -> Option<usize> {
+    kernel_actions(fleet, node, "unload")
+}
+
+fn kernel_actions(fleet: &Fleet, node: &str, action: &str) -> Option<usize> {
+    let sim = fleet.cluster.simulation()?;
+    Some(
+        sim.module_history()
+            .iter()
+            .filter(|event| event.node == node && event.action == action)
+            .count(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,23 +333,21 @@ async fn a_kernel_upgrade_switches_the_image_without_unloading_on_the_old_kernel
             == Some("registry.example/gpu-drv:rhel-5.14.0")
     })
     .await;
-    fleet
-        .sim()
-        .upgrade_kernel("upgrade-1", FEDORA)
-        .await
-        .expect("kernel upgrade");
+    fleet.upgrade_kernel("upgrade-1", FEDORA).await;
     wait_until("loaded with the Fedora image on the new kernel", || async {
-        fleet.loaded("upgrade-1", "gpu_drv")
+        fleet.loaded("upgrade-1", "gpu_drv").await
             && fleet.loaded_image("upgrade-1", "gpu-drv").await
                 == Some(format!("registry.example/gpu-drv:fc-{FEDORA}"))
     })
     .await;
-    assert_eq!(
-        unloads(&fleet, "upgrade-1"),
-        0,
-        "nothing is unloaded on a kernel the node no longer runs"
-    );
-    assert_eq!(loads(&fleet, "upgrade-1"), 2);
+    if let (Some(unloads), Some(loads)) = (unloads(&fleet, "upgrade-1"), loads(&fleet, "upgrade-1"))
+    {
+        assert_eq!(
+            unloads, 0,
+            "nothing is unloaded on a kernel the node no longer runs"
+        );
+        assert_eq!(loads, 2);
+    }
     fleet.stop().await;
 }
 
@@ -292,7 +364,7 @@ async fn deleting_a_module_unloads_it_everywhere_then_releases_the_finalizer() {
     )
     .await;
     wait_until("loaded on both nodes", || async {
-        fleet.loaded("del-1", "gpu_drv") && fleet.loaded("del-2", "gpu_drv")
+        fleet.loaded("del-1", "gpu_drv").await && fleet.loaded("del-2", "gpu_drv").await
     })
     .await;
     wait_until("the finalizer is on the Module", || async {
@@ -313,9 +385,13 @@ async fn deleting_a_module_unloads_it_everywhere_then_releases_the_finalizer() {
         fleet.module("gpu-drv").await.is_none()
     })
     .await;
-    assert!(!fleet.loaded("del-1", "gpu_drv") && !fleet.loaded("del-2", "gpu_drv"));
-    assert_eq!(unloads(&fleet, "del-1"), 1);
-    assert_eq!(unloads(&fleet, "del-2"), 1);
+    assert!(!fleet.loaded("del-1", "gpu_drv").await && !fleet.loaded("del-2", "gpu_drv").await);
+    for node in ["del-1", "del-2"] {
+        assert!(
+            unloads(&fleet, node).is_none_or(|unloads| unloads == 1),
+            "{node}"
+        );
+    }
     for node in ["del-1", "del-2"] {
         let nmc = fleet.nmc(node).await.expect("nmc");
         assert!(nmc.spec.modules.is_empty(), "{node}: {:?}", nmc.spec);
@@ -396,6 +472,6 @@ async fn a_broken_image_shows_in_the_module_status_and_backs_off() {
         "retried after {:?}, before the backoff",
         first.elapsed()
     );
-    assert!(!fleet.loaded("broken-1", "broken_drv"));
+    assert!(!fleet.loaded("broken-1", "broken_drv").await);
     fleet.stop().await;
 }

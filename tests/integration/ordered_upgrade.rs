@@ -1,6 +1,6 @@
-//! An ordered upgrade end to end on the embedded cluster: Git commits that merge pull
-//! requests, the sync, and every controller (Module -> NMC, NMC, device plugins, version
-//! labels) in process, with the simulated kubelet running the real worker code.
+//! An ordered upgrade end to end: Git commits that merge pull requests, the sync, and every
+//! controller (Module -> NMC, NMC, device plugins, version labels) in process; on the
+//! embedded cluster the simulated kubelet runs the real worker code.
 //!
 //! Three nodes run v1. Commit 2 bumps the Module to v2 (nothing moves on the nodes; a v2
 //! device plugin appears). Commit 3 relabels worker-1, which goes through the four steps
@@ -64,15 +64,8 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
     let mut capstan = Capstan::new(mode, &client, &cluster.kubeconfig(), repo.path()).await;
     capstan.take_head().await;
     let timelines = upgrade::timeline::watch(&client, NS, "my_kmod");
-    let sim = cluster.simulation().expect("simulation").clone();
-    let loaded_version = |node: &str| {
-        sim.node(node)
-            .ok()
-            .and_then(|s| s.modules.get("my_kmod").cloned())
-            .and_then(|m| m.version)
-    };
     for node in nodes {
-        assert_eq!(loaded_version(node).as_deref(), Some("v1"), "{node}");
+        assert_eq!(upgrade::loaded_version(&cluster, &client, node).await.as_deref(), Some("v1"), "{node}");
     }
 
     // Commit 2: the Module at v2, version and images together. Nothing moves on the nodes;
@@ -98,7 +91,7 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
     .await;
     for node in nodes {
         assert_eq!(
-            loaded_version(node).as_deref(),
+            upgrade::loaded_version(&cluster, &client, node).await.as_deref(),
             Some("v1"),
             "{node} is untouched"
         );
@@ -112,9 +105,9 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
     );
     plan_accepts_head(repo.path());
     capstan.take_head().await;
-    assert_eq!(loaded_version("worker-1").as_deref(), Some("v2"));
+    assert_eq!(upgrade::loaded_version(&cluster, &client, "worker-1").await.as_deref(), Some("v2"));
     for node in ["worker-2", "worker-3"] {
-        assert_eq!(loaded_version(node).as_deref(), Some("v1"), "{node} waits");
+        assert_eq!(upgrade::loaded_version(&cluster, &client, node).await.as_deref(), Some("v1"), "{node} waits");
         assert!(step_records(&client, node, "v2").await.is_empty(), "{node}");
     }
     let records = step_records(&client, "worker-1", "v2").await;
@@ -172,7 +165,7 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
         "worker-3 started ({first_of_third}) before worker-2 finished ({last_of_second})"
     );
     for node in nodes {
-        assert_eq!(loaded_version(node).as_deref(), Some("v2"), "{node}");
+        assert_eq!(upgrade::loaded_version(&cluster, &client, node).await.as_deref(), Some("v2"), "{node}");
     }
     wait_until("the v1 device plugin is gone", || async {
         !daemon_sets
@@ -190,10 +183,10 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
     })
     .await;
     capstan.stop().await;
-    ending(&client, &loaded_version).await
+    ending(&cluster, &client).await
 }
 
-async fn ending(client: &kube::Client, loaded_version: &dyn Fn(&str) -> Option<String>) -> Ending {
+async fn ending(cluster: &common::TestCluster, client: &kube::Client) -> Ending {
     let mut records: Vec<HistoryRecord> = step_records_all(client).await;
     records.sort_by(|a, b| (&a.spec.node, &a.spec.time).cmp(&(&b.spec.node, &b.spec.time)));
     let history = records
@@ -210,25 +203,24 @@ async fn ending(client: &kube::Client, loaded_version: &dyn Fn(&str) -> Option<S
             )
         })
         .collect();
-    let nodes = Api::<Node>::all(client.clone())
+    let mut nodes = BTreeMap::new();
+    for node in Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
         .expect("nodes")
         .items
-        .into_iter()
-        .map(|node| {
-            let name = node.metadata.name.unwrap_or_default();
-            let labels = node
-                .metadata
-                .labels
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(key, _)| key.contains("kmm.node.kubernetes.io"))
-                .collect();
-            let loaded = loaded_version(&name);
-            (name, (labels, loaded))
-        })
-        .collect();
+    {
+        let name = node.metadata.name.unwrap_or_default();
+        let labels = node
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(key, _)| key.contains("kmm.node.kubernetes.io"))
+            .collect();
+        let loaded = upgrade::loaded_version(cluster, client, &name).await;
+        nodes.insert(name, (labels, loaded));
+    }
     let mut daemon_sets: Vec<String> = Api::<DaemonSet>::namespaced(client.clone(), NS)
         .list(&ListParams::default())
         .await

@@ -214,6 +214,7 @@ async fn ordered_upgrade(faults: FaultSettings) -> Vec<Step> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_on_a_failing_api_server_leaves_the_history_of_a_reliable_one() {
+    common::requires_stand_in("injected API faults");
     let seeds: Vec<u64> = match std::env::var(SEED_VAR) {
         Ok(seed) => vec![seed.parse().expect("a seed number")],
         Err(_) => CI_SEEDS.to_vec(),

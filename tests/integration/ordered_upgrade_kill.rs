@@ -822,6 +822,7 @@ async fn an_upgrade_killed_at_every_write_records_each_step_once_against_its_com
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_survives_its_cluster_killed_and_restarted_on_its_state_dir() {
+    common::requires_stand_in("`capstan cluster serve` process, killed and restarted");
     campaign(true).await;
 }
 

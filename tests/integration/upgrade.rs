@@ -154,3 +154,26 @@ pub async fn converged(client: &kube::Client) {
     })
     .await
 }
+
+/// The version of kmm-demo/my-kmod loaded on `node`: the simulated kernel's on the
+/// embedded cluster; on a real server, where worker pods run no code, the version its
+/// NodeModulesConfig status says is loaded.
+pub async fn loaded_version(
+    cluster: &crate::common::TestCluster,
+    client: &kube::Client,
+    node: &str,
+) -> Option<String> {
+    if let Some(sim) = cluster.simulation() {
+        return sim
+            .node(node)
+            .ok()
+            .and_then(|state| state.modules.get("my_kmod").cloned())
+            .and_then(|module| module.version);
+    }
+    let nmcs: Api<capstan_api::nmc::NodeModulesConfig> = Api::all(client.clone());
+    let nmc = nmcs.get_opt(node).await.expect("read the NodeModulesConfig")?;
+    let key = capstan_api::labels::ModuleKey::new(NS, "my-kmod").expect("module key");
+    nmc.status_module(&key)
+        .map(|status| status.version.clone())
+        .filter(|version| !version.is_empty())
+}

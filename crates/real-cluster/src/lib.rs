@@ -28,7 +28,7 @@ use capstan_cluster::sim::config::ClusterConfig;
 use capstan_cluster::sim::nodes::{SIMULATED_LABEL, registration};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 
 /// Where the binaries are, when not in the default cache directory.
 pub const BIN_ENV: &str = "CAPSTAN_REAL_CLUSTER_BIN";
@@ -400,7 +400,8 @@ impl ControlPlane {
     }
 }
 
-/// Creates `crds` and waits until the API server has established each (serves its kind).
+/// Creates `crds` and waits until the API server serves each: established, and its list
+/// answered (a new kind's watch cache first answers 429 "storage is (re)initializing").
 pub async fn install_crds(
     client: &kube::Client,
     crds: Vec<CustomResourceDefinition>,
@@ -425,7 +426,7 @@ pub async fn install_crds(
                             .any(|c| c.type_ == "Established" && c.status == "True")
                     })
             });
-            if established {
+            if established && served(client, crd).await {
                 break;
             }
             if started.elapsed() > READY_TIMEOUT {
@@ -435,6 +436,25 @@ pub async fn install_crds(
         }
     }
     Ok(())
+}
+
+/// Whether a list of `crd`'s kind is answered.
+async fn served(client: &kube::Client, crd: &CustomResourceDefinition) -> bool {
+    let spec = &crd.spec;
+    let Some(version) = spec.versions.iter().find(|v| v.served) else {
+        return false;
+    };
+    let resource = ApiResource {
+        group: spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", spec.group, version.name),
+        kind: spec.names.kind.clone(),
+        plural: spec.names.plural.clone(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    api.list_metadata(&ListParams::default().limit(1))
+        .await
+        .is_ok()
 }
 
 /// The Node a kubelet of `config` would register, managed by kwok instead of the embedded

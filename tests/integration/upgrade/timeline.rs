@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use capstan_api::nmc::NodeModulesConfig;
 use capstan_cluster::sim::nodes::{self, KERNEL_GROUP, KERNEL_KIND, KERNEL_VERSION, KERNELS};
+use serde_json::Value;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -88,48 +90,37 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Watches the kernel module `kernel_module` (e.g. `my_kmod`) on every node and the
-/// device-plugin pods of `namespace`.
+/// device-plugin pods of `namespace`. On the embedded cluster the loaded version is the
+/// simulated kernel's; on a real server, where worker pods run no code, it is what each
+/// node's NodeModulesConfig status says is loaded, as upstream KMM reads it.
 pub fn watch(client: &kube::Client, namespace: &str, kernel_module: &str) -> Timelines {
     let nodes: Arc<Mutex<BTreeMap<String, Timeline>>> = Arc::default();
     let relists: Arc<Mutex<usize>> = Arc::default();
-    let kind = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(KERNEL_GROUP, KERNEL_VERSION, KERNEL_KIND),
-        KERNELS,
-    );
-    let kernels: Api<DynamicObject> = Api::all_with(client.clone(), &kind);
-    let kernel_events = watcher(kernels, watcher::Config::default()).backoff(Retry);
-    let kernel_watch = {
-        let nodes = nodes.clone();
-        let relists = relists.clone();
+    let module_watch = if crate::common::on_real_server() {
+        let kind = ApiResource::erase::<NodeModulesConfig>(&());
+        let (namespace, kernel_module) = (namespace.to_string(), kernel_module.to_string());
+        watch_loaded(client, &kind, &nodes, &relists, move |nmc| {
+            nmc.pointer("/status/modules")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|entry| {
+                    entry["namespace"] == namespace.as_str()
+                        && entry.pointer("/config/modprobe/moduleName") == Some(&Value::from(kernel_module.as_str()))
+                })
+                .map(|entry| entry["version"].as_str().unwrap_or_default().to_string())
+        })
+    } else {
+        let kind = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(KERNEL_GROUP, KERNEL_VERSION, KERNEL_KIND),
+            KERNELS,
+        );
         let kernel_module = kernel_module.to_string();
-        let mut listed_before = false;
-        let mut after_gap = false;
-        tokio::spawn(kernel_events.for_each(move |event| {
-            match event {
-                Ok(watcher::Event::Init) => {
-                    after_gap = listed_before;
-                    if listed_before {
-                        *lock(&relists) += 1;
-                    }
-                    listed_before = true;
-                }
-                Ok(watcher::Event::InitDone) => after_gap = false,
-                Ok(watcher::Event::Apply(kernel) | watcher::Event::InitApply(kernel)) => {
-                    let value = serde_json::to_value(&kernel).expect("kernel json");
-                    let loaded = nodes::loaded_modules(&value)
-                        .get(&kernel_module)
-                        .map(|m| m.version.clone().unwrap_or_default());
-                    let node = kernel.metadata.name.clone().unwrap_or_default();
-                    lock(&nodes).entry(node).or_default().modules.push((
-                        rv(&kernel.metadata),
-                        loaded,
-                        after_gap,
-                    ));
-                }
-                _ => {}
-            }
-            futures::future::ready(())
-        }))
+        watch_loaded(client, &kind, &nodes, &relists, move |kernel| {
+            nodes::loaded_modules(kernel)
+                .get(&kernel_module)
+                .map(|m| m.version.clone().unwrap_or_default())
+        })
     };
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -154,8 +145,48 @@ pub fn watch(client: &kube::Client, namespace: &str, kernel_module: &str) -> Tim
     Timelines {
         nodes,
         relists,
-        watches: vec![kernel_watch, pod_watch],
+        watches: vec![module_watch, pod_watch],
     }
+}
+
+/// Watches the objects of `kind`, one per node and named after it, recording on each
+/// node's timeline the version `loaded` reads from the object (none: not loaded).
+fn watch_loaded(
+    client: &kube::Client,
+    kind: &ApiResource,
+    nodes: &Arc<Mutex<BTreeMap<String, Timeline>>>,
+    relists: &Arc<Mutex<usize>>,
+    loaded: impl Fn(&Value) -> Option<String> + Send + 'static,
+) -> JoinHandle<()> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
+    let events = watcher(api, watcher::Config::default()).backoff(Retry);
+    let nodes = nodes.clone();
+    let relists = relists.clone();
+    let mut listed_before = false;
+    let mut after_gap = false;
+    tokio::spawn(events.for_each(move |event| {
+        match event {
+            Ok(watcher::Event::Init) => {
+                after_gap = listed_before;
+                if listed_before {
+                    *lock(&relists) += 1;
+                }
+                listed_before = true;
+            }
+            Ok(watcher::Event::InitDone) => after_gap = false,
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                let value = serde_json::to_value(&object).expect("object json");
+                let node = object.metadata.name.clone().unwrap_or_default();
+                lock(&nodes).entry(node).or_default().modules.push((
+                    rv(&object.metadata),
+                    loaded(&value),
+                    after_gap,
+                ));
+            }
+            _ => {}
+        }
+        futures::future::ready(())
+    }))
 }
 
 fn running(pod: &Pod) -> bool {
