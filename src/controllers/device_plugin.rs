@@ -408,6 +408,7 @@ fn pod_spec(
         image_pull_secrets: module.image_repo_secret.clone().map(|secret| vec![secret]),
         node_selector: Some(node_selector),
         service_account_name: non_empty(&plugin.service_account_name),
+        automount_service_account_token: plugin.automount_service_account_token,
         volumes: Some(
             std::iter::once(kubelet_volume)
                 .chain(plugin.volumes.iter().cloned())

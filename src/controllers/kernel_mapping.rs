@@ -186,11 +186,6 @@ pub fn resolve(
         .registry_tls
         .as_ref()
         .unwrap_or(&container.registry_tls);
-    let in_tree_modules_to_remove = if mapping.in_tree_modules_to_remove.is_empty() {
-        &container.in_tree_modules_to_remove
-    } else {
-        &mapping.in_tree_modules_to_remove
-    };
     let image_pull_policy = if container.image_pull_policy.is_empty() {
         DEFAULT_IMAGE_PULL_POLICY
     } else {
@@ -202,7 +197,9 @@ pub fn resolve(
         insecure_pull: tls.insecure || tls.insecure_skip_tls_verify,
         modprobe: container.modprobe.clone(),
         image_pull_policy: image_pull_policy.to_string(),
-        in_tree_modules_to_remove: in_tree_modules_to_remove.clone(),
+        in_tree_modules_to_remove: mapping.in_tree_modules_for(container),
+        // The deprecated single module is folded into the list above.
+        in_tree_module_to_remove: String::new(),
     }))
 }
 

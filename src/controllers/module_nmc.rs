@@ -302,6 +302,7 @@ mod tests {
                     },
                 }),
                 device_plugin: None,
+                image_rebuild_trigger_generation: None,
             },
         );
         object.metadata.namespace = Some("kmm-demo".to_string());

@@ -26,5 +26,6 @@ mod sync_follow;
 mod sync_invalid;
 mod sync_restart;
 mod sync_server;
+mod upstream_samples;
 mod worker_cli;
 mod worker_image;

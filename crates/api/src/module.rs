@@ -1,13 +1,15 @@
 //! KMM `Module` (`kmm.sigs.x-k8s.io/v1beta1`, namespaced): which kernel module to load on
 //! which nodes, from which image per kernel, and the device plugin that goes with it.
 //!
-//! Field names, optionality and defaults follow upstream `api/v1beta1/module_types.go`.
-//! Go `string` fields marked `omitempty` are Rust `String`s that are left out when empty, so
-//! "unset" and "empty" mean the same thing, as upstream. Deprecated upstream fields
-//! (`inTreeModuleToRemove`) and build-only fields added later (`imageRebuildTriggerGeneration`)
-//! are not modelled. The types do not reject unknown fields, so objects written by a newer
-//! KMM still decode; manifests from Git are checked strictly against the CRD schema instead
-//! (see [`crate::schema::unknown_fields`]).
+//! Field names, optionality and defaults follow upstream `api/v1beta1/module_types.go` of
+//! KMM v2.6.0, field for field; `crates/api/tests/upstream_fields.rs` holds the CRD to that
+//! release. Go `string` fields marked `omitempty` are Rust `String`s that are left out when
+//! empty, so "unset" and "empty" mean the same thing, as upstream. Fields for in-cluster
+//! builds and signing (`build`, `sign`, `imageRebuildTriggerGeneration`) are typed so
+//! upstream Modules decode and round-trip; capstan loads prebuilt images and does not act on
+//! them. The types do not reject unknown fields, so objects written by a newer KMM still
+//! decode; manifests from Git are checked strictly against the CRD schema instead (see
+//! [`crate::schema::unknown_fields`]).
 
 use std::collections::BTreeMap;
 
@@ -80,6 +82,11 @@ pub struct ModuleSpec {
     /// The device plugin DaemonSet run on nodes where the module is loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_plugin: Option<DevicePluginSpec>,
+
+    /// A counter to increment to make KMM verify the module's images again and rebuild the
+    /// missing ones. Kept so upstream Modules decode; capstan does not build images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_rebuild_trigger_generation: Option<i64>,
 }
 
 /// How the kernel module is loaded on a node.
@@ -123,6 +130,12 @@ pub struct ModuleLoaderContainerSpec {
     /// In-tree modules removed (if present) before the module is loaded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_tree_modules_to_remove: Vec<String>,
+
+    /// One in-tree module removed (if present) before the module is loaded. Deprecated
+    /// upstream in favour of `inTreeModulesToRemove`, still served; see
+    /// [`KernelMapping::in_tree_modules_for`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub in_tree_module_to_remove: String,
 
     /// Kernel versions this module supports and the image for each. The first `literal`
     /// equal to the node's kernel wins, else the first `regexp` that matches it.
@@ -171,6 +184,11 @@ pub struct KernelMapping {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_tree_modules_to_remove: Vec<String>,
 
+    /// Overrides the container's single in-tree module to remove when set. Deprecated
+    /// upstream in favour of `inTreeModulesToRemove`, still served.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub in_tree_module_to_remove: String,
+
     /// Build settings for this mapping (not acted on by capstan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<Build>,
@@ -178,6 +196,29 @@ pub struct KernelMapping {
     /// Signing settings for this mapping (not acted on by capstan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sign: Option<Sign>,
+}
+
+impl KernelMapping {
+    /// The in-tree modules removed before loading on a kernel this mapping covers, as
+    /// upstream resolves them: the mapping's `inTreeModulesToRemove`, else the container's;
+    /// then a deprecated `inTreeModuleToRemove` (the mapping's, else the container's), when
+    /// set, replaces that list. (Upstream's webhook rejects Modules that mix the two forms,
+    /// so the replacement only matters for Modules written with the deprecated one.)
+    pub fn in_tree_modules_for(&self, container: &ModuleLoaderContainerSpec) -> Vec<String> {
+        let single = if self.in_tree_module_to_remove.is_empty() {
+            &container.in_tree_module_to_remove
+        } else {
+            &self.in_tree_module_to_remove
+        };
+        if !single.is_empty() {
+            return vec![single.clone()];
+        }
+        if self.in_tree_modules_to_remove.is_empty() {
+            container.in_tree_modules_to_remove.clone()
+        } else {
+            self.in_tree_modules_to_remove.clone()
+        }
+    }
 }
 
 /// How to reach an image registry.
@@ -375,6 +416,11 @@ pub struct DevicePluginSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = super::schema::drop_nested_descriptions)]
     pub volumes: Vec<Volume>,
+
+    /// `false` keeps the service account token and CAs out of the device plugin pods, so
+    /// other files can be mounted at their path; unset means Kubernetes' default (mounted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automount_service_account_token: Option<bool>,
 }
 
 /// A device plugin (or init) container.
@@ -428,6 +474,11 @@ pub struct ModuleStatus {
     /// fail on some nodes, with the reasons). capstan's addition to upstream's status.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<ModuleCondition>,
+
+    /// The `spec.imageRebuildTriggerGeneration` upstream KMM last rebuilt images for.
+    /// capstan never writes it (it builds no images) and keeps what another writer set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_rebuild_trigger_generation: Option<i64>,
 }
 
 /// One condition of a Module, in the usual Kubernetes shape.
@@ -604,6 +655,85 @@ spec:
         assert_eq!(json["kind"], "Module");
         // Zero counts are written so a status merge patch resets them.
         assert_eq!(json["status"]["moduleLoader"]["availableNumber"], 0);
+    }
+
+    #[test]
+    fn fields_of_kmm_v2_6_round_trip() {
+        let yaml = r#"
+apiVersion: kmm.sigs.x-k8s.io/v1beta1
+kind: Module
+metadata: {name: my-kmod, namespace: kmm-demo}
+spec:
+  selector: {node-role.kubernetes.io/worker: ""}
+  imageRebuildTriggerGeneration: 3
+  moduleLoader:
+    container:
+      inTreeModuleToRemove: old_kmod
+      modprobe: {moduleName: my_kmod, dirName: /opt}
+      kernelMappings:
+        - regexp: '^.+$'
+          containerImage: registry.example/org/my-kmod:v1
+          inTreeModuleToRemove: mapped_kmod
+  devicePlugin:
+    automountServiceAccountToken: false
+    container: {image: registry.example/org/device-plugin:v1}
+status:
+  moduleLoader: {nodesMatchingSelectorNumber: 1, desiredNumber: 1, availableNumber: 1}
+  devicePlugin: {nodesMatchingSelectorNumber: 1, desiredNumber: 1, availableNumber: 1}
+  imageRebuildTriggerGeneration: 2
+"#;
+        let value: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
+        assert_eq!(
+            schema::unknown_fields(&Module::crd(), &value),
+            Vec::<String>::new()
+        );
+        let module: Module = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(module.spec.image_rebuild_trigger_generation, Some(3));
+        let plugin = module.spec.device_plugin.as_ref().unwrap();
+        assert_eq!(plugin.automount_service_account_token, Some(false));
+        let container = &module.spec.module_loader.as_ref().unwrap().container;
+        assert_eq!(container.in_tree_module_to_remove, "old_kmod");
+        assert_eq!(
+            container.kernel_mappings[0].in_tree_modules_for(container),
+            ["mapped_kmod"]
+        );
+        let status = module.status.as_ref().unwrap();
+        assert_eq!(status.image_rebuild_trigger_generation, Some(2));
+        assert_eq!(serde_json::to_value(&module).unwrap(), value);
+    }
+
+    #[test]
+    fn in_tree_modules_follow_upstream_precedence() {
+        let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        type Names = &'static [&'static str];
+        // (container list, container single, mapping list, mapping single, removed)
+        let cases: [(Names, &str, Names, &str, Names); 7] = [
+            (&[], "", &[], "", &[]),
+            (&["a", "b"], "", &[], "", &["a", "b"]),
+            (&["a"], "", &["m"], "", &["m"]),
+            (&[], "old", &[], "", &["old"]),
+            (&[], "old", &[], "mapped", &["mapped"]),
+            (&[], "", &[], "mapped", &["mapped"]),
+            // Mixed forms, which upstream's webhook refuses: the single one wins.
+            (&["a"], "", &["m"], "mapped", &["mapped"]),
+        ];
+        for (container_list, container_single, mapping_list, mapping_single, want) in cases {
+            let container = ModuleLoaderContainerSpec {
+                in_tree_modules_to_remove: strings(container_list),
+                in_tree_module_to_remove: container_single.to_string(),
+                ..ModuleLoaderContainerSpec::default()
+            };
+            let mapping = KernelMapping {
+                in_tree_modules_to_remove: strings(mapping_list),
+                in_tree_module_to_remove: mapping_single.to_string(),
+                ..KernelMapping::default()
+            };
+            assert_eq!(
+                mapping.in_tree_modules_for(&container),
+                strings(want),
+                "{container_list:?} {container_single:?} {mapping_list:?} {mapping_single:?}"
+            );
+        }
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! one per node, named after the node. `spec.modules` is what should be loaded there (written
 //! by the Module controller), `status.modules` what the worker pods report as loaded.
 //!
-//! Both lists are keyed by `[namespace, name]` (`x-kubernetes-list-type: map`), so server-side
-//! apply merges entries per module instead of replacing the whole list. Upstream declares them
-//! atomic; the keys are added here because capstan's controllers each own their entries.
+//! Fields follow upstream `api/v1beta1/nodemodulesconfig_types.go` of KMM v2.6.0 (see
+//! `crates/api/tests/upstream_fields.rs`). Both lists are keyed by `[namespace, name]`
+//! (`x-kubernetes-list-type: map`), so server-side apply merges entries per module instead of
+//! replacing the whole list. Upstream declares them atomic; the keys are added here because
+//! capstan's controllers each own their entries.
 
 use k8s_openapi::api::core::v1::{LocalObjectReference, Toleration};
 use kube::CustomResource;
@@ -160,6 +162,12 @@ pub struct ModuleConfig {
     /// In-tree modules removed before loading.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_tree_modules_to_remove: Vec<String>,
+
+    /// One in-tree module removed before loading, when `inTreeModulesToRemove` is empty.
+    /// Deprecated upstream, still served; capstan's Module controller writes the list only
+    /// (see [`crate::module::KernelMapping::in_tree_modules_for`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub in_tree_module_to_remove: String,
 }
 
 impl Default for ModuleConfig {
@@ -171,6 +179,21 @@ impl Default for ModuleConfig {
             modprobe: ModprobeSpec::default(),
             image_pull_policy: default_image_pull_policy(),
             in_tree_modules_to_remove: Vec::new(),
+            in_tree_module_to_remove: String::new(),
+        }
+    }
+}
+
+impl ModuleConfig {
+    /// The in-tree modules a loading worker removes first, as upstream's worker reads
+    /// them: `inTreeModulesToRemove`, else the deprecated single `inTreeModuleToRemove`.
+    pub fn in_tree_modules(&self) -> Vec<String> {
+        match (
+            self.in_tree_modules_to_remove.is_empty(),
+            self.in_tree_module_to_remove.is_empty(),
+        ) {
+            (true, false) => vec![self.in_tree_module_to_remove.clone()],
+            _ => self.in_tree_modules_to_remove.clone(),
         }
     }
 }
@@ -298,6 +321,7 @@ status:
             },
             image_pull_policy: "Always".to_string(),
             in_tree_modules_to_remove: vec!["old_kmod".to_string()],
+            in_tree_module_to_remove: "older_kmod".to_string(),
         };
         let yaml = serde_saphyr::to_string(&config).unwrap();
         let back: ModuleConfig = serde_saphyr::from_str(&yaml).unwrap();
@@ -310,8 +334,33 @@ status:
             "modprobe",
             "imagePullPolicy",
             "inTreeModulesToRemove",
+            "inTreeModuleToRemove",
         ] {
             assert!(json.get(key).is_some(), "{key} missing in {json}");
+        }
+    }
+
+    #[test]
+    fn in_tree_modules_are_the_list_else_the_deprecated_single_one() {
+        let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        // (inTreeModulesToRemove, inTreeModuleToRemove, removed)
+        let cases: [(&[&str], &str, &[&str]); 4] = [
+            (&[], "", &[]),
+            (&["a", "b"], "", &["a", "b"]),
+            (&[], "old", &["old"]),
+            (&["a"], "old", &["a"]),
+        ];
+        for (list, single, want) in cases {
+            let config = ModuleConfig {
+                in_tree_modules_to_remove: strings(list),
+                in_tree_module_to_remove: single.to_string(),
+                ..ModuleConfig::default()
+            };
+            assert_eq!(
+                config.in_tree_modules(),
+                strings(want),
+                "{list:?} {single:?}"
+            );
         }
     }
 }

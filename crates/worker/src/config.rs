@@ -533,6 +533,7 @@ modprobe:
                 insecure_pull: false,
                 image_pull_policy: "Always".to_string(),
                 in_tree_modules_to_remove: vec!["ice".to_string()],
+                in_tree_module_to_remove: String::new(),
                 modprobe: ModprobeSpec {
                     module_name: "my_kmod".to_string(),
                     dir_name: "/opt".to_string(),

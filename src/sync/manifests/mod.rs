@@ -10,7 +10,8 @@
 //!   expands aliases beyond [`MAX_ALIAS_EXPANSION`] nodes (an alias bomb);
 //! - is not a mapping with `apiVersion`, `kind` and `metadata.name`;
 //! - has a kind the cluster does not serve ([`Catalog`]; CRDs declared in the same commit
-//!   count), a namespace on a cluster-scoped kind, or invalid names, labels or annotations;
+//!   count) or a kind that is a request, not an object (`TokenReview`, `Eviction`), a
+//!   namespace on a cluster-scoped kind, or invalid names, labels or annotations;
 //! - is a `Module`, `UpgradeConfig` or `LeaderWorkerSet` with an unknown field, a value its
 //!   schema does not allow, or (Modules) a name too long for KMM's labels or an invalid
 //!   modprobe or kernel mapping setup;

@@ -1,7 +1,11 @@
-//! The rules one commit's documents must follow: the header every object needs, scopes
-//! and namespaces, names, labels and annotations, strict checks of the kinds capstan
-//! understands (Module, UpgradeConfig, LeaderWorkerSet, Node version labels), duplicates,
-//! and version labels that must name a declared Module.
+//! The rules one commit's documents must follow: the header every object needs, kinds that
+//! are objects the cluster serves, scopes and namespaces, names, labels and annotations,
+//! strict checks of the kinds capstan understands (Module, UpgradeConfig, LeaderWorkerSet,
+//! Node version labels), duplicates, and version labels that must name a declared Module.
+//!
+//! The fields of other kinds, built-in ones included, are taken as written: which fields a
+//! kind has depends on the cluster's version, so its API server judges them when a live plan
+//! or a sync dry-runs the commit (with strict field validation).
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -13,7 +17,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::catalog::{Catalog, Scope, capstan_crds};
+use super::catalog::{Catalog, Scope, capstan_crds, scope_of};
 use super::yaml::{FieldPath, Node, NodeValue};
 use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
 use capstan_api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
@@ -129,15 +133,9 @@ pub fn check(
 ) -> Vec<ManifestError> {
     let mut found = Vec::new();
     let manifest = &mut parsed.manifest;
-    match catalog.scope(&manifest.api_version, &manifest.kind) {
-        None => found.push(finding(
-            FieldPath::of(&["kind"]),
-            format!(
-                "kind {} in apiVersion {} is not served by the cluster",
-                manifest.kind, manifest.api_version
-            ),
-        )),
-        Some(Scope::Namespaced) if manifest.namespace.is_none() => {
+    match scope_of(catalog, &manifest.api_version, &manifest.kind) {
+        Err(reason) => found.push(finding(FieldPath::of(&["kind"]), reason)),
+        Ok(Scope::Namespaced) if manifest.namespace.is_none() => {
             manifest.namespace = Some(default_namespace.to_string());
             if let Some(metadata) = manifest
                 .object
@@ -150,14 +148,14 @@ pub fn check(
                 );
             }
         }
-        Some(Scope::Cluster) if manifest.namespace.is_some() => found.push(finding(
+        Ok(Scope::Cluster) if manifest.namespace.is_some() => found.push(finding(
             FieldPath::of(&["metadata", "namespace"]),
             format!(
                 "{} is cluster-scoped: remove metadata.namespace",
                 manifest.kind
             ),
         )),
-        Some(_) => {}
+        Ok(_) => {}
     }
     found.extend(metadata(&manifest.object));
     found.extend(kind_rules(manifest, &parsed.tree));

@@ -419,7 +419,6 @@ impl<'de> Visitor<'de> for NodeVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
 
     fn one(text: &str) -> Node {
         let mut docs = documents(text).unwrap();
@@ -522,13 +521,9 @@ mod tests {
             let refs = vec![format!("*{previous}"); 9].join(",");
             bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
         }
-        let started = Instant::now();
+        // Expanded, the bomb is 9^9 strings: refused by the expansion budget, not by
+        // running out of memory (a time limit here would only measure the machine's load).
         let err = documents(&bomb).unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
         assert!(err.message.contains("alias bomb"), "{err:?}");
         assert!(err.line.is_some());
     }
