@@ -130,3 +130,35 @@ pub fn config(stages: &Path, broken_images: &[String]) -> anyhow::Result<String>
     );
     Ok(documents.join("\n---\n") + "\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_image_fails_its_workers_and_is_left_out_of_the_healthy_completion() {
+        let stages = completion_stages(&["registry.example/broken:v1".to_string()]);
+        assert_eq!(stages.len(), 2);
+        let (broken, healthy) = (&stages[0], &stages[1]);
+        assert!(broken.contains("name: pod-worker-image-broken-0"), "{broken}");
+        assert!(broken.contains("phase: Failed") && broken.contains("exitCode: 1"));
+        assert!(
+            broken.contains("contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'In'"),
+            "{broken}"
+        );
+        assert!(healthy.contains("name: pod-run-to-completion"));
+        assert!(healthy.contains("phase: Succeeded") && healthy.contains("exitCode: 0"));
+        assert!(
+            healthy.contains("contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'NotIn'"),
+            "{healthy}"
+        );
+    }
+
+    #[test]
+    fn without_broken_images_every_pod_that_runs_to_completion_succeeds() {
+        let stages = completion_stages(&[]);
+        assert_eq!(stages.len(), 1);
+        assert!(!stages[0].contains("containerImage"), "{}", stages[0]);
+        assert!(stages[0].contains("- 'Never'\n      - 'OnFailure'\n  next:"), "{}", stages[0]);
+    }
+}
