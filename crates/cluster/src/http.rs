@@ -18,10 +18,13 @@ use futures::FutureExt as _;
 use http::{HeaderMap, Method, StatusCode, header};
 use serde_json::{Value, json};
 
-use super::api::{Api, DeleteOptions, Deleted, ListOptions, PatchType, Propagation, WriteOptions};
+use super::api::{
+    Answer, Api, DeleteOptions, Deleted, ListOptions, PatchType, Propagation, WriteOptions,
+};
 use super::errors::ApiError;
 use super::eviction;
 use super::faults::Faults;
+use super::field_validation::{FieldValidation, warning_header};
 use super::openapi;
 use super::protobuf;
 use super::rendering::{Rendering, partial_metadata, table_of};
@@ -247,7 +250,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 fn version() -> Value {
     json!({
-        "major": "1", "minor": "33", "gitVersion": "v1.33.0+capstan",
+        "major": "1", "minor": "36", "gitVersion": "v1.36.3+capstan",
         "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
         "goVersion": "", "compiler": "capstan", "platform": "linux/amd64",
     })
@@ -507,12 +510,13 @@ impl Call<'_> {
         }
     }
 
-    fn write_options(&self) -> Result<WriteOptions, ApiError> {
+    /// The options of a write; `options` names them in errors (`CreateOptions`).
+    fn write_options(&self, options: &str) -> Result<WriteOptions, ApiError> {
         Ok(WriteOptions {
             dry_run: self.query.dry_run()?,
             field_manager: self.query.get("fieldManager").map(str::to_string),
             force: self.query.flag("force"),
-            strict_fields: self.query.get("fieldValidation") == Some("Strict"),
+            field_validation: FieldValidation::parse(self.query.get("fieldValidation"), options)?,
             check_types: true,
             default_manager: self
                 .headers
@@ -648,9 +652,9 @@ impl Call<'_> {
             &self.resource,
             self.namespace(),
             self.body_value()?,
-            &self.write_options()?,
+            &self.write_options("CreateOptions")?,
         )?;
-        Ok(bytes_response(StatusCode::CREATED, created.into_bytes()))
+        Ok(answer_response(StatusCode::CREATED, created))
     }
 
     fn update(&self, name: &str, sub: Option<&str>) -> Result<Response, ApiError> {
@@ -660,10 +664,10 @@ impl Call<'_> {
             name,
             sub,
             self.body_value()?,
-            &self.write_options()?,
+            &self.write_options("UpdateOptions")?,
             None,
         )?;
-        Ok(bytes_response(StatusCode::OK, updated.into_bytes()))
+        Ok(answer_response(StatusCode::OK, updated))
     }
 
     fn patch(&self, name: &str, sub: Option<&str>) -> Result<Response, ApiError> {
@@ -703,14 +707,14 @@ impl Call<'_> {
             sub,
             patch_type,
             patch,
-            &self.write_options()?,
+            &self.write_options("PatchOptions")?,
         )?;
         let code = if existed {
             StatusCode::OK
         } else {
             StatusCode::CREATED
         };
-        Ok(bytes_response(code, patched.into_bytes()))
+        Ok(answer_response(code, patched))
     }
 
     fn delete_options(&self) -> Result<DeleteOptions, ApiError> {
@@ -918,6 +922,20 @@ fn bytes_response(code: StatusCode, body: Bytes) -> Response {
         header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
+    response
+}
+
+/// A write's answer: the object, with a `Warning` header per warning.
+fn answer_response(code: StatusCode, answer: Answer) -> Response {
+    let warnings: Vec<http::HeaderValue> = answer
+        .warnings()
+        .iter()
+        .filter_map(|text| http::HeaderValue::from_str(&warning_header(text)).ok())
+        .collect();
+    let mut response = bytes_response(code, answer.into_bytes());
+    for warning in warnings {
+        response.headers_mut().append(header::WARNING, warning);
+    }
     response
 }
 

@@ -76,7 +76,7 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "info": {"title": "Kubernetes", "version": "v1.36.3"},
         "paths": paths,
         "components": {"schemas": {}},
     }))

@@ -8,8 +8,8 @@
 use k8s_openapi::api::{apps, coordination, core, events, policy};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::errors::ApiError;
@@ -21,49 +21,67 @@ use capstan_worker::simulated::ModuleTable;
 /// Whether an object decodes as a kind's type; `Err` says where and why not.
 type Decode = fn(&Value) -> Result<(), String>;
 
-/// (group, resource, decode) of every built-in kind the server serves.
-const TYPES: &[(&str, &str, Decode)] = &[
-    ("", "namespaces", decodes::<core::v1::Namespace>),
-    ("", "nodes", decodes::<core::v1::Node>),
-    ("", "pods", decodes::<core::v1::Pod>),
-    ("", "configmaps", decodes::<core::v1::ConfigMap>),
-    ("", "secrets", decodes::<core::v1::Secret>),
-    ("", "serviceaccounts", decodes::<core::v1::ServiceAccount>),
-    ("", "services", decodes::<core::v1::Service>),
-    ("", "events", decodes::<core::v1::Event>),
-    ("events.k8s.io", "events", decodes::<events::v1::Event>),
-    ("apps", "daemonsets", decodes::<apps::v1::DaemonSet>),
-    ("apps", "statefulsets", decodes::<apps::v1::StatefulSet>),
+/// The object as the kind's type keeps it: decoded and encoded again, so that only the
+/// fields the type knows are left; `None` when it does not decode.
+type RoundTrip = fn(&Value) -> Option<Value>;
+
+/// How the server reads a built-in kind's objects through its type.
+#[derive(Clone, Copy)]
+struct Typed {
+    decode: Decode,
+    round_trip: RoundTrip,
+}
+
+const fn typed<T: DeserializeOwned + Serialize>() -> Typed {
+    Typed {
+        decode: decodes::<T>,
+        round_trip: round_trips::<T>,
+    }
+}
+
+/// (group, resource, type) of every built-in kind the server serves.
+const TYPES: &[(&str, &str, Typed)] = &[
+    ("", "namespaces", typed::<core::v1::Namespace>()),
+    ("", "nodes", typed::<core::v1::Node>()),
+    ("", "pods", typed::<core::v1::Pod>()),
+    ("", "configmaps", typed::<core::v1::ConfigMap>()),
+    ("", "secrets", typed::<core::v1::Secret>()),
+    ("", "serviceaccounts", typed::<core::v1::ServiceAccount>()),
+    ("", "services", typed::<core::v1::Service>()),
+    ("", "events", typed::<core::v1::Event>()),
+    ("events.k8s.io", "events", typed::<events::v1::Event>()),
+    ("apps", "daemonsets", typed::<apps::v1::DaemonSet>()),
+    ("apps", "statefulsets", typed::<apps::v1::StatefulSet>()),
     (
         "apps",
         "controllerrevisions",
-        decodes::<apps::v1::ControllerRevision>,
+        typed::<apps::v1::ControllerRevision>(),
     ),
     (
         "policy",
         "poddisruptionbudgets",
-        decodes::<policy::v1::PodDisruptionBudget>,
+        typed::<policy::v1::PodDisruptionBudget>(),
     ),
     (
         "coordination.k8s.io",
         "leases",
-        decodes::<coordination::v1::Lease>,
+        typed::<coordination::v1::Lease>(),
     ),
-    (KERNEL_GROUP, KERNELS, decodes::<NodeKernel>),
+    (KERNEL_GROUP, KERNELS, typed::<NodeKernel>()),
     (
         "apiextensions.k8s.io",
         "customresourcedefinitions",
-        decodes::<CustomResourceDefinition>,
+        typed::<CustomResourceDefinition>(),
     ),
 ];
 
 /// A simulated node's loaded modules (see `sim::nodes`), the one built-in kind that is
 /// capstan's own.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 struct NodeKernel {
-    #[serde(rename = "metadata")]
+    #[serde(rename = "metadata", skip_serializing_if = "Option::is_none")]
     _metadata: Option<ObjectMeta>,
-    #[serde(rename = "modules")]
+    #[serde(rename = "modules", skip_serializing_if = "Option::is_none")]
     _modules: Option<ModuleTable>,
 }
 
@@ -94,11 +112,26 @@ pub fn check(resource: &Resource, object: &Value) -> Result<(), ApiError> {
     })
 }
 
+/// `object` as `resource`'s type keeps it (see [`RoundTrip`]): what
+/// `fieldValidation` compares a client's object with to find the fields the kind does
+/// not know. `None` for custom resources and objects that do not decode.
+pub fn round_trip(resource: &Resource, object: &Value) -> Option<Value> {
+    if resource.custom.is_some() {
+        return None;
+    }
+    let typed = of(&resource.group, &resource.plural)?;
+    (typed.round_trip)(object)
+}
+
 fn decoder(group: &str, plural: &str) -> Option<Decode> {
+    of(group, plural).map(|typed| typed.decode)
+}
+
+fn of(group: &str, plural: &str) -> Option<Typed> {
     TYPES
         .iter()
         .find(|(g, p, _)| *g == group && *p == plural)
-        .map(|(_, _, decode)| *decode)
+        .map(|(_, _, typed)| *typed)
 }
 
 /// Decodes `object` as `T`. Only a failure decodes again, tracking the path to name the
@@ -111,6 +144,11 @@ fn decodes<T: DeserializeOwned>(object: &Value) -> Result<(), String> {
         Ok(_) => Ok(()),
         Err(err) => Err(err.to_string()),
     }
+}
+
+fn round_trips<T: DeserializeOwned + Serialize>(object: &Value) -> Option<Value> {
+    let decoded = T::deserialize(object).ok()?;
+    serde_json::to_value(decoded).ok()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Validation the API server applies before storing: names, the required fields of the
-//! kinds whose controllers rely on them, and CRD definitions. Failures are 422 Invalid
-//! with the field path, as upstream reports them.
+//! kinds whose controllers rely on them, CRD definitions, and custom resources against
+//! their CRD's structural schema (see [`structural`](crate::structural)). Failures are
+//! 422 Invalid with the field path, as upstream reports them.
 
 use serde_json::Value;
 
@@ -8,12 +9,14 @@ use capstan_api::names::{
     dns1123_label_errors, dns1123_subdomain_errors, label_value_errors, qualified_name_errors,
 };
 
+use crate::field::{self, BadValue, FieldError};
 use crate::pointer::Pointer;
+use crate::structural;
 
 use super::errors::ApiError;
 use super::resources::Resource;
 
-type Causes = Vec<(String, String)>;
+type Causes = Vec<FieldError>;
 
 /// Validates an object about to be created.
 pub fn object(resource: &Resource, object: &Value) -> Result<(), ApiError> {
@@ -29,11 +32,21 @@ pub fn object(resource: &Resource, object: &Value) -> Result<(), ApiError> {
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd(object, name, &mut causes),
         _ => {}
     }
+    if let Some(custom) = &resource.custom {
+        causes.extend(structural::validate_create(&custom.open_api_schema, object));
+    }
     finish(resource, name, causes)
 }
 
-/// Validates the next state of an existing object.
-pub fn update(resource: &Resource, current: &Value, next: &Value) -> Result<(), ApiError> {
+/// Validates the next state of an existing object, written through `subresource`: a
+/// custom resource's status write validates its status alone, as upstream's status
+/// strategy does.
+pub fn update(
+    resource: &Resource,
+    current: &Value,
+    next: &Value,
+    subresource: Option<&str>,
+) -> Result<(), ApiError> {
     let name = next
         .at("/metadata/name")
         .and_then(Value::as_str)
@@ -47,12 +60,19 @@ pub fn update(resource: &Resource, current: &Value, next: &Value) -> Result<(), 
             .filter(|n| !n.is_empty());
         let next_node = next.at("/spec/nodeName").and_then(Value::as_str);
         if bound.is_some() && bound != next_node {
-            causes.push((
-                "spec.nodeName".into(),
-                "Forbidden: pod updates may not change nodeName".into(),
+            causes.push(FieldError::forbidden(
+                "spec.nodeName",
+                "pod updates may not change nodeName",
             ));
         }
         pod(next, &mut causes);
+    }
+    if let Some(custom) = &resource.custom {
+        let schema = &custom.open_api_schema;
+        causes.extend(match subresource {
+            Some("status") => structural::validate_status(schema, next, current),
+            _ => structural::validate_update(schema, next, current),
+        });
     }
     finish(resource, name, causes)
 }
@@ -61,7 +81,12 @@ fn finish(resource: &Resource, name: &str, causes: Causes) -> Result<(), ApiErro
     if causes.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::invalid(&resource.kind, name, &causes))
+        Err(field::invalid(
+            &resource.group,
+            &resource.kind,
+            name,
+            &causes,
+        ))
     }
 }
 
@@ -74,7 +99,7 @@ fn name_format(resource: &Resource, name: &str, causes: &mut Causes) {
         dns1123_subdomain_errors(name)
     };
     for error in errors {
-        causes.push(("metadata.name".into(), invalid_value(name, &error)));
+        causes.push(invalid_text("metadata.name", name, error));
     }
 }
 
@@ -86,46 +111,37 @@ fn labels(object: &Value, causes: &mut Causes) {
     };
     for (key, value) in labels {
         for error in qualified_name_errors(key) {
-            causes.push(("metadata.labels".into(), invalid_value(key, &error)));
+            causes.push(invalid_text("metadata.labels", key, error));
         }
         let value = value.as_str().unwrap_or("");
         for error in label_value_errors(value) {
-            causes.push(("metadata.labels".into(), invalid_value(value, &error)));
+            causes.push(invalid_text("metadata.labels", value, error));
         }
     }
 }
 
-/// The text of upstream's `field.Invalid` after the field path.
-fn invalid_value(value: &str, error: &str) -> String {
-    format!("Invalid value: {value:?}: {error}")
+/// Upstream's `field.Invalid` of a string value.
+fn invalid_text(field: &str, value: &str, error: String) -> FieldError {
+    FieldError::invalid(field, BadValue::Text(value.to_string()), error)
 }
 
 fn pod(object: &Value, causes: &mut Causes) {
     let containers = object.at("/spec/containers").and_then(Value::as_array);
     match containers {
-        None => causes.push(("spec.containers".into(), "Required value".into())),
-        Some(list) if list.is_empty() => {
-            causes.push(("spec.containers".into(), "Required value".into()))
-        }
+        None => causes.push(FieldError::required("spec.containers", "")),
+        Some(list) if list.is_empty() => causes.push(FieldError::required("spec.containers", "")),
         Some(list) => {
             for (i, c) in list.iter().enumerate() {
-                if c.get("name")
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    causes.push((
-                        format!("spec.containers[{i}].name"),
-                        "Required value".into(),
-                    ));
-                }
-                if c.get("image")
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    causes.push((
-                        format!("spec.containers[{i}].image"),
-                        "Required value".into(),
-                    ));
+                for field in ["name", "image"] {
+                    if c.get(field)
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
+                        causes.push(FieldError::required(
+                            &format!("spec.containers[{i}].{field}"),
+                            "",
+                        ));
+                    }
                 }
             }
         }
@@ -140,29 +156,31 @@ fn crd(object: &Value, name: &str, causes: &mut Causes) {
         .and_then(Value::as_str)
         .unwrap_or("");
     if group.is_empty() {
-        causes.push(("spec.group".into(), "Required value".into()));
+        causes.push(FieldError::required("spec.group", ""));
     }
     if plural.is_empty() {
-        causes.push(("spec.names.plural".into(), "Required value".into()));
+        causes.push(FieldError::required("spec.names.plural", ""));
     }
     if spec
         .at("/names/kind")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty)
     {
-        causes.push(("spec.names.kind".into(), "Required value".into()));
+        causes.push(FieldError::required("spec.names.kind", ""));
     }
     if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
-        causes.push((
-            "metadata.name".into(),
-            format!("Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"),
+        causes.push(invalid_text(
+            "metadata.name",
+            name,
+            "must be spec.names.plural+\".\"+spec.group".to_string(),
         ));
     }
     match spec["scope"].as_str() {
         Some("Namespaced" | "Cluster") => {}
-        _ => causes.push((
-            "spec.scope".into(),
-            "Unsupported value: must be Namespaced or Cluster".into(),
+        other => causes.push(FieldError::not_supported(
+            "spec.scope",
+            BadValue::Text(other.unwrap_or("").to_string()),
+            &["Cluster".to_string(), "Namespaced".to_string()],
         )),
     }
     let versions = spec["versions"]
@@ -173,13 +191,17 @@ fn crd(object: &Value, name: &str, causes: &mut Causes) {
         .iter()
         .filter(|v| v["storage"].as_bool() == Some(true))
         .count();
+    let one_storage = "must have exactly one version marked as storage version";
     if versions.is_empty() {
-        causes.push((
-            "spec.versions".into(),
-            "Invalid value: must have exactly one version marked as storage version".into(),
+        causes.push(FieldError::invalid_omitting_value(
+            "spec.versions",
+            one_storage,
         ));
     } else if storage != 1 {
-        causes.push(("spec.versions".into(), format!("Invalid value: must have exactly one version marked as storage version, status.storedVersions has {storage}")));
+        causes.push(FieldError::invalid_omitting_value(
+            "spec.versions",
+            &format!("{one_storage}, status.storedVersions has {storage}"),
+        ));
     }
 }
 
@@ -200,6 +222,9 @@ mod tests {
         name_format(&resource, name, &mut causes);
         labels(&object, &mut causes);
         causes
+            .iter()
+            .map(|cause| (cause.field.clone(), cause.body()))
+            .collect()
     }
 
     /// Names and labels are refused with upstream's messages, one cause each, under the

@@ -34,6 +34,9 @@ pub struct Answer {
     /// Where the parsed object goes when only its bytes are wanted: a store that keeps
     /// the bucket's objects parsed, and the object's place and resourceVersion there.
     pub(super) keep: Option<(Arc<Store>, ObjectKey, u64)>,
+    /// What the server warns the client of, one `Warning` header each (the unknown
+    /// fields a write dropped under `fieldValidation=Warn`).
+    pub(super) warnings: Vec<String>,
 }
 
 impl Answer {
@@ -42,6 +45,7 @@ impl Answer {
             value: Some(value),
             bytes,
             keep: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -50,7 +54,18 @@ impl Answer {
             value: None,
             bytes: Some(bytes),
             keep: None,
+            warnings: Vec::new(),
         }
+    }
+
+    pub(super) fn with_warnings(mut self, warnings: Vec<String>) -> Answer {
+        self.warnings = warnings;
+        self
+    }
+
+    /// The warnings to answer with, in order.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The object, parsed (from its bytes, if it was not parsed yet).

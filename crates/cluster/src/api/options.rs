@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::field_validation::FieldValidation;
 use crate::pointer::Pointer;
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -29,8 +30,9 @@ pub struct WriteOptions {
     pub force: bool,
     /// The manager recorded when the client names none (upstream: the user agent's program name).
     pub default_manager: Option<String>,
-    /// `fieldValidation=Strict`: refuse fields the schema does not know instead of dropping them.
-    pub strict_fields: bool,
+    /// `fieldValidation`: what to do with fields the kind does not know (see
+    /// [`field_validation`](crate::field_validation)).
+    pub field_validation: FieldValidation,
     /// Check that a built-in kind's object decodes as its type, as kube-apiserver decodes
     /// every body (400 naming the field otherwise, see [`typed`](crate::typed)). The HTTP layer sets it
     /// for every client's write; the simulation's own writes, made from its types, skip

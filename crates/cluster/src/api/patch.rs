@@ -8,6 +8,7 @@ use super::write::{check_metadata, check_precondition, manager_of, prepare_creat
 use super::{Answer, Api, PatchType, Read, WriteOptions};
 use crate::defaults;
 use crate::errors::ApiError;
+use crate::field_validation::{self, FieldValidation};
 use crate::patch::error::{PatchError, json_type};
 use crate::patch::{apply, json as json_patch, merge, strategic};
 use crate::pointer::Pointer;
@@ -187,8 +188,16 @@ impl Api {
                     "PATCH requests with apply patch type require field manager",
                 ));
             }
-            let mut applied = self.intake(resource, self.checked_body(resource, patch)?);
-            self.prune_unknown(resource, name, &mut applied, options.strict_fields)?;
+            let mut applied = self.checked_body(resource, patch)?;
+            // An unknown field is refused whatever the directive: upstream cannot type
+            // the configuration.
+            let unknown = self.drop_unknown_fields(resource, &mut applied, options.check_types);
+            if !unknown.is_empty() {
+                return Err(field_validation::refused_apply(
+                    resource, namespace, name, &unknown,
+                ));
+            }
+            let applied = self.intake(resource, applied);
             // As upstream builds its typed patch object first: a field of the wrong type
             // is a 400 before any conflict. (The result is checked again when validated.)
             if options.check_types {
@@ -258,6 +267,12 @@ impl Api {
         manager: &str,
         read: Option<Read>,
     ) -> Result<Answer, ApiError> {
+        // RFC 7386 makes a merge patch that is not an object replace the whole object;
+        // upstream's merge refuses a scalar or null as no patch at all.
+        if patch_type == PatchType::Merge && !(patch.is_object() || patch.is_array()) {
+            return Err(ApiError::bad_request("Invalid JSON Patch"));
+        }
+        let mut warnings = Vec::new();
         self.write_existing(
             resource,
             namespace,
@@ -280,9 +295,20 @@ impl Api {
                     }
                     PatchType::Apply => unreachable_patch()?,
                 };
-                let patched = patched_object(patch_type, patched)?;
-                let mut patched = self.intake(resource, patched);
-                self.prune_unknown(resource, name, &mut patched, options.strict_fields)?;
+                let mut patched = patched_object(patch_type, patched)?;
+                // What a strict refusal shows: the patched object, before anything is
+                // dropped from it, or the strategic merge patch itself.
+                let strict = options.field_validation == FieldValidation::Strict;
+                let shown = match (strict, patch_type) {
+                    (false, _) => String::new(),
+                    (true, PatchType::Strategic) => field_validation::go_map(patch),
+                    (true, _) => patched.to_string(),
+                };
+                let unknown = self.drop_unknown_fields(resource, &mut patched, options.check_types);
+                warnings = options.field_validation.settle(unknown, |unknown| {
+                    field_validation::refused_patch(&shown, unknown)
+                })?;
+                let patched = self.intake(resource, patched);
                 self.updated(
                     resource,
                     name,
@@ -293,6 +319,7 @@ impl Api {
                 )
             },
         )
+        .map(|answer| answer.with_warnings(warnings))
     }
 
     fn apply_create(

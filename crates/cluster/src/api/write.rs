@@ -9,12 +9,14 @@ use super::delete::{deletion_complete, finalizers};
 use super::{Answer, Api, Read, WriteOptions};
 use crate::defaults;
 use crate::errors::ApiError;
+use crate::field_validation;
 use crate::object_key::ObjectKey;
 use crate::patch::apply;
 use crate::patch::error::json_type;
 use crate::pointer::Pointer;
 use crate::resources::Resource;
 use crate::store::{Prepared, StoredObject, Write};
+use crate::structural;
 use crate::structural_prune;
 use crate::typed;
 use crate::validate;
@@ -47,7 +49,7 @@ impl Api {
         body: Value,
         options: &WriteOptions,
     ) -> Result<Answer, ApiError> {
-        let mut object = self.intake(resource, self.checked_body(resource, body)?);
+        let (mut object, warnings) = self.client_object(resource, body, options)?;
         self.place(resource, namespace, &mut object)?;
         let generated = object
             .at("/metadata/name")
@@ -59,7 +61,6 @@ impl Api {
         }
         let now = self.now();
         prepare_create(resource, &mut object, now);
-        self.prune_unknown(resource, &name, &mut object, options.strict_fields)?;
         defaults::apply(resource, &mut object);
         if options.check_types {
             typed::check(resource, &object)?;
@@ -85,7 +86,7 @@ impl Api {
             object["status"] = status;
         }
         if options.dry_run {
-            return Ok(self.answer(resource, object, None));
+            return Ok(self.answer(resource, object, None).with_warnings(warnings));
         }
         let mut attempts = 1;
         let mut prepared = Some(Prepared::new(object));
@@ -130,7 +131,7 @@ impl Api {
             let key = Self::key(resource, namespace, &name);
             answer.keep = Some((self.store.clone(), key, stored.resource_version));
         }
-        Ok(answer)
+        Ok(answer.with_warnings(warnings))
     }
 
     /// PUT: replaces an object (or its status, with `subresource` "status").
@@ -162,7 +163,7 @@ impl Api {
         options: &WriteOptions,
         read: Option<Read>,
     ) -> Result<Answer, ApiError> {
-        let mut object = self.intake(resource, self.checked_body(resource, body)?);
+        let (mut object, warnings) = self.client_object(resource, body, options)?;
         self.place(resource, namespace, &mut object)?;
         let body_name = object
             .at("/metadata/name")
@@ -174,7 +175,6 @@ impl Api {
             )));
         }
         let manager = manager_of(options);
-        self.prune_unknown(resource, name, &mut object, options.strict_fields)?;
         self.write_existing(
             resource,
             namespace,
@@ -192,6 +192,7 @@ impl Api {
                 )
             },
         )
+        .map(|answer| answer.with_warnings(warnings))
     }
 
     /// Runs `change` on the current object and stores the result unless it is unchanged,
@@ -380,7 +381,7 @@ impl Api {
         if check_types {
             typed::check(resource, &next)?;
         }
-        validate::update(resource, current, &next)?;
+        validate::update(resource, current, &next, subresource)?;
         let generation = current.at("/metadata/generation").and_then(Value::as_i64);
         if let Some(generation) = generation {
             let bump = resource.tracks_generation() && !same_spec(current, &next);
@@ -389,32 +390,45 @@ impl Api {
         Ok(next)
     }
 
-    /// Drops the fields a custom resource's schema does not describe; with strict field
-    /// validation, refuses them instead (400, as upstream's strict decoding error).
-    pub(super) fn prune_unknown(
+    /// A create or update body as the server goes on with it: checked against the
+    /// endpoint, its unknown fields settled by `fieldValidation` (the warnings to answer
+    /// with), in its stored form.
+    fn client_object(
         &self,
         resource: &Resource,
-        name: &str,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<(Value, Vec<String>), ApiError> {
+        let mut object = self.checked_body(resource, body)?;
+        let unknown = self.drop_unknown_fields(resource, &mut object, options.check_types);
+        let warnings = options.field_validation.settle(unknown, |unknown| {
+            field_validation::refused_body(resource, unknown)
+        })?;
+        Ok((self.intake(resource, object), warnings))
+    }
+
+    /// Drops from a client's `object` (in the served version) the fields its kind does
+    /// not know, and returns their paths: for a custom resource those its schema does
+    /// not describe, and the `null`s it does not allow; for a built-in kind those its
+    /// type does not keep, when the write's types are checked (`check_types`).
+    pub(super) fn drop_unknown_fields(
+        &self,
+        resource: &Resource,
         object: &mut Value,
-        strict: bool,
-    ) -> Result<(), ApiError> {
-        let Some(custom) = &resource.custom else {
-            return Ok(());
-        };
-        let unknown = structural_prune::prune(&custom.open_api_schema, object);
-        if strict && !unknown.is_empty() {
-            let fields: Vec<String> = unknown
-                .iter()
-                .map(|f| format!("unknown field \"{f}\""))
-                .collect();
-            return Err(ApiError::bad_request(format!(
-                "{} in {} {name}: strict decoding error: {}",
-                resource.kind,
-                resource.api_version(),
-                fields.join(", ")
-            )));
+        check_types: bool,
+    ) -> Vec<String> {
+        if let Some(custom) = &resource.custom {
+            let unknown = structural_prune::prune(&custom.open_api_schema, object);
+            structural::prune_nulls(&custom.open_api_schema, object);
+            return unknown;
         }
-        Ok(())
+        if !check_types {
+            return Vec::new();
+        }
+        match typed::round_trip(resource, object) {
+            Some(known) => field_validation::drop_unknown(object, &known),
+            None => Vec::new(),
+        }
     }
 
     /// Checks the body's kind and apiVersion against the endpoint.

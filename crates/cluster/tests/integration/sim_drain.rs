@@ -129,7 +129,7 @@ async fn evictions_respect_the_budget_and_drain_once_it_allows() {
             .await
             .ok()
             .and_then(|b| b.status)
-            .is_some_and(|s| s.current_healthy == 3)
+            .is_some_and(|s| s.current_healthy == Some(3))
     })
     .await;
     let target = node_of_a_web_pod(&client).await;
