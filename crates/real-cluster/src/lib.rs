@@ -41,6 +41,26 @@ pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// 2-core machine takes tens of seconds.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// How a control plane is started beyond its nodes.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Record every write request (create, update, patch, delete) in the API server's
+    /// audit log, `audit.log` in [`ControlPlane::dir`]: who wrote (user and user agent),
+    /// what, and the answer's code. Benchmarks count writes per client from it.
+    pub audit_writes: bool,
+}
+
+/// The audit policy of [`Options::audit_writes`]: writes at the Metadata level, once each
+/// (when answered), nothing else.
+const AUDIT_WRITES_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+";
+
 /// The built binaries.
 #[derive(Clone, Debug)]
 pub struct Binaries {
@@ -118,6 +138,14 @@ impl ControlPlane {
     /// Starts a control plane with the nodes of `config` and waits until it serves, its
     /// controllers run and every node is Ready.
     pub async fn start(config: &ClusterConfig) -> anyhow::Result<ControlPlane> {
+        ControlPlane::start_with(config, &Options::default()).await
+    }
+
+    /// [`ControlPlane::start`], with `options`.
+    pub async fn start_with(
+        config: &ClusterConfig,
+        options: &Options,
+    ) -> anyhow::Result<ControlPlane> {
         capstan_api::install_crypto_provider();
         let binaries = Binaries::locate()?;
         let dir = tempfile::Builder::new()
@@ -152,6 +180,17 @@ impl ControlPlane {
                 "--log-level=warn".into(),
             ],
         )?;
+        let mut audit = Vec::new();
+        if options.audit_writes {
+            let policy = root.join("audit-policy.yaml");
+            std::fs::write(&policy, AUDIT_WRITES_POLICY)?;
+            audit = vec![
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", root.join("audit.log").display()),
+                // One file for the whole run: a rotated log would lose counted writes.
+                "--audit-log-maxsize=100000".into(),
+            ];
+        }
         plane.spawn(
             "kube-apiserver",
             &binaries,
@@ -177,7 +216,10 @@ impl ControlPlane {
                 // KMM's worker pods are privileged.
                 "--allow-privileged=true".into(),
                 "--profiling=false".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(audit)
+            .collect::<Vec<_>>(),
         )?;
 
         let admin = kubeconfig(&plane.server, &pki.ca_pem, &pki.admin, "admin")?;
@@ -284,6 +326,11 @@ impl ControlPlane {
     /// The administrator's kubeconfig (YAML, certificates inline).
     pub fn kubeconfig(&self) -> String {
         self.kubeconfig.clone()
+    }
+
+    /// The API server's audit log, when started with [`Options::audit_writes`].
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.path().join("audit.log")
     }
 
     /// The API server's URL.

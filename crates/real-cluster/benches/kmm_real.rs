@@ -1,0 +1,519 @@
+//! KMM controllers on the real kube-apiserver: capstan's Module -> NMC and NMC controllers,
+//! then upstream KMM's operator manager, each load 10 Modules onto a fleet of kwok worker
+//! nodes from empty. Each system gets a fresh control plane of the same build and the same
+//! fleet, one after the other in the same run, so neither inherits the other's objects.
+//!
+//! Measured per system: the time from the Modules' creation until every NodeModulesConfig
+//! status lists all 10 modules; the API writes its client made until then (from the API
+//! server's audit log, by user agent), per (node, module) pair; its process's CPU seconds
+//! and peak memory (VmHWM); and its writes in the 30 s after convergence (should be 0).
+//! kwok plays the kubelets: worker pods and KMM's image-pull pods succeed at once.
+//!
+//! ```sh
+//! hack/real-cluster/build && hack/real-cluster/kmm/build
+//! KMM_REAL_NODES=1000 cargo bench -p capstan-real-cluster --bench kmm_real
+//! ```
+//!
+//! `KMM_REAL_NODES` lists the fleet sizes (default `1000,5000`). Upstream's manager is
+//! looked up in `$CAPSTAN_KMM_MANAGER`, else the cache `hack/real-cluster/kmm/build` fills;
+//! when it is missing the table says so and capstan is measured alone.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use capstan::controllers::{self, Context, Selection};
+use capstan_api::module::Module;
+use capstan_api::nmc::NodeModulesConfig;
+use capstan_cluster::sim::config::ClusterConfig;
+use capstan_real_cluster::{ControlPlane, Options, cache_dir, install_crds};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const MODULES: usize = 10;
+const NAMESPACE: &str = "kmm-bench";
+/// The namespace upstream's manager reads its configuration from.
+const OPERATOR_NAMESPACE: &str = "kmm-operator-system";
+const OPERATOR_CONFIG: &str = "kmm-operator-manager-config";
+const STEADY: Duration = Duration::from_secs(30);
+const DEADLINE: Duration = Duration::from_secs(1800);
+const POLL: Duration = Duration::from_secs(1);
+/// The user agent capstan's controllers send, so the audit log tells their writes apart.
+const CAPSTAN_AGENT: &str = "capstan-kmm-real";
+/// client-go's default user agent starts with the binary's name: upstream's is `manager`.
+const KMM_AGENT_PREFIX: &str = "manager/";
+/// Set to a kubeconfig's path, it makes this binary capstan's controllers' process.
+const CONTROLLERS_ENV: &str = "CAPSTAN_KMM_REAL_CONTROLLERS";
+const NODES_ENV: &str = "KMM_REAL_NODES";
+const MANAGER_ENV: &str = "CAPSTAN_KMM_MANAGER";
+/// The configuration upstream's manager reads from its ConfigMap: no leader election (a
+/// single replica; capstan elects none either), no metrics or health servers; its
+/// webhooks are a separate binary (`cmd/webhook-server`), not run.
+const KMM_CONFIG: &str = "healthProbeBindAddress: \"0\"
+leaderElection:
+  enabled: false
+  resourceID: kmm.sigs.x-k8s.io
+metrics:
+  bindAddress: \"0\"
+  enableAuthnAuthz: false
+  secureServing: false
+";
+
+#[derive(Clone, Copy, PartialEq)]
+enum System {
+    Capstan,
+    Kmm,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Capstan => "capstan",
+            System::Kmm => "kmm",
+        }
+    }
+
+    fn is_client(self, agent: &str) -> bool {
+        match self {
+            System::Capstan => agent == CAPSTAN_AGENT,
+            System::Kmm => agent.starts_with(KMM_AGENT_PREFIX),
+        }
+    }
+}
+
+/// What one system did on one fleet.
+struct Run {
+    converge: Duration,
+    writes: Writes,
+    cpu_seconds: f64,
+    peak_mib: f64,
+    steady: Writes,
+}
+
+/// Writes by (verb, resource[/subresource]), from the audit log.
+#[derive(Default)]
+struct Writes(BTreeMap<String, u64>);
+
+impl Writes {
+    fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    fn since(&self, before: &Writes) -> Writes {
+        Writes(
+            self.0
+                .iter()
+                .map(|(k, n)| (k.clone(), n - before.0.get(k).copied().unwrap_or(0)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        )
+    }
+
+    fn summary(&self) -> String {
+        if self.0.is_empty() {
+            return "none".into();
+        }
+        self.0
+            .iter()
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The writes of `system`'s client in the audit log at `path`.
+fn audited_writes(path: &Path, system: System) -> Writes {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut writes = Writes::default();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if !system.is_client(event["userAgent"].as_str().unwrap_or_default()) {
+            continue;
+        }
+        let object = &event["objectRef"];
+        let mut what = format!(
+            "{} {}",
+            event["verb"].as_str().unwrap_or_default(),
+            object["resource"].as_str().unwrap_or_default()
+        );
+        if let Some(sub) = object["subresource"].as_str() {
+            what.push('/');
+            what.push_str(sub);
+        }
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        if code >= 400 {
+            what.push_str(&format!(" ({code})"));
+        }
+        *writes.0.entry(what).or_default() += 1;
+    }
+    writes
+}
+
+/// CPU seconds (user and system) of the process `pid`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|t| t.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name; 100 ticks/s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// VmHWM (peak resident memory) of the process `pid`, in MiB.
+fn peak_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// The default cluster's control-plane node and `workers` copies of its first worker.
+fn fleet(workers: usize) -> ClusterConfig {
+    let mut config = ClusterConfig::default_cluster();
+    let worker = config
+        .nodes
+        .iter()
+        .find(|n| n.role == "worker")
+        .cloned()
+        .expect("the default cluster has workers");
+    config.nodes.retain(|n| n.role != "worker");
+    config.nodes.extend((0..workers).map(|i| {
+        let mut node = worker.clone();
+        node.name = format!("worker-{i:05}");
+        node
+    }));
+    config
+}
+
+fn module(i: usize) -> Module {
+    serde_json::from_value(json!({
+        "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
+        "kind": "Module",
+        "metadata": {"name": format!("kmod-{i}"), "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"node-role.kubernetes.io/worker": ""},
+            "moduleLoader": {"container": {
+                "modprobe": {"moduleName": format!("kmod_{i}")},
+                "kernelMappings": [{
+                    "regexp": "^.+$",
+                    "containerImage": format!("registry.example/kmod-{i}:${{KERNEL_FULL_VERSION}}"),
+                }],
+            }},
+        },
+    }))
+    .expect("module")
+}
+
+/// How many NMCs list all [`MODULES`] modules in their status.
+async fn complete_nmcs(client: &kube::Client) -> usize {
+    let resource = ApiResource::erase::<NodeModulesConfig>(&());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    api.list(&ListParams::default())
+        .await
+        .map(|list| {
+            list.items
+                .iter()
+                .filter(|nmc| {
+                    nmc.data["status"]["modules"]
+                        .as_array()
+                        .is_some_and(|m| m.len() == MODULES)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Upstream's CRDs that capstan does not serve (ModuleImagesConfig, ModuleBuildSignConfig,
+/// PreflightValidation): upstream's manager watches them.
+fn upstream_only_crds(dir: &Path) -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    let ours: Vec<String> = capstan_api::crds::all()
+        .into_iter()
+        .filter_map(|crd| crd.metadata.name)
+        .collect();
+    let mut crds = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let text = std::fs::read_to_string(entry?.path())?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
+        if !ours.contains(crd.metadata.name.as_ref().expect("named CRD")) {
+            crds.push(crd);
+        }
+    }
+    Ok(crds)
+}
+
+/// Upstream's manager binary and CRDs, where `hack/real-cluster/kmm/build` puts them.
+fn upstream() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let dir = cache_dir().join("real-cluster").join("kmm");
+    let manager = std::env::var_os(MANAGER_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.join("manager"));
+    let crds = dir.join("crds");
+    anyhow::ensure!(
+        manager.is_file() && crds.is_dir(),
+        "{} or {} is missing: build upstream KMM with hack/real-cluster/kmm/build",
+        manager.display(),
+        crds.display()
+    );
+    Ok((manager, crds))
+}
+
+/// Where the controllers' logs are kept after the control plane's directory is gone.
+fn log_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join("capstan-kmm-real");
+    std::fs::create_dir_all(&dir).expect("log directory");
+    dir
+}
+
+/// The controllers of `system`, started against `plane`.
+async fn start_controllers(
+    system: System,
+    plane: &ControlPlane,
+    client: &kube::Client,
+    workers: usize,
+) -> anyhow::Result<Child> {
+    let kubeconfig = plane.dir().join("admin.kubeconfig");
+    let log = std::fs::File::create(log_dir().join(format!("{}-{workers}.log", system.name())))?;
+    let mut command = match system {
+        System::Capstan => {
+            let mut command = Command::new(std::env::current_exe()?);
+            command.env(CONTROLLERS_ENV, &kubeconfig);
+            command
+        }
+        System::Kmm => {
+            let (manager, crds) = upstream()?;
+            install_crds(client, upstream_only_crds(&crds)?).await?;
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            namespaces
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": OPERATOR_NAMESPACE}}))?,
+                )
+                .await?;
+            let config: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": OPERATOR_CONFIG, "namespace": OPERATOR_NAMESPACE},
+                "data": {"controller_config.yaml": KMM_CONFIG},
+            }))?;
+            Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+                .create(&PostParams::default(), &config)
+                .await?;
+            let mut command = Command::new(manager);
+            command
+                .arg(format!("--config={OPERATOR_CONFIG}"))
+                .env("KUBECONFIG", &kubeconfig)
+                .env("OPERATOR_NAMESPACE", OPERATOR_NAMESPACE)
+                .env("RELATED_IMAGE_WORKER", "registry.example/kmm-worker:v2.6.0");
+            command
+        }
+    };
+    Ok(command
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
+
+/// Loads [`MODULES`] Modules onto `workers` nodes with `system`'s controllers.
+async fn run(system: System, workers: usize) -> anyhow::Result<Run> {
+    let started = Instant::now();
+    let plane = ControlPlane::start_with(&fleet(workers), &Options { audit_writes: true }).await?;
+    eprintln!(
+        "{} x{workers}: control plane up in {:.0?}",
+        system.name(),
+        started.elapsed()
+    );
+    let client = plane.client().await?;
+    install_crds(&client, capstan_api::crds::all()).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
+        )
+        .await?;
+    let mut child = start_controllers(system, &plane, &client, workers).await?;
+    let pid = child.id();
+    let result = measure(system, &plane, &client, workers, pid).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    plane.shutdown().await;
+    result
+}
+
+async fn measure(
+    system: System,
+    plane: &ControlPlane,
+    client: &kube::Client,
+    workers: usize,
+    pid: u32,
+) -> anyhow::Result<Run> {
+    let modules: Api<Module> = Api::namespaced(client.clone(), NAMESPACE);
+    let started = Instant::now();
+    for i in 0..MODULES {
+        modules.create(&PostParams::default(), &module(i)).await?;
+    }
+    loop {
+        let complete = complete_nmcs(client).await;
+        if complete == workers {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < DEADLINE,
+            "{}: {complete} of {workers} NMCs complete after {DEADLINE:?}",
+            system.name()
+        );
+        anyhow::ensure!(
+            std::fs::metadata(format!("/proc/{pid}")).is_ok(),
+            "{}'s controllers exited (log in {})",
+            system.name(),
+            log_dir().display()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let converge = started.elapsed();
+    let cpu = cpu_seconds(pid);
+    let writes = audited_writes(&plane.audit_log(), system);
+    eprintln!(
+        "{} x{workers}: converged in {converge:.1?}, {} writes",
+        system.name(),
+        writes.total()
+    );
+    tokio::time::sleep(STEADY).await;
+    let steady = audited_writes(&plane.audit_log(), system).since(&writes);
+    Ok(Run {
+        converge,
+        writes,
+        cpu_seconds: cpu,
+        peak_mib: peak_mib(pid),
+        steady,
+    })
+}
+
+/// The controllers' process: capstan's Module -> NMC and NMC controllers until killed.
+async fn controllers_process(kubeconfig: &Path) {
+    capstan_api::install_crypto_provider();
+    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig parses");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(CAPSTAN_AGENT),
+    ));
+    let client = kube::Client::try_from(config).expect("client");
+    let selection: Selection = "module-nmc,nmc".parse().expect("selection");
+    controllers::run(Context::new(client, CancellationToken::new()), &selection).await;
+}
+
+fn ratio(capstan: f64, kmm: f64) -> String {
+    if capstan > 0.0 {
+        format!("{:.1}x", kmm / capstan)
+    } else if kmm > 0.0 {
+        "capstan 0".into()
+    } else {
+        "-".into()
+    }
+}
+
+/// A row of the table: its label, its value from a run and the (node, module) pairs, and
+/// its decimals.
+type Row = (&'static str, fn(&Run, f64) -> f64, usize);
+
+fn print_table(results: &[(usize, anyhow::Result<Run>, anyhow::Result<Run>)]) {
+    println!("\nKMM controllers on the real kube-apiserver (kwok nodes x {MODULES} Modules)\n");
+    println!("| nodes | measure | capstan | upstream KMM v2.6.0 | KMM / capstan |");
+    println!("|---:|---|---:|---:|---:|");
+    for (workers, capstan, kmm) in results {
+        let pairs = (*workers * MODULES) as f64;
+        let rows: [Row; 5] = [
+            ("time to converge (s)", |r, _| r.converge.as_secs_f64(), 1),
+            (
+                "API writes per (node, module)",
+                |r, p| r.writes.total() as f64 / p,
+                2,
+            ),
+            ("CPU seconds", |r, _| r.cpu_seconds, 1),
+            ("peak memory (MiB)", |r, _| r.peak_mib, 0),
+            (
+                "writes in 30 s after convergence",
+                |r, _| r.steady.total() as f64,
+                0,
+            ),
+        ];
+        for (label, value, digits) in rows {
+            let cell = |run: &anyhow::Result<Run>| match run {
+                Ok(run) => format!("{:.*}", digits, value(run, pairs)),
+                Err(_) => "not run".into(),
+            };
+            let share = match (capstan, kmm) {
+                (Ok(c), Ok(k)) => ratio(value(c, pairs), value(k, pairs)),
+                _ => "-".into(),
+            };
+            println!(
+                "| {workers} | {label} | {} | {} | {share} |",
+                cell(capstan),
+                cell(kmm)
+            );
+        }
+    }
+    for (workers, capstan, kmm) in results {
+        for (name, run) in [("capstan", capstan), ("upstream KMM", kmm)] {
+            match run {
+                Ok(run) => println!(
+                    "\n{name} x{workers}: {} writes to converge: {}\n{name} x{workers}: steady state: {}",
+                    run.writes.total(),
+                    run.writes.summary(),
+                    run.steady.summary()
+                ),
+                Err(error) => println!("\n{name} x{workers}: not run: {error:#}"),
+            }
+        }
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    if let Some(kubeconfig) = std::env::var_os(CONTROLLERS_ENV) {
+        runtime.block_on(controllers_process(Path::new(&kubeconfig)));
+        return;
+    }
+    let sizes: Vec<usize> = std::env::var(NODES_ENV)
+        .unwrap_or_else(|_| "1000,5000".into())
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("KMM_REAL_NODES: node counts like 1000,5000")
+        })
+        .collect();
+    let mut results = Vec::new();
+    for workers in sizes {
+        let capstan = runtime.block_on(run(System::Capstan, workers));
+        if let Err(error) = &capstan {
+            eprintln!("capstan x{workers}: {error:#}");
+        }
+        let kmm = runtime.block_on(run(System::Kmm, workers));
+        if let Err(error) = &kmm {
+            eprintln!("upstream KMM x{workers}: {error:#}");
+        }
+        results.push((workers, capstan, kmm));
+    }
+    print_table(&results);
+}
