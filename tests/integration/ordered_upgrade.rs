@@ -65,7 +65,13 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
     capstan.take_head().await;
     let timelines = upgrade::timeline::watch(&client, NS, "my_kmod");
     for node in nodes {
-        assert_eq!(upgrade::loaded_version(&cluster, &client, node).await.as_deref(), Some("v1"), "{node}");
+        assert_eq!(
+            upgrade::loaded_version(&cluster, &client, node)
+                .await
+                .as_deref(),
+            Some("v1"),
+            "{node}"
+        );
     }
 
     // Commit 2: the Module at v2, version and images together. Nothing moves on the nodes;
@@ -91,7 +97,9 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
     .await;
     for node in nodes {
         assert_eq!(
-            upgrade::loaded_version(&cluster, &client, node).await.as_deref(),
+            upgrade::loaded_version(&cluster, &client, node)
+                .await
+                .as_deref(),
             Some("v1"),
             "{node} is untouched"
         );
@@ -105,9 +113,20 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
     );
     plan_accepts_head(repo.path());
     capstan.take_head().await;
-    assert_eq!(upgrade::loaded_version(&cluster, &client, "worker-1").await.as_deref(), Some("v2"));
+    assert_eq!(
+        upgrade::loaded_version(&cluster, &client, "worker-1")
+            .await
+            .as_deref(),
+        Some("v2")
+    );
     for node in ["worker-2", "worker-3"] {
-        assert_eq!(upgrade::loaded_version(&cluster, &client, node).await.as_deref(), Some("v1"), "{node} waits");
+        assert_eq!(
+            upgrade::loaded_version(&cluster, &client, node)
+                .await
+                .as_deref(),
+            Some("v1"),
+            "{node} waits"
+        );
         assert!(step_records(&client, node, "v2").await.is_empty(), "{node}");
     }
     let records = step_records(&client, "worker-1", "v2").await;
@@ -165,7 +184,13 @@ async fn nodes_move_one_at_a_time_through_the_four_steps_of_their_commit(mode: M
         "worker-3 started ({first_of_third}) before worker-2 finished ({last_of_second})"
     );
     for node in nodes {
-        assert_eq!(upgrade::loaded_version(&cluster, &client, node).await.as_deref(), Some("v2"), "{node}");
+        assert_eq!(
+            upgrade::loaded_version(&cluster, &client, node)
+                .await
+                .as_deref(),
+            Some("v2"),
+            "{node}"
+        );
     }
     wait_until("the v1 device plugin is gone", || async {
         !daemon_sets

@@ -52,10 +52,7 @@ fn sync_once_with(
     )
 }
 
-fn write_kubeconfig(
-    cluster: &common::TestCluster,
-    dir: &std::path::Path,
-) -> std::path::PathBuf {
+fn write_kubeconfig(cluster: &common::TestCluster, dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");
     std::fs::write(&path, cluster.kubeconfig()).expect("kubeconfig");
     path

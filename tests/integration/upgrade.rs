@@ -171,7 +171,10 @@ pub async fn loaded_version(
             .and_then(|module| module.version);
     }
     let nmcs: Api<capstan_api::nmc::NodeModulesConfig> = Api::all(client.clone());
-    let nmc = nmcs.get_opt(node).await.expect("read the NodeModulesConfig")?;
+    let nmc = nmcs
+        .get_opt(node)
+        .await
+        .expect("read the NodeModulesConfig")?;
     let key = capstan_api::labels::ModuleKey::new(NS, "my-kmod").expect("module key");
     nmc.status_module(&key)
         .map(|status| status.version.clone())

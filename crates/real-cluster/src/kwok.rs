@@ -140,16 +140,23 @@ mod tests {
         let stages = completion_stages(&["registry.example/broken:v1".to_string()]);
         assert_eq!(stages.len(), 2);
         let (broken, healthy) = (&stages[0], &stages[1]);
-        assert!(broken.contains("name: pod-worker-image-broken-0"), "{broken}");
+        assert!(
+            broken.contains("name: pod-worker-image-broken-0"),
+            "{broken}"
+        );
         assert!(broken.contains("phase: Failed") && broken.contains("exitCode: 1"));
         assert!(
-            broken.contains("contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'In'"),
+            broken.contains(
+                "contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'In'"
+            ),
             "{broken}"
         );
         assert!(healthy.contains("name: pod-run-to-completion"));
         assert!(healthy.contains("phase: Succeeded") && healthy.contains("exitCode: 0"));
         assert!(
-            healthy.contains("contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'NotIn'"),
+            healthy.contains(
+                "contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'NotIn'"
+            ),
             "{healthy}"
         );
     }
@@ -159,6 +166,10 @@ mod tests {
         let stages = completion_stages(&[]);
         assert_eq!(stages.len(), 1);
         assert!(!stages[0].contains("containerImage"), "{}", stages[0]);
-        assert!(stages[0].contains("- 'Never'\n      - 'OnFailure'\n  next:"), "{}", stages[0]);
+        assert!(
+            stages[0].contains("- 'Never'\n      - 'OnFailure'\n  next:"),
+            "{}",
+            stages[0]
+        );
     }
 }

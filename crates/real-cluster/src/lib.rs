@@ -237,7 +237,10 @@ impl ControlPlane {
         )?;
         let admin_path = root.join("admin.kubeconfig");
         std::fs::write(&admin_path, &admin)?;
-        std::fs::write(root.join("controller-manager.kubeconfig"), &controller_manager)?;
+        std::fs::write(
+            root.join("controller-manager.kubeconfig"),
+            &controller_manager,
+        )?;
         std::fs::write(root.join("scheduler.kubeconfig"), &scheduler)?;
         plane.kubeconfig = admin;
         let client = plane.client().await?;
@@ -281,7 +284,10 @@ impl ControlPlane {
             ],
         )?;
         let kwok_config = root.join("kwok.yaml");
-        std::fs::write(&kwok_config, kwok::config(&binaries.kwok_stages(), &config.broken_images)?)?;
+        std::fs::write(
+            &kwok_config,
+            kwok::config(&binaries.kwok_stages(), &config.broken_images)?,
+        )?;
         plane.spawn(
             "kwok",
             &binaries,
@@ -369,8 +375,7 @@ impl ControlPlane {
                     libc::kill(pid as libc::pid_t, libc::SIGTERM);
                 }
             }
-            let stopped =
-                tokio::time::timeout(Duration::from_secs(5), process.child.wait()).await;
+            let stopped = tokio::time::timeout(Duration::from_secs(5), process.child.wait()).await;
             if stopped.is_err() {
                 let _ = process.child.kill().await;
             }

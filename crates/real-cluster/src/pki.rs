@@ -62,7 +62,14 @@ pub fn create(dir: &Path) -> anyhow::Result<Pki> {
         "kubernetes.default.svc",
         "kubernetes.default.svc.cluster.local",
     ];
-    let apiserver = issue(dir, "apiserver", &issuer, "kube-apiserver", &[], &serving_names)?;
+    let apiserver = issue(
+        dir,
+        "apiserver",
+        &issuer,
+        "kube-apiserver",
+        &[],
+        &serving_names,
+    )?;
     let admin = issue(dir, "admin", &issuer, "admin", &["system:masters"], &[])?;
     let controller_manager = issue(
         dir,

@@ -1,6 +1,5 @@
 //! `load` and `check_transition` on whole commits, one test per question a user would ask.
 
-
 use serde_json::json;
 
 use super::*;

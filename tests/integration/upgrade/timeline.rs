@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use capstan_api::nmc::NodeModulesConfig;
 use capstan_cluster::sim::nodes::{self, KERNEL_GROUP, KERNEL_KIND, KERNEL_VERSION, KERNELS};
-use serde_json::Value;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt as _, watcher};
+use serde_json::Value;
 use tokio::task::JoinHandle;
 
 /// One node's timeline.
@@ -106,7 +106,8 @@ pub fn watch(client: &kube::Client, namespace: &str, kernel_module: &str) -> Tim
                 .flatten()
                 .find(|entry| {
                     entry["namespace"] == namespace.as_str()
-                        && entry.pointer("/config/modprobe/moduleName") == Some(&Value::from(kernel_module.as_str()))
+                        && entry.pointer("/config/modprobe/moduleName")
+                            == Some(&Value::from(kernel_module.as_str()))
                 })
                 .map(|entry| entry["version"].as_str().unwrap_or_default().to_string())
         })
