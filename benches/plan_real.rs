@@ -146,21 +146,6 @@ struct Run {
     stderr: String,
 }
 
-/// `struct rusage` of 64-bit Linux: two `timeval`s, then 14 `long`s, `ru_maxrss` (KiB)
-/// first. Declared here because the package has no `libc` dependency for benchmarks.
-#[repr(C)]
-#[derive(Default)]
-struct Rusage {
-    times: [i64; 4],
-    maxrss_kib: i64,
-    rest: [i64; 13],
-}
-
-unsafe extern "C" {
-    /// wait4(2): waits for `pid` and returns its resource usage, peak memory included.
-    fn wait4(pid: i32, status: *mut i32, options: i32, usage: *mut Rusage) -> i32;
-}
-
 /// Runs `command` to its end, reading its output as it comes, and measures it.
 #[allow(
     clippy::zombie_processes,
@@ -185,15 +170,15 @@ fn measure(mut command: Command) -> Run {
     let stdout = read(Box::new(child.stdout.take().expect("piped stdout")));
     let stderr = read(Box::new(child.stderr.take().expect("piped stderr")));
     let mut status = 0;
-    let mut usage = Rusage::default();
-    // SAFETY: waits for our own child, whose pid we hold, into memory laid out as the C
-    // library's; `child` is not waited on again.
-    let waited = unsafe { wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child, whose pid we
+    // hold, and `child` is not waited on again.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
     let wall = started.elapsed();
     assert!(waited > 0, "wait4: {}", std::io::Error::last_os_error());
     Run {
         wall,
-        peak_rss_mib: usage.maxrss_kib as f64 / 1024.0,
+        peak_rss_mib: usage.ru_maxrss as f64 / 1024.0,
         status: ExitStatus::from_raw(status),
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
