@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-pub use capstan_cluster::testing::{cluster_revision, is_ready};
+pub use capstan_cluster::testing::is_ready;
 pub use capstan_testing::*;
 
 use capstan_cluster::sim::Simulation;
@@ -133,6 +133,48 @@ pub async fn start_with(options: ClusterOptions) -> (TestCluster, kube::Client) 
     }
     let (cluster, client) = capstan_cluster::testing::start_with(options).await;
     (TestCluster::Embedded(cluster), client)
+}
+
+/// What moves with every write to the cluster, background writers' aside. On the
+/// embedded cluster, its resourceVersion. On a real server the global revision also moves
+/// with the Leases that kwok's kubelets and kube-apiserver renew every few seconds, so it
+/// is a digest of every object's resourceVersion (deletions and creations included) but
+/// Leases'.
+pub async fn cluster_revision(client: &kube::Client) -> String {
+    use kube::discovery::{Discovery, verbs};
+    if !on_real_server() {
+        return capstan_cluster::testing::cluster_revision(client).await;
+    }
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let mut seen = Vec::new();
+    for group in discovery.groups() {
+        for (resource, capabilities) in group.recommended_resources() {
+            if !capabilities.supports_operation(verbs::LIST) || resource.kind == "Lease" {
+                continue;
+            }
+            let api: kube::Api<kube::api::DynamicObject> =
+                kube::Api::all_with(client.clone(), &resource);
+            let list = api
+                .list_metadata(&kube::api::ListParams::default())
+                .await
+                .unwrap_or_else(|err| panic!("list {}: {err}", resource.plural));
+            for item in list.items {
+                seen.push(format!(
+                    "{}/{}/{}/{}/{}",
+                    resource.group,
+                    resource.plural,
+                    item.metadata.namespace.unwrap_or_default(),
+                    item.metadata.name.unwrap_or_default(),
+                    item.metadata.resource_version.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    seen.sort();
+    capstan_api::canonical::sha256_hex(seen.join("\n").as_bytes(), 32)
 }
 
 /// A syncer of the repository at `repo` into the cluster of `client`.
