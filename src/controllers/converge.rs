@@ -10,7 +10,9 @@
 //! - device plugins: every device-plugin DaemonSet has rolled out (`numberReady` equals
 //!   `desiredNumberScheduled` for its current generation);
 //! - version labels: every node's internal version labels have caught up with its
-//!   version-module labels.
+//!   version-module labels, and no node's ordered upgrade still waits for its last step
+//!   (the labels catch up before step 4 is seen: the device plugin pod may not run yet,
+//!   and a DaemonSet's status can lag the node label that schedules it).
 //!
 //! The check reads; it never writes. [`check`] returns what is still pending, one line per
 //! thing, so a waiting `--once` can say what it waits for.
@@ -25,7 +27,8 @@ use kube::{Client, ResourceExt};
 use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
 use super::{ControllerName, Selection};
-use capstan_api::labels::{self, ModuleLabel};
+use super::version_labels::Progress;
+use capstan_api::labels::{self, ModuleKey, ModuleLabel};
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
 
@@ -161,6 +164,20 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
     }
 
     if selection.contains(ControllerName::VersionLabels) {
+        for node in &nodes {
+            for (annotation, value) in node.annotations() {
+                let Some(key) = ModuleKey::from_upgrade_annotation(annotation) else {
+                    continue;
+                };
+                if Progress::from_annotation(value).is_some_and(|p| p.upgrading()) {
+                    pending.push(format!(
+                        "node {} has not finished its upgrade of {}",
+                        node.name_any(),
+                        key
+                    ));
+                }
+            }
+        }
         for node in &facts {
             for (label, value) in &node.labels {
                 for (kind, key) in ModuleLabel::parse(label) {
