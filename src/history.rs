@@ -71,6 +71,28 @@ pub fn record_name(spec: &HistoryRecordSpec) -> String {
                 &spec.commit.sha,
             ])
         ),
+        RecordType::Drain => format!(
+            "drain-{}-{}",
+            spec.commit.short_sha,
+            hash(&[
+                &spec.sync,
+                spec.node.as_deref().unwrap_or(""),
+                spec.to_version.as_deref().unwrap_or(""),
+                spec.step.as_deref().unwrap_or(""),
+                &spec.commit.sha,
+            ])
+        ),
+        // A strategy's message names the drain it belongs to (the cordon's time) and the
+        // pods it acts on, so the same action after a restart finds its record.
+        RecordType::DrainStrategy => format!(
+            "strategy-{}",
+            hash(&[
+                &spec.sync,
+                spec.node.as_deref().unwrap_or(""),
+                spec.step.as_deref().unwrap_or(""),
+                &spec.message,
+            ])
+        ),
         RecordType::Sync => format!(
             "sync-{}-{}",
             spec.commit.short_sha,
@@ -112,6 +134,9 @@ pub async fn write_record(
     let api: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
     let (before, after) = match spec.type_ {
         RecordType::UpgradeStep => ("upgrade.record.before", "upgrade.record.after"),
+        RecordType::Drain | RecordType::DrainStrategy => {
+            ("drain.record.before", "drain.record.after")
+        }
         RecordType::Sync | RecordType::Rejected => ("sync.record.before", "sync.record.after"),
     };
     let mut record = HistoryRecord::new(&record_name(&spec), spec);

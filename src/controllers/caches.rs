@@ -34,7 +34,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::controllers::skipped_fields::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
-use capstan_api::GitSync;
+use capstan_api::{GitSync, UpgradeConfig};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels;
 use capstan_api::module::Module;
@@ -194,6 +194,8 @@ pub struct Caches {
     pub device_plugin_pods: Cache<Pod>,
     /// The `GitSync`s in `capstan-system`: the ordered-upgrade policies.
     pub syncs: Cache<GitSync>,
+    /// Every `UpgradeConfig`: the upgrade campaigns.
+    pub upgrade_configs: Cache<UpgradeConfig>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -221,6 +223,7 @@ impl Caches {
                 Api::namespaced(client.clone(), SYSTEM_NAMESPACE),
                 watcher::Config::default(),
             ),
+            upgrade_configs: Cache::new(Api::all(client.clone()), watcher::Config::default()),
             tasks: tokio::task::JoinSet::new(),
         }
     }
@@ -235,6 +238,7 @@ impl Caches {
         self.daemon_sets.start(&mut self.tasks);
         self.device_plugin_pods.start(&mut self.tasks);
         self.syncs.start(&mut self.tasks);
+        self.upgrade_configs.start(&mut self.tasks);
     }
 }
 

@@ -12,7 +12,9 @@
 //! - version labels: every node's internal version labels have caught up with its
 //!   version-module labels, and no node's ordered upgrade still waits for its last step
 //!   (the labels catch up before step 4 is seen: the device plugin pod may not run yet,
-//!   and a DaemonSet's status can lag the node label that schedules it).
+//!   and a DaemonSet's status can lag the node label that schedules it). A move an
+//!   `UpgradeConfig` campaign holds (not started yet, or failed) is not waited for: it
+//!   happens at the campaign's time, not the commit's; one due already is waited for.
 //!
 //! The check reads; it never writes. [`check`] returns what is still pending, one line per
 //! thing, so a waiting `--once` can say what it waits for.
@@ -27,9 +29,11 @@ use kube::{Client, ResourceExt};
 use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
 use super::{ControllerName, Selection};
+use super::campaign::Campaigns;
 use super::version_labels::Progress;
 use capstan_api::labels::{self, ModuleKey, ModuleLabel};
 use capstan_api::module::Module;
+use capstan_api::UpgradeConfig;
 use capstan_api::nmc::NodeModulesConfig;
 
 /// Most pending items [`check`] lists.
@@ -54,6 +58,15 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
         .map(|nmc| (nmc.name_any(), nmc))
         .collect();
     let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::from_node).collect();
+    let campaigns = match Api::<UpgradeConfig>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => Campaigns::of(&list.items),
+        // The kind is not served: no campaign.
+        Err(kube::Error::Api(status)) if status.code == 404 => Campaigns::default(),
+        Err(err) => return Err(err),
+    };
     let module_facts: Vec<ModuleFacts> = modules
         .iter()
         .filter_map(|m| ModuleFacts::from_module(m).ok())
@@ -164,6 +177,7 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
     }
 
     if selection.contains(ControllerName::VersionLabels) {
+        let now = jiff::Timestamp::now();
         for node in &nodes {
             for (annotation, value) in node.annotations() {
                 let Some(key) = ModuleKey::from_upgrade_annotation(annotation) else {
@@ -188,7 +202,13 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
                     }
                     let worker = node.labels.get(&key.version_worker_pod_label());
                     let plugin = node.labels.get(&key.version_device_plugin_label());
-                    if worker != Some(value) || plugin != Some(value) {
+                    // A campaign due already is about to start: its moves are waited for.
+                    let held = campaigns.get(Some(value)).is_some_and(|campaign| {
+                        campaign.failed()
+                            || (!campaign.started()
+                                && campaign.upgrade_at.is_some_and(|at| at > now))
+                    });
+                    if !held && (worker != Some(value) || plugin != Some(value)) {
                         pending.push(format!(
                             "node {} is moving {} to version {value}",
                             node.name, key

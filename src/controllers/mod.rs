@@ -17,6 +17,9 @@
 //! - [`version_labels`]: the ordered upgrade of seed 002: per node and versioned Module, the
 //!   internal version labels, one step at a time, under the `maxNodesInFlight` and
 //!   `requirePullRequest` policy, every step recorded against its commit.
+//! - [`nodekeeper`]: managed-upgrade-operator's nodekeeper: under an Upgrading campaign,
+//!   forces the drain of a cordoned node past its timeouts, and raises
+//!   `upgradeoperator_node_drain_timeout` (gauges in [`metrics`]).
 //!
 //! [`run`] starts the controllers a [`Selection`] names (`capstan sync --controllers`) and
 //! returns when the [`Context`]'s shutdown token is cancelled.
@@ -27,16 +30,20 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 pub mod caches;
+pub mod campaign;
 pub mod context;
 pub mod converge;
 pub mod device_plugin;
+pub mod drain;
 pub mod failures;
 #[cfg(test)]
 pub mod fixtures;
 pub mod kernel_mapping;
+pub mod metrics;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;
+pub mod nodekeeper;
 pub mod skipped_fields;
 pub mod version_labels;
 
@@ -53,15 +60,24 @@ pub enum ControllerName {
     DevicePlugin,
     /// The ordered-upgrade version-label state machine.
     VersionLabels,
+    /// `UpgradeConfig` campaigns: their status history and phases.
+    Campaigns,
+    /// Drains (evictions) of the nodes capstan cordoned under a campaign.
+    Drain,
+    /// MUO's nodekeeper: forces drains that outlast their timeouts.
+    Nodekeeper,
 }
 
 impl ControllerName {
     /// Every controller, in the order they start.
-    pub const ALL: [ControllerName; 4] = [
+    pub const ALL: [ControllerName; 7] = [
         ControllerName::ModuleNmc,
         ControllerName::Nmc,
         ControllerName::DevicePlugin,
         ControllerName::VersionLabels,
+        ControllerName::Campaigns,
+        ControllerName::Drain,
+        ControllerName::Nodekeeper,
     ];
 
     /// The name `--controllers` uses.
@@ -71,6 +87,9 @@ impl ControllerName {
             ControllerName::Nmc => "nmc",
             ControllerName::DevicePlugin => "device-plugin",
             ControllerName::VersionLabels => "version-labels",
+            ControllerName::Campaigns => "campaigns",
+            ControllerName::Drain => "drain",
+            ControllerName::Nodekeeper => "nodekeeper",
         }
     }
 }
@@ -170,6 +189,15 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
             ControllerName::VersionLabels => {
                 tasks.spawn(version_labels::reconciler::run(ctx, &caches));
             }
+            ControllerName::Campaigns => {
+                tasks.spawn(campaign::reconciler::run(ctx, &caches));
+            }
+            ControllerName::Drain => {
+                tasks.spawn(drain::reconciler::run(ctx, &caches));
+            }
+            ControllerName::Nodekeeper => {
+                tasks.spawn(nodekeeper::reconciler::run(ctx, &caches));
+            }
         }
     }
     caches.start();
@@ -208,7 +236,7 @@ mod tests {
         }
         assert_eq!(
             Selection::all().to_string(),
-            "module-nmc,nmc,device-plugin,version-labels"
+            "module-nmc,nmc,device-plugin,version-labels,campaigns,drain,nodekeeper"
         );
     }
 }

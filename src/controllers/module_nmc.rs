@@ -9,6 +9,7 @@
 //! | --- | --- |
 //! | Module being deleted | remove the entry |
 //! | node not targeted by the selector | remove the entry |
+//! | node tainted (`NoSchedule`/`NoExecute`, the cordon aside) and the Module does not tolerate it | remove the entry |
 //! | Module without `moduleLoader` | remove the entry |
 //! | no kernel mapping for the node's kernel | remove the entry (nothing when there is none) |
 //! | `version` unset | set the entry |
@@ -63,9 +64,10 @@ impl ModuleFacts {
         self.object.metadata.deletion_timestamp.is_some()
     }
 
-    /// True when the Module's selector matches the node, whatever the node's state.
+    /// True when the Module's selector matches the node and the Module tolerates the node's
+    /// taints (the cordon's aside: see [`NodeFacts::targetable`]), whatever the node's state.
     pub fn targets(&self, node: &NodeFacts) -> bool {
-        self.selects(&node.labels)
+        self.selects(&node.labels) && node.targetable(&self.object.spec.tolerations)
     }
 
     /// True when the Module's selector matches a node with these labels.
@@ -391,7 +393,48 @@ mod tests {
             unschedulable: true,
             ..gpu_node()
         };
+        let taint = |key: &str, effect: &str| k8s_openapi::api::core::v1::Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Default::default()
+        };
+        let control_plane = NodeFacts {
+            taints: vec![taint("node-role.kubernetes.io/control-plane", "NoSchedule")],
+            ..gpu_node()
+        };
+        let cordon_tainted = NodeFacts {
+            unschedulable: true,
+            taints: vec![taint(capstan_api::labels::UNSCHEDULABLE_TAINT, "NoSchedule")],
+            ..gpu_node()
+        };
+        let mut tolerant = module("");
+        Arc::make_mut(&mut tolerant.object).spec.tolerations = vec![Toleration {
+            key: Some("node-role.kubernetes.io/control-plane".into()),
+            operator: Some("Exists".into()),
+            ..Toleration::default()
+        }];
         let rows = [
+            Row {
+                name: "upstream: tainted node the Module does not tolerate -> not targeted",
+                module: unversioned.clone(),
+                node: control_plane.clone(),
+                current: Some(unversioned_entry.clone()),
+                want: ("remove", EntryWhy::NotTargeted, None),
+            },
+            Row {
+                name: "upstream: tainted node the Module tolerates -> targeted",
+                module: tolerant,
+                node: control_plane,
+                current: None,
+                want: ("set", EntryWhy::Unversioned, Some(lit)),
+            },
+            Row {
+                name: "the cordon's taint never untargets a node",
+                module: unversioned.clone(),
+                node: cordon_tainted,
+                current: Some(unversioned_entry.clone()),
+                want: ("unchanged", EntryWhy::Unversioned, None),
+            },
             Row {
                 name: "seed: Version missing in Module -> update NMC spec",
                 module: unversioned.clone(),

@@ -65,6 +65,18 @@ impl NodeFacts {
         labels_match(&self.labels, selector)
     }
 
+    /// True when a Module with `tolerations` targets this node, as upstream KMM's
+    /// `GetSchedulableNodesBySelector` has it: every `NoSchedule` or `NoExecute` taint is
+    /// tolerated, but for the cordon's (`node.kubernetes.io/unschedulable`), so that
+    /// cordoning or draining a node never unloads its modules.
+    pub fn targetable(&self, tolerations: &[Toleration]) -> bool {
+        self.taints
+            .iter()
+            .filter(|taint| taint.key != UNSCHEDULABLE_TAINT)
+            .filter(|taint| matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute"))
+            .all(|taint| tolerations.iter().any(|t| toleration_matches(t, taint)))
+    }
+
     /// True when pods with `tolerations` may be placed here: every `NoSchedule` or
     /// `NoExecute` taint is tolerated, and a cordon counts as the
     /// `node.kubernetes.io/unschedulable:NoSchedule` taint.

@@ -67,6 +67,8 @@ use serde_json::{Map, Value, json};
 use capstan_api::labels::ModuleKey;
 use capstan_api::{UpgradePolicy, UpgradeStep};
 pub use policy::Policies;
+use super::campaign::Campaigns;
+use super::drain::{Cordon, DrainRecord, DrainState, DrainStep};
 use records::{StepRecord, WaitEvent, step_record, wait_event};
 
 /// The three version labels of one Module on one node.
@@ -197,6 +199,8 @@ pub enum PolicyWait {
     Slot,
     /// `requirePullRequest`, and the commit that changed the label merged no pull request.
     PullRequest,
+    /// An `UpgradeConfig` campaign rolls out the version and has not started (or failed).
+    Campaign,
 }
 
 /// Why a decision waits.
@@ -208,6 +212,8 @@ pub enum Wait {
     Policy(PolicyWait),
     /// The sync is writing a commit: the move starts once it is done.
     SyncApplying,
+    /// The upgrade runs under a campaign and its node is not drained yet.
+    Drain,
 }
 
 /// An ordered upgrade of one Module on one node, as the reconciler keeps it in the Node
@@ -239,6 +245,10 @@ pub struct Progress {
     /// The policy wait already announced (by an Event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<PolicyWait>,
+    /// The upgrade started under a campaign: its node is drained before the first step and
+    /// uncordoned after the last.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain: bool,
 }
 
 impl Progress {
@@ -293,9 +303,10 @@ pub struct NodeModuleFacts {
 }
 
 /// Whether a slot under `maxNodesInFlight` is free for the node.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Slot {
     /// The node may start (or is upgrading already).
+    #[default]
     Free,
     /// Every slot is taken.
     Taken {
@@ -309,7 +320,7 @@ pub enum Slot {
 }
 
 /// The policy gate: may this node start an upgrade now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gate {
     /// The slot.
     pub slot: Slot,
@@ -319,6 +330,11 @@ pub struct Gate {
     /// A move waits until every label of the commit is in, so that the nodes of one commit
     /// start in name order whatever order the sync's writes came in.
     pub sync_applying: bool,
+    /// The upgrade campaigns: a move to a campaign's version waits for it to start, and
+    /// then drains its node first.
+    pub campaigns: Campaigns,
+    /// The node's drain is done (its drain state says so).
+    pub drained: bool,
 }
 
 /// Where a node stands, for the slots.
@@ -338,6 +354,7 @@ pub enum Standing {
 pub fn standing<'a>(
     modules: impl IntoIterator<Item = &'a NodeModuleFacts>,
     require_pull_request: bool,
+    campaigns: &Campaigns,
 ) -> Standing {
     let mut standing = Standing::Settled;
     for facts in modules {
@@ -348,7 +365,10 @@ pub fn standing<'a>(
             continue;
         };
         let (_, pull_request) = move_commit(facts, &from, &to);
-        if require_pull_request && pull_request.is_none() {
+        let campaign_holds = campaigns
+            .get(to.as_deref())
+            .is_some_and(|campaign| !campaign.started());
+        if campaign_holds || (require_pull_request && pull_request.is_none()) {
             if standing == Standing::Settled {
                 standing = Standing::Held;
             }
@@ -502,7 +522,10 @@ fn begin_upgrade(
         };
     }
     let (revision, pull_request) = move_commit(facts, &from, &to);
-    let wait = if gate.require_pull_request && pull_request.is_none() {
+    let campaign = gate.campaigns.get(to.as_deref());
+    let wait = if campaign.is_some_and(|campaign| !campaign.started()) {
+        Some(PolicyWait::Campaign)
+    } else if gate.require_pull_request && pull_request.is_none() {
         Some(PolicyWait::PullRequest)
     } else if gate.slot != Slot::Free {
         Some(PolicyWait::Slot)
@@ -535,9 +558,11 @@ fn begin_upgrade(
     advance(
         Progress {
             started_at: Some(now),
+            drain: campaign.is_some(),
             ..progress
         },
         facts,
+        gate,
         table,
         now,
     )
@@ -582,7 +607,7 @@ fn continue_upgrade(
         progress.pull_request = facts.stamp.pull_request;
     }
     progress.waiting = None;
-    advance(progress, facts, table, now)
+    advance(progress, facts, gate, table, now)
 }
 
 /// Records the next step of `progress` if the facts show it reached; the upgrade ends with
@@ -590,9 +615,19 @@ fn continue_upgrade(
 fn advance(
     mut progress: Progress,
     facts: &NodeModuleFacts,
+    gate: &Gate,
     table: TableAction,
     now: Timestamp,
 ) -> Decision {
+    if progress.drain && !gate.drained {
+        // Nothing moves on the node before its workloads are gone.
+        return Decision {
+            outcome: Outcome::Wait(Wait::Drain),
+            step: None,
+            progress: Some(progress),
+            announce: false,
+        };
+    }
     let steps = UpgradeStep::for_move(progress.from.as_deref(), progress.to.as_deref());
     let next = steps
         .iter()
@@ -690,14 +725,18 @@ pub struct FleetNode {
 }
 
 /// Where each node of `fleet` stands, each under the policy that governs it.
-pub fn standings(fleet: &[FleetNode], policies: &Policies) -> Vec<(String, Standing)> {
+pub fn standings(
+    fleet: &[FleetNode],
+    policies: &Policies,
+    campaigns: &Campaigns,
+) -> Vec<(String, Standing)> {
     fleet
         .iter()
         .map(|node| {
             let require_pull_request = policies.policy_for(&node.name).require_pull_request;
             (
                 node.name.clone(),
-                standing(&node.modules, require_pull_request),
+                standing(&node.modules, require_pull_request, campaigns),
             )
         })
         .collect()
@@ -739,6 +778,12 @@ pub struct NodeInputs {
     /// Per Module, whether the API server listed a device-plugin pod of it on the node
     /// ([`Confirm::DevicePluginPods`]).
     pub device_plugin_pods_listed: BTreeMap<ModuleKey, bool>,
+    /// The upgrade campaigns.
+    pub campaigns: Campaigns,
+    /// The node's drain state (`capstan.dev/drain`).
+    pub drain: Option<DrainState>,
+    /// The node's cordon.
+    pub cordon: Cordon,
 }
 
 /// What a node's decision rests on that the caches cannot be trusted with: the reconciler
@@ -779,8 +824,81 @@ pub struct NodePlan {
     pub records: Vec<StepRecord>,
     /// The new policy waits.
     pub waits: Vec<WaitEvent>,
+    /// The drain this reconcile starts or ends on the node.
+    pub drain: Option<DrainChange>,
     /// When to look at the node again (`None`: on its next change).
     pub next_look: Option<Duration>,
+}
+
+/// A drain a node's reconcile starts or ends, with its record (written before the node's
+/// patch, which carries the change: see [`start_patch`] and [`end_patch`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrainChange {
+    /// Start or end.
+    pub step: DrainStep,
+    /// The state started, or the one ended.
+    pub state: DrainState,
+    /// Its record.
+    pub record: DrainRecord,
+}
+
+/// The drain change of a node after its Modules' decisions: one starts when an upgrade
+/// under a campaign runs and the node has no drain state; one ends when the node has a
+/// drain state and no upgrade under a campaign runs any more.
+pub fn drain_change(
+    inputs: &NodeInputs,
+    modules: &[ModuleDecision],
+    now: Timestamp,
+) -> Option<DrainChange> {
+    let draining = modules.iter().find_map(|m| {
+        m.decision
+            .progress
+            .as_ref()
+            .filter(|p| p.drain && p.upgrading())
+    });
+    let node = inputs.node.as_str();
+    match (draining, &inputs.drain) {
+        (Some(progress), None) => {
+            let campaign = inputs
+                .campaigns
+                .get(progress.to.as_deref())
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            let state = DrainState {
+                to: progress.to.clone(),
+                campaign,
+                revision: progress.revision.clone(),
+                pull_request: progress.pull_request,
+                cordoned_at: now,
+                was_cordoned: inputs.cordon.unschedulable,
+                drained_at: None,
+            };
+            let record = super::drain::record(
+                &inputs.policies,
+                node,
+                &state,
+                DrainStep::Cordoned,
+                now,
+            );
+            Some(DrainChange {
+                step: DrainStep::Cordoned,
+                state,
+                record,
+            })
+        }
+        (None, Some(state)) => Some(DrainChange {
+            step: DrainStep::Uncordoned,
+            state: state.clone(),
+            record: super::drain::record(
+                &inputs.policies,
+                node,
+                state,
+                DrainStep::Uncordoned,
+                now,
+            ),
+        }),
+        _ => None,
+    }
 }
 
 /// The decision of one reconcile of a node.
@@ -803,8 +921,14 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
     let own = standing(
         inputs.modules.iter().map(|(_, facts)| facts),
         policy.require_pull_request,
+        &inputs.campaigns,
     );
-    let slot = slot(node, own, &standings(&inputs.fleet, policies), &policy);
+    let slot = slot(
+        node,
+        own,
+        &standings(&inputs.fleet, policies, &inputs.campaigns),
+        &policy,
+    );
     if own == Standing::Queued && slot == Slot::Free && !inputs.fleet_listed {
         return NodeDecision::Confirm(Confirm::Slots);
     }
@@ -812,6 +936,8 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         slot,
         require_pull_request: policy.require_pull_request,
         sync_applying: policies.applying(node),
+        campaigns: inputs.campaigns.clone(),
+        drained: inputs.drain.as_ref().is_some_and(DrainState::drained),
     };
     let mut unconfirmed = Vec::new();
     let mut modules = Vec::new();
@@ -846,11 +972,13 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         .filter_map(|m| wait_event(policies, node, &m.key, &m.facts, &m.decision, &gate))
         .collect();
     let next_look = next_look(&modules);
+    let drain = drain_change(inputs, &modules, now);
     NodeDecision::Act(NodePlan {
         gate,
         modules,
         records,
         waits,
+        drain,
         next_look,
     })
 }
@@ -879,7 +1007,7 @@ pub fn next_look(modules: &[ModuleDecision]) -> Option<Duration> {
     };
     if waits(|wait| matches!(wait, Wait::Guard(_))) {
         Some(GUARD_RECHECK)
-    } else if waits(|wait| matches!(wait, Wait::Policy(_) | Wait::SyncApplying)) {
+    } else if waits(|wait| matches!(wait, Wait::Policy(_) | Wait::SyncApplying | Wait::Drain)) {
         Some(POLICY_RECHECK)
     } else if modules.iter().any(|m| m.decision.progress.is_some()) {
         Some(UPGRADE_RECHECK)
@@ -897,9 +1025,15 @@ pub fn node_patch(
     annotations: &BTreeMap<String, String>,
     modules: &[ModuleDecision],
     recorded: &BTreeMap<ModuleKey, Timestamp>,
+    drain: Option<(Map<String, Value>, Option<Value>)>,
 ) -> Option<Value> {
     let mut labels = Map::new();
     let mut changed = Map::new();
+    let mut spec = None;
+    if let Some((drain_annotations, drain_spec)) = drain {
+        changed.extend(drain_annotations);
+        spec = drain_spec;
+    }
     for m in modules {
         let key = &m.key;
         if let Outcome::Write(write) = &m.decision.outcome {
@@ -928,7 +1062,7 @@ pub fn node_patch(
             changed.insert(annotation, wanted.map_or(Value::Null, Value::String));
         }
     }
-    if labels.is_empty() && changed.is_empty() {
+    if labels.is_empty() && changed.is_empty() && spec.is_none() {
         return None;
     }
     let mut metadata = Map::new();
@@ -939,7 +1073,11 @@ pub fn node_patch(
     if !changed.is_empty() {
         metadata.insert("annotations".into(), Value::Object(changed));
     }
-    Some(json!({ "metadata": metadata }))
+    let mut patch = json!({ "metadata": metadata });
+    if let Some(spec) = spec {
+        patch["spec"] = spec;
+    }
+    Some(patch)
 }
 
 /// The wait before the next attempt after `failures` failed reconciles in a row:
@@ -1136,6 +1274,7 @@ mod tests {
             slot: Slot::Free,
             require_pull_request: false,
             sync_applying: false,
+            ..Gate::default()
         }
     }
 
@@ -1518,6 +1657,7 @@ mod tests {
             },
             require_pull_request: false,
             sync_applying: false,
+            ..Gate::default()
         }
     }
 
@@ -1592,6 +1732,7 @@ mod tests {
             slot: Slot::Free,
             require_pull_request: true,
             sync_applying: false,
+            ..Gate::default()
         };
         let mut node = Node::running("v1");
         node.relabel("v2", stamp("c2", None));
@@ -1617,6 +1758,7 @@ mod tests {
             slot: Slot::Free,
             require_pull_request: true,
             sync_applying: false,
+            ..Gate::default()
         };
         let mut node = Node::running("v1");
         node.relabel("v2", stamp("c2", Some(2)));
@@ -1691,7 +1833,7 @@ mod tests {
     fn policy(max: u32) -> UpgradePolicy {
         UpgradePolicy {
             max_nodes_in_flight: max,
-            require_pull_request: false,
+            ..UpgradePolicy::default()
         }
     }
 
@@ -1755,10 +1897,10 @@ mod tests {
             }),
             ..settled.clone()
         };
-        assert_eq!(standing([&settled], false), Standing::Settled);
-        assert_eq!(standing([&settled, &queued], false), Standing::Queued);
-        assert_eq!(standing([&queued], true), Standing::Held);
-        assert_eq!(standing([&queued, &upgrading], true), Standing::Upgrading);
+        assert_eq!(standing([&settled], false, &Campaigns::default()), Standing::Settled);
+        assert_eq!(standing([&settled, &queued], false, &Campaigns::default()), Standing::Queued);
+        assert_eq!(standing([&queued], true, &Campaigns::default()), Standing::Held);
+        assert_eq!(standing([&queued, &upgrading], true, &Campaigns::default()), Standing::Upgrading);
     }
 
     #[test]
@@ -1772,6 +1914,7 @@ mod tests {
             step: Some(OldModuleUnloaded),
             step_at: Some("2026-03-01T10:00:05.25Z".parse().unwrap()),
             waiting: None,
+            drain: true,
         };
         let text = progress.to_annotation();
         assert!(text.contains("\"step\":\"old-module-unloaded\""), "{text}");
@@ -1871,6 +2014,7 @@ mod tests {
             fleet,
             fleet_listed: false,
             device_plugin_pods_listed: BTreeMap::new(),
+            ..NodeInputs::default()
         }
     }
 
@@ -2195,7 +2339,7 @@ mod tests {
         ];
         for (name, annotations, decision, recorded, want) in rows {
             assert_eq!(
-                node_patch("7", annotations, &[decision], recorded),
+                node_patch("7", annotations, &[decision], recorded, None),
                 want,
                 "{name}"
             );

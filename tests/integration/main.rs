@@ -26,6 +26,7 @@ mod sync_follow;
 mod sync_invalid;
 mod sync_restart;
 mod sync_server;
+mod upgrade_campaigns;
 mod upstream_samples;
 mod worker_cli;
 mod worker_image;

@@ -765,6 +765,7 @@ async fn the_sync_hands_the_repository_policy_to_the_controller() {
         Some(capstan_api::UpgradePolicy {
             max_nodes_in_flight: 3,
             require_pull_request: true,
+            ..capstan_api::UpgradePolicy::default()
         })
     );
 }

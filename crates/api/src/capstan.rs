@@ -113,6 +113,70 @@ pub struct UpgradePolicy {
     /// merged or squashed a pull request.
     #[serde(default)]
     pub require_pull_request: bool,
+    /// How nodes are drained around their kmod steps under an upgrade campaign, and when
+    /// the nodekeeper forces a drain that does not finish (MUO's `nodeDrain`).
+    #[serde(default)]
+    pub node_drain: NodeDrain,
+    /// How long an upgrade campaign may take to start its first node (MUO's
+    /// `upgradeWindow`).
+    #[serde(default)]
+    pub upgrade_window: UpgradeWindow,
+}
+
+/// MUO's `nodeDrain` settings, in minutes. Absent values take MUO's documented defaults
+/// (its own code reads them as 0, which would force a drain the moment it begins).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct NodeDrain {
+    /// Minutes a cordoned node is given to drain before the nodekeeper deletes its pods
+    /// (DELETE, DEFAULT-FINALIZER, POD-STUCK-TERMINATING). Default 45.
+    #[schemars(with = "i64", range(min = 0))]
+    pub time_out: u32,
+    /// Minutes a drain is expected to take at best; added to `PDBForceDrainTimeout` before
+    /// pods a PodDisruptionBudget protects are forced. Default 8.
+    #[schemars(with = "i64", range(min = 0))]
+    pub expected_node_drain_time: u32,
+    /// Never force a drain; a drain that outlasts `timeOut` only raises
+    /// `upgradeoperator_node_drain_timeout`.
+    pub disable_drain_strategies: bool,
+    /// Regular expressions (unanchored, as MUO matches them): pods in a namespace that
+    /// matches one are never forced.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored_namespace_patterns: Vec<String>,
+}
+
+impl Default for NodeDrain {
+    fn default() -> Self {
+        NodeDrain {
+            time_out: 45,
+            expected_node_drain_time: 8,
+            disable_drain_strategies: false,
+            ignored_namespace_patterns: Vec::new(),
+        }
+    }
+}
+
+/// MUO's `upgradeWindow` settings, in minutes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct UpgradeWindow {
+    /// Minutes after a campaign starts upgrading within which its first node must start;
+    /// past them with no node started, the campaign fails. 0: no limit. Default 120.
+    #[schemars(with = "i64", range(min = 0))]
+    pub time_out: u32,
+    /// Minutes after a campaign starts upgrading with no node started before capstan says
+    /// it is delayed (an Event). 0: never. Default 30.
+    #[schemars(with = "i64", range(min = 0))]
+    pub delay_trigger: u32,
+}
+
+impl Default for UpgradeWindow {
+    fn default() -> Self {
+        UpgradeWindow {
+            time_out: 120,
+            delay_trigger: 30,
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -124,6 +188,8 @@ impl Default for UpgradePolicy {
         UpgradePolicy {
             max_nodes_in_flight: 1,
             require_pull_request: false,
+            node_drain: NodeDrain::default(),
+            upgrade_window: UpgradeWindow::default(),
         }
     }
 }
@@ -270,6 +336,12 @@ pub enum RecordType {
     Rejected,
     /// A step of an ordered upgrade on one node.
     UpgradeStep,
+    /// A node cordoned, drained or uncordoned around its kmod steps under a campaign
+    /// (`step` is `cordoned`, `drained` or `uncordoned`).
+    Drain,
+    /// A nodekeeper drain strategy that deleted pods or stripped their finalizers (`step`
+    /// is the strategy's name, `message` lists the pods).
+    DrainStrategy,
 }
 
 impl RecordType {
@@ -279,6 +351,8 @@ impl RecordType {
             RecordType::Sync => "Sync",
             RecordType::Rejected => "Rejected",
             RecordType::UpgradeStep => "UpgradeStep",
+            RecordType::Drain => "Drain",
+            RecordType::DrainStrategy => "DrainStrategy",
         }
     }
 }

@@ -134,6 +134,13 @@ pub const MACHINE_CONFIG_STATE_ANNOTATION: &str = "machineconfiguration.openshif
 pub const MACHINE_CONFIG_STATE_WORKING: &str = "Working";
 /// Taint key of a cordoned node (with effect `NoSchedule`).
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+/// Node annotation capstan sets to [`MACHINE_CONFIG_STATE_WORKING`] while it drains and
+/// upgrades the node under a campaign: capstan's part of MCO's
+/// [`MACHINE_CONFIG_STATE_ANNOTATION`], read by the nodekeeper's drain-timeout metric.
+pub const UPGRADE_STATE_ANNOTATION: &str = "capstan.dev/upgrade-state";
+/// Node annotation holding the drain capstan runs around the node's kmod steps under a
+/// campaign (when it cordoned the node, whether the drain is done, the commit that asked).
+pub const DRAIN_ANNOTATION: &str = "capstan.dev/drain";
 
 /// What a worker pod does; the value of [`WORKER_ACTION_LABEL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -21,7 +21,7 @@ pub mod upgrade_config;
 
 pub use capstan::{
     Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord, HistoryRecordSpec,
-    InventoryEntry, RecordType, SyncRun, UpgradePolicy, UpgradeStep,
+    InventoryEntry, NodeDrain, RecordType, SyncRun, UpgradePolicy, UpgradeStep, UpgradeWindow,
 };
 pub use labels::{LabelError, ModuleKey, ModuleLabel, WorkerAction};
 pub use lws::{LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus};

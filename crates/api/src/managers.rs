@@ -12,3 +12,9 @@ pub const NMC: &str = "capstan-nmc";
 pub const DEVICE_PLUGIN: &str = "capstan-device-plugin";
 /// The ordered-upgrade version-label controller (internal node labels).
 pub const VERSION_LABELS: &str = "capstan-version-labels";
+/// The campaign controller (`UpgradeConfig` status).
+pub const CAMPAIGNS: &str = "capstan-campaigns";
+/// The drain controller (evictions, the drain annotation's done mark).
+pub const DRAIN: &str = "capstan-drain";
+/// The nodekeeper (pods it deletes, finalizers it strips).
+pub const NODEKEEPER: &str = "capstan-nodekeeper";

@@ -89,7 +89,7 @@ pub fn facts_of(
 }
 
 /// The stamps capstan's sync put on a node.
-fn stamp_of(annotations: &BTreeMap<String, String>) -> Stamp {
+pub fn stamp_of(annotations: &BTreeMap<String, String>) -> Stamp {
     Stamp {
         revision: annotations
             .get(REVISION_ANNOTATION)

@@ -64,6 +64,7 @@ impl Policies {
             .reduce(|a, b| UpgradePolicy {
                 max_nodes_in_flight: a.max_nodes_in_flight.min(b.max_nodes_in_flight),
                 require_pull_request: a.require_pull_request || b.require_pull_request,
+                ..a
             })
             .unwrap_or_default()
     }
@@ -161,6 +162,7 @@ mod tests {
         UpgradePolicy {
             max_nodes_in_flight: max,
             require_pull_request,
+            ..UpgradePolicy::default()
         }
     }
 

@@ -42,13 +42,17 @@ use super::{
     has_work, next_in_line, node_patch, retry_delay, standings,
 };
 use crate::controllers::caches::Caches;
+use crate::controllers::campaign::Campaigns;
+use crate::controllers::drain::{
+    Cordon, DrainRecord, DrainState, DrainStep, end_patch, start_patch,
+};
 use crate::controllers::context::Context;
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{DEVICE_PLUGIN_ROLE, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL};
 use capstan_api::managers;
 use capstan_api::module::Module;
-use capstan_api::{GitSync, HistoryRecord};
+use capstan_api::{GitSync, HistoryRecord, UpgradeConfig};
 
 /// Next look after the node changed under a write (the watch brings the change).
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
@@ -76,6 +80,7 @@ struct Shared {
     modules: Store<Module>,
     device_plugins: Store<Pod>,
     syncs: Store<GitSync>,
+    upgrade_configs: Store<UpgradeConfig>,
     /// Failed reconciles in a row, by node, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -90,6 +95,8 @@ pub fn run(
     let (modules, modules_ready) = caches.modules.reader();
     let (device_plugins, device_plugins_ready) = caches.device_plugin_pods.reader();
     let (syncs, _) = caches.syncs.reader();
+    let (upgrade_configs, upgrade_configs_ready) = caches.upgrade_configs.reader();
+    let campaign_changes = caches.upgrade_configs.subscribe();
     let node_changes = caches.nodes.subscribe();
     let node_ends = caches.nodes.subscribe();
     let module_changes = caches.modules.subscribe();
@@ -106,13 +113,14 @@ pub fn run(
         modules,
         device_plugins,
         syncs,
+        upgrade_configs,
         failures: Mutex::new(HashMap::new()),
     });
     async move {
         // An empty Module store would hide every new move, an empty pod store every
         // device-plugin pod.
         let ready = async {
-            for mut ready in [modules_ready, device_plugins_ready] {
+            for mut ready in [modules_ready, device_plugins_ready, upgrade_configs_ready] {
                 // An error means the watch is gone (shutdown).
                 let _ = ready.wait_for(|listed| *listed).await;
             }
@@ -132,6 +140,18 @@ pub fn run(
                 let shared = shared.clone();
                 let seen: Mutex<HashMap<String, SyncState>> = Mutex::new(HashMap::new());
                 move |sync: Arc<GitSync>| policy_changed(&shared, &seen, &sync)
+            })
+            // A campaign that starts releases its moves; any change looks at every node.
+            .watches_shared_stream(campaign_changes, {
+                let shared = shared.clone();
+                move |_: Arc<UpgradeConfig>| {
+                    shared
+                        .nodes
+                        .state()
+                        .iter()
+                        .map(|node| ObjectRef::from_obj(node.as_ref()))
+                        .collect::<Vec<_>>()
+                }
             })
             .watches_shared_stream(node_ends, {
                 let shared = shared.clone();
@@ -204,6 +224,9 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         fleet: fleet_of(shared, shared.nodes.state().iter().map(Arc::as_ref)),
         fleet_listed: false,
         device_plugin_pods_listed: BTreeMap::new(),
+        campaigns: campaigns_of(shared),
+        drain: DrainState::of(node.annotations()),
+        cordon: cordon_of(&node),
     };
     // The clock is read for each decision, after the reads it confirms: a step then takes
     // a time later than every write the confirming list saw (the last step of the node
@@ -268,6 +291,11 @@ async fn write(
     now: Timestamp,
 ) -> Result<Action, ReconcileError> {
     let name = node.name_any();
+    if let Some(change) = &plan.drain {
+        write_drain_record(&shared.ctx, node, &change.record)
+            .await
+            .map_err(failed(&name, "recording a drain"))?;
+    }
     let mut recorded = BTreeMap::new();
     for record in &plan.records {
         let at = record_step(shared, node, record, now)
@@ -276,11 +304,17 @@ async fn write(
         recorded.insert(record.key.clone(), at);
     }
 
+    let cordon = cordon_of(node);
+    let drain = plan.drain.as_ref().map(|change| match change.step {
+        DrainStep::Cordoned => start_patch(&cordon, &change.state),
+        _ => end_patch(&cordon, &change.state),
+    });
     let patch = node_patch(
         node.resource_version().as_deref().unwrap_or_default(),
         node.annotations(),
         &plan.modules,
         &recorded,
+        drain,
     );
     if let Some(patch) = patch {
         let params = PatchParams {
@@ -380,6 +414,21 @@ async fn read_policies(shared: &Shared) -> Result<Policies, kube::Error> {
     }
 }
 
+/// The campaigns, from the cache.
+fn campaigns_of(shared: &Shared) -> Campaigns {
+    let configs = shared.upgrade_configs.state();
+    Campaigns::of(configs.iter().map(Arc::as_ref))
+}
+
+/// The node's cordon.
+fn cordon_of(node: &Node) -> Cordon {
+    let spec = node.spec.as_ref();
+    Cordon {
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+    }
+}
+
 // ---- watch mappers ----
 
 /// The nodes labelled for `module`.
@@ -443,7 +492,11 @@ fn line_moves(
     }
     let policies = Policies::of(shared.syncs.state());
     let nodes = shared.nodes.state();
-    let fleet = standings(&fleet_of(shared, nodes.iter().map(Arc::as_ref)), &policies);
+    let fleet = standings(
+        &fleet_of(shared, nodes.iter().map(Arc::as_ref)),
+        &policies,
+        &campaigns_of(shared),
+    );
     next_in_line(&fleet, &policies)
         .iter()
         .map(|node| ObjectRef::new(node))
@@ -514,7 +567,40 @@ async fn record_step(
     Ok(now)
 }
 
-async fn ensure_system_namespace(client: &kube::Client) -> Result<(), kube::Error> {
+/// Writes the history record of a drain step and, when the record is new, its Event on
+/// the Node.
+pub async fn write_drain_record(
+    ctx: &Context,
+    node: &Node,
+    record: &DrainRecord,
+) -> Result<(), kube::Error> {
+    let client = &ctx.client;
+    let created = match history::write_record(client, record.spec.clone()).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            ensure_system_namespace(client).await?;
+            history::write_record(client, record.spec.clone()).await?
+        }
+        other => other?,
+    };
+    if created
+        && let Err(err) = history::record_event(
+            &ctx.recorder,
+            &node_target(node),
+            false,
+            record.reason,
+            &record.spec.message,
+            &record.spec.commit,
+            record.annotations.clone(),
+        )
+        .await
+    {
+        tracing::warn!(%err, node = %node.name_any(), "could not record a drain event");
+    }
+    Ok(())
+}
+
+/// Makes capstan's namespace, where history records live.
+pub async fn ensure_system_namespace(client: &kube::Client) -> Result<(), kube::Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": SYSTEM_NAMESPACE}});

@@ -166,6 +166,27 @@ pub fn wait_event(
             ),
         ),
         (PolicyWait::Slot, Slot::Free) => return None,
+        (PolicyWait::Campaign, _) => {
+            let campaign = gate.campaigns.get(to.as_deref())?;
+            let message = if campaign.failed() {
+                format!(
+                    "{moving} stays held: campaign {} failed (no node started within its \
+                     upgrade window){}",
+                    campaign.name,
+                    asked_by(&commit)
+                )
+            } else {
+                let until = campaign
+                    .upgrade_at
+                    .map_or_else(|| "its start".to_string(), |at| at.to_string());
+                format!(
+                    "{moving} is held until {until} by campaign {}{}",
+                    campaign.name,
+                    asked_by(&commit)
+                )
+            };
+            (campaign.failed(), "UpgradeHeld", message)
+        }
     };
     Some(WaitEvent {
         key: key.clone(),
@@ -290,6 +311,7 @@ mod tests {
             },
             require_pull_request: true,
             sync_applying: false,
+            ..Gate::default()
         }
     }
 

@@ -254,6 +254,7 @@ pub fn load(
     }
     errors.extend(rules::duplicates(&documents));
     errors.extend(rules::version_labels(&documents));
+    errors.extend(rules::upgrade_configs(&documents));
 
     if errors.is_empty() {
         Ok(DesiredState {

@@ -577,6 +577,81 @@ pub fn version_labels(documents: &[Parsed]) -> Vec<ManifestError> {
     errors
 }
 
+/// An `UpgradeConfig` is a campaign rolling out one Module version: its
+/// `spec.desired.version` must be the `spec.moduleLoader.container.version` of a Module this
+/// commit declares, no other campaign may roll out the same version, and `spec.upgradeAt`
+/// must be an RFC 3339 time (MUO's validation refuses anything else, and then never starts).
+pub fn upgrade_configs(documents: &[Parsed]) -> Vec<ManifestError> {
+    let modules = modules_in(documents.iter().map(|parsed| &parsed.manifest));
+    let mut versions: Vec<&str> = modules
+        .values()
+        .map(|module| module.version)
+        .filter(|version| !version.is_empty())
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let mut campaigns: BTreeMap<String, String> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for parsed in documents.iter().filter(|p| {
+        p.manifest.api_version == UpgradeConfig::api_version(&())
+            && p.manifest.kind == UpgradeConfig::kind(&())
+    }) {
+        // A manifest that does not decode is reported by the kind's own rules.
+        let Ok(config) = serde_json::from_value::<UpgradeConfig>(parsed.manifest.object.clone())
+        else {
+            continue;
+        };
+        let spec_path = |fields: &[&str]| {
+            fields
+                .iter()
+                .fold(FieldPath::of(&["spec"]), |path, field| path.field(field))
+        };
+        if let Err(err) = config.spec.upgrade_at.parse::<jiff::Timestamp>() {
+            errors.push(parsed.error(
+                &spec_path(&["upgradeAt"]),
+                format!(
+                    "{:?} is not an RFC 3339 time (such as \"2026-06-01T02:00:00Z\"): {err}",
+                    config.spec.upgrade_at
+                ),
+            ));
+        }
+        let version = config.spec.desired.version.as_str();
+        let path = spec_path(&["desired", "version"]);
+        let declared = if versions.is_empty() {
+            "no Module of this commit sets spec.moduleLoader.container.version".to_string()
+        } else {
+            format!("the Modules' versions are {}", versions.join(", "))
+        };
+        if version.is_empty() {
+            errors.push(parsed.error(
+                &path,
+                format!("required: the Module version the campaign rolls out; {declared}"),
+            ));
+            continue;
+        }
+        if !versions.contains(&version) {
+            errors.push(parsed.error(
+                &path,
+                format!(
+                    "{version:?} is the version of no Module this commit declares; {declared}"
+                ),
+            ));
+        }
+        let here = format!("{}:{}", parsed.manifest.file, parsed.manifest.line);
+        if let Some(first) = campaigns.insert(version.to_string(), here.clone()) {
+            campaigns.insert(version.to_string(), first.clone());
+            errors.push(parsed.error(
+                &path,
+                format!(
+                    "the UpgradeConfig at {first} rolls out {version:?} already; one campaign \
+                     per version"
+                ),
+            ));
+        }
+    }
+    errors
+}
+
 /// A Module a commit declares.
 pub struct DeclaredModule<'a> {
     /// File of the Module.

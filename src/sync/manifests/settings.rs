@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::yaml::{self, FieldPath, Node, NodeValue};
 use super::{ManifestError, closest_name, rules, syntax_error};
-use capstan_api::UpgradePolicy;
+use capstan_api::{NodeDrain, UpgradePolicy, UpgradeWindow};
 
 /// Name of the settings file, at the root of the synced path. It is not a manifest.
 pub const SETTINGS_FILE: &str = "capstan.yaml";
@@ -19,6 +19,14 @@ pub const SETTINGS_FILE: &str = "capstan.yaml";
 /// prune: true                # delete objects that left the repository
 /// drift: revert              # or warn
 /// defaultNamespace: default  # for namespaced objects that set no namespace
+/// nodeDrain:                 # drains under an UpgradeConfig campaign (minutes)
+///   timeOut: 45
+///   expectedNodeDrainTime: 8
+///   disableDrainStrategies: false
+///   ignoredNamespacePatterns: []
+/// upgradeWindow:             # how soon a campaign's first node must start (minutes)
+///   timeOut: 120
+///   delayTrigger: 30
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -43,6 +51,10 @@ pub struct Settings {
     /// `defaultNamespace` (default `default`): the namespace of namespaced objects whose
     /// manifest sets none.
     pub default_namespace: String,
+    /// `nodeDrain`: MUO's drain settings (see [`NodeDrain`]).
+    pub node_drain: NodeDrain,
+    /// `upgradeWindow`: MUO's upgrade-window settings (see [`UpgradeWindow`]).
+    pub upgrade_window: UpgradeWindow,
 }
 
 impl Default for Settings {
@@ -54,6 +66,8 @@ impl Default for Settings {
             prune: true,
             drift: DriftPolicy::Revert,
             default_namespace: "default".to_string(),
+            node_drain: NodeDrain::default(),
+            upgrade_window: UpgradeWindow::default(),
         }
     }
 }
@@ -65,6 +79,8 @@ impl Settings {
         UpgradePolicy {
             max_nodes_in_flight: self.max_nodes_in_flight,
             require_pull_request: self.require_pull_request,
+            node_drain: self.node_drain.clone(),
+            upgrade_window: self.upgrade_window.clone(),
         }
     }
 }
@@ -81,13 +97,15 @@ pub enum DriftPolicy {
 }
 
 /// The settings names, as written in `capstan.yaml`.
-const FIELDS: [&str; 6] = [
+const FIELDS: [&str; 8] = [
     "maxNodesInFlight",
     "requirePullRequest",
     "historyRetention",
     "prune",
     "drift",
     "defaultNamespace",
+    "nodeDrain",
+    "upgradeWindow",
 ];
 
 /// Reads `capstan.yaml` (`file` names it in errors); an empty file means the defaults.
@@ -136,8 +154,14 @@ pub fn parse(file: &str, text: &str) -> Result<Settings, Vec<ManifestError>> {
     let range_errors = out_of_range(&settings)
         .into_iter()
         .map(|(field, message)| {
-            let line = tree.line_of(&FieldPath::of(&[field]));
-            ManifestError::new(file, line, Some(field.to_string()), message)
+            let path = field
+                .split('.')
+                .fold(FieldPath::root(), |path, part| match part.parse() {
+                    Ok(index) => path.index(index),
+                    Err(_) => path.field(part),
+                });
+            let line = tree.line_of(&path);
+            ManifestError::new(file, line, Some(field), message)
         })
         .collect::<Vec<_>>();
     if range_errors.is_empty() {
@@ -159,26 +183,43 @@ fn setting_at(tree: &Node, line: usize) -> Option<String> {
     }
 }
 
-/// The settings whose values are allowed by their type but not by their meaning.
-fn out_of_range(settings: &Settings) -> Vec<(&'static str, String)> {
+/// The settings whose values are allowed by their type but not by their meaning, each
+/// with its dotted path (`nodeDrain.ignoredNamespacePatterns.0`).
+fn out_of_range(settings: &Settings) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     if settings.max_nodes_in_flight == 0 {
         problems.push((
-            "maxNodesInFlight",
+            "maxNodesInFlight".to_string(),
             "must be at least 1: with 0, no node would ever be upgraded".to_string(),
         ));
     }
     if settings.history_retention == 0 {
-        problems.push(("historyRetention", "must be at least 1".to_string()));
+        problems.push((
+            "historyRetention".to_string(),
+            "must be at least 1".to_string(),
+        ));
     }
     if let Err(reason) = rules::dns_label(&settings.default_namespace) {
         problems.push((
-            "defaultNamespace",
+            "defaultNamespace".to_string(),
             format!(
                 "{:?} is not a valid namespace: {reason}",
                 settings.default_namespace
             ),
         ));
+    }
+    for (index, pattern) in settings
+        .node_drain
+        .ignored_namespace_patterns
+        .iter()
+        .enumerate()
+    {
+        if let Err(err) = regex::Regex::new(pattern) {
+            problems.push((
+                format!("nodeDrain.ignoredNamespacePatterns.{index}"),
+                format!("{pattern:?} is not a regular expression: {err}"),
+            ));
+        }
     }
     problems
 }
@@ -211,7 +252,10 @@ mod tests {
     #[test]
     fn every_setting_is_read() {
         let text = "maxNodesInFlight: 50\nrequirePullRequest: true\nhistoryRetention: 10\n\
-                    prune: false\ndrift: warn\ndefaultNamespace: fleet\n";
+                    prune: false\ndrift: warn\ndefaultNamespace: fleet\n\
+                    nodeDrain: {timeOut: 30, expectedNodeDrainTime: 5, \
+                    disableDrainStrategies: true, ignoredNamespacePatterns: [^kube-]}\n\
+                    upgradeWindow: {timeOut: 60, delayTrigger: 0}\n";
         assert_eq!(
             parse("capstan.yaml", text).unwrap(),
             Settings {
@@ -221,6 +265,16 @@ mod tests {
                 prune: false,
                 drift: DriftPolicy::Warn,
                 default_namespace: "fleet".to_string(),
+                node_drain: NodeDrain {
+                    time_out: 30,
+                    expected_node_drain_time: 5,
+                    disable_drain_strategies: true,
+                    ignored_namespace_patterns: vec!["^kube-".to_string()],
+                },
+                upgrade_window: UpgradeWindow {
+                    time_out: 60,
+                    delay_trigger: 0,
+                },
             }
         );
     }
@@ -247,8 +301,22 @@ mod tests {
                 &[
                     "fleet/capstan.yaml:2: maxNodesInFlite: unknown setting; did you mean maxNodesInFlight?",
                     "fleet/capstan.yaml:3: colour: unknown setting; the settings are maxNodesInFlight, \
-                     requirePullRequest, historyRetention, prune, drift, defaultNamespace",
+                     requirePullRequest, historyRetention, prune, drift, defaultNamespace, \
+                     nodeDrain, upgradeWindow",
                 ],
+            ),
+            (
+                "nodeDrain:\n  timeOut: 45\n  ignoredNamespacePatterns: [\"^kube-\", \"(open\"]\n",
+                &["fleet/capstan.yaml:3: nodeDrain.ignoredNamespacePatterns.1: \"(open\" is not \
+                   a regular expression"],
+            ),
+            (
+                "nodeDrain:\n  timeOut: -5\n",
+                &["fleet/capstan.yaml:2: nodeDrain: "],
+            ),
+            (
+                "upgradeWindow:\n  timeout: 5\n",
+                &["fleet/capstan.yaml:2: upgradeWindow: "],
             ),
             (
                 "prune: true\nmaxNodesInFlight: -1\n",

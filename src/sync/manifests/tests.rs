@@ -390,13 +390,17 @@ fn module_rules_from_kmm() {
 
 #[test]
 fn upgrade_configs_and_leader_worker_sets_are_strict_too() {
-    let upgrade = "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\nmetadata: {name: managed-upgrade-config, namespace: openshift-managed-upgrade-operator}\nspec:\n  type: OSD\n  upgradeAt: \"2026-01-01T00:00:00Z\"\n  PDBForceDrainTimeout: 60\n  desired: {version: 4.15.12, channel: stable-4.15}\n";
-    load_all(&[("u.yaml", upgrade.to_string())]).unwrap();
+    let upgrade = "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\nmetadata: {name: managed-upgrade-config, namespace: openshift-managed-upgrade-operator}\nspec:\n  type: OSD\n  upgradeAt: \"2026-01-01T00:00:00Z\"\n  PDBForceDrainTimeout: 60\n  desired: {version: v1, channel: stable-4.15}\n";
+    let module = ("m.yaml", MODULE_V1.to_string());
+    load_all(&[module.clone(), ("u.yaml", upgrade.to_string())]).unwrap();
     assert_errors(
-        &rejected(&[(
-            "u.yaml",
-            upgrade.replace("PDBForceDrainTimeout", "pdbForceDrainTimeout"),
-        )]),
+        &rejected(&[
+            module.clone(),
+            (
+                "u.yaml",
+                upgrade.replace("PDBForceDrainTimeout", "pdbForceDrainTimeout"),
+            ),
+        ]),
         &[
             "u.yaml:4: spec.PDBForceDrainTimeout: required field is missing",
             "u.yaml:7: spec.pdbForceDrainTimeout: unknown field; did you mean PDBForceDrainTimeout?",
@@ -415,6 +419,45 @@ fn upgrade_configs_and_leader_worker_sets_are_strict_too() {
         &[
             "l.yaml:12: spec.leaderWorkerTemplate.workerTemplate.spec.containers[0].imag: unknown field; did you mean image?",
         ],
+    );
+}
+
+#[test]
+fn an_upgrade_config_rolls_out_a_declared_module_version_from_a_valid_time() {
+    let upgrade = |at: &str, version: &str| {
+        format!(
+            "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
+             metadata: {{name: my-kmod-v1, namespace: kmm-demo}}\nspec:\n  type: OSD\n  \
+             upgradeAt: \"{at}\"\n  PDBForceDrainTimeout: 60\n  desired: {{version: {version}}}\n"
+        )
+    };
+    let module = ("m.yaml", MODULE_V1.to_string());
+    load_all(&[module.clone(), ("u.yaml", upgrade("2026-01-01T00:00:00Z", "v1"))]).unwrap();
+    assert_errors(
+        &rejected(&[module.clone(), ("u.yaml", upgrade("tomorrow at two", "v1"))]),
+        &["u.yaml:6: spec.upgradeAt: \"tomorrow at two\" is not an RFC 3339 time"],
+    );
+    assert_errors(
+        &rejected(&[module.clone(), ("u.yaml", upgrade("2026-01-01T00:00:00Z", "v9"))]),
+        &["u.yaml:8: spec.desired.version: \"v9\" is the version of no Module this commit \
+           declares; the Modules' versions are v1"],
+    );
+    assert_errors(
+        &rejected(&[("u.yaml", upgrade("2026-01-01T00:00:00Z", "v1"))]),
+        &["u.yaml:8: spec.desired.version: \"v1\" is the version of no Module this commit \
+           declares; no Module of this commit sets spec.moduleLoader.container.version"],
+    );
+    assert_errors(
+        &rejected(&[
+            module.clone(),
+            ("u.yaml", upgrade("2026-01-01T00:00:00Z", "v1")),
+            (
+                "w.yaml",
+                upgrade("2026-01-01T00:00:00Z", "v1").replace("my-kmod-v1", "again"),
+            ),
+        ]),
+        &["w.yaml:8: spec.desired.version: the UpgradeConfig at u.yaml:1 rolls out \"v1\" \
+           already; one campaign per version"],
     );
 }
 

@@ -171,6 +171,7 @@ async fn reconcile_once(caches: Caches, name: &str, calls: Vec<Call>) -> Action 
         modules: store(vec![module()]),
         device_plugins: store(caches.device_plugins),
         syncs: store(vec![git_sync()]),
+        upgrade_configs: store(Vec::new()),
         failures: Mutex::new(HashMap::new()),
     });
     let result = reconcile(Arc::new(cached), shared).await;

@@ -1,0 +1,160 @@
+//! The campaign controller's reconciler: one reconcile per `UpgradeConfig`.
+//!
+//! It follows, through the shared caches, the `UpgradeConfig`s (the trigger), the Nodes (a
+//! change of any node reconciles every campaign: a node starting or finishing moves a
+//! campaign on) and the `GitSync`s (the `upgradeWindow` settings). A reconcile reads the
+//! campaign and the node tally from the caches, calls [`decide`], and writes the new
+//! history entry with a JSON merge patch of the status (conditional on the
+//! resourceVersion it read, field manager `capstan-campaigns`), then the Event the decision
+//! names on the `UpgradeConfig`, then the window-breached gauge.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource as _, ResourceExt as _};
+use serde_json::json;
+
+use super::{CampaignFacts, decide, tally};
+use crate::controllers::caches::Caches;
+use crate::controllers::context::Context;
+use crate::controllers::version_labels::Policies;
+use crate::controllers::version_labels::facts::stamp_of;
+use crate::history::{self, EventTarget};
+use capstan_api::managers;
+use capstan_api::{GitSync, UpgradeConfig};
+use k8s_openapi::api::core::v1::Node;
+
+/// Next look after the campaign changed under a write.
+const CONFLICT_RETRY: Duration = Duration::from_millis(200);
+/// Next look after a failed reconcile.
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+struct Shared {
+    ctx: Arc<Context>,
+    nodes: Store<Node>,
+    syncs: Store<GitSync>,
+}
+
+/// Runs the campaign controller until `ctx.shutdown`. Subscribes to `caches`; the caller
+/// starts them.
+pub fn run(
+    ctx: Arc<Context>,
+    caches: &Caches,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (configs, _) = caches.upgrade_configs.reader();
+    let (nodes, nodes_ready) = caches.nodes.reader();
+    let (syncs, _) = caches.syncs.reader();
+    let config_changes = caches.upgrade_configs.subscribe();
+    let node_changes = caches.nodes.subscribe();
+    let shared = Arc::new(Shared {
+        ctx: ctx.clone(),
+        nodes,
+        syncs,
+    });
+    async move {
+        // An empty node store would tally no node.
+        let mut ready = nodes_ready;
+        tokio::select! {
+            _ = ready.wait_for(|listed| *listed) => {}
+            () = ctx.shutdown.cancelled() => return,
+        }
+        let shutdown = ctx.shutdown.clone();
+        Controller::for_shared_stream(config_changes, configs.clone())
+            .watches_shared_stream(node_changes, move |_node: Arc<Node>| {
+                configs
+                    .state()
+                    .iter()
+                    .map(|config| ObjectRef::from_obj(config.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .graceful_shutdown_on(async move { shutdown.cancelled().await })
+            .run(reconcile, error_policy, shared)
+            .for_each(|result| async move {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "campaign controller");
+                }
+            })
+            .await;
+    }
+}
+
+fn error_policy(_config: Arc<UpgradeConfig>, err: &kube::Error, _shared: Arc<Shared>) -> Action {
+    tracing::warn!(%err, "campaign reconcile failed");
+    Action::requeue(ERROR_RETRY)
+}
+
+async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Action, kube::Error> {
+    let name = config.name_any();
+    let namespace = config.namespace().unwrap_or_default();
+    let version = config.spec.desired.version.as_str();
+    if version.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let status = config.status.clone().unwrap_or_default();
+    let nodes = shared.nodes.state();
+    let facts = CampaignFacts {
+        version,
+        upgrade_at: config.spec.upgrade_at.parse().ok(),
+        entry: status.history_for(version),
+        nodes: tally(nodes.iter().map(Arc::as_ref), version),
+    };
+    let policies = Policies::of(shared.syncs.state());
+    let window = policies.policy_for(&name).upgrade_window;
+    let now = shared.ctx.clock.now();
+    let decision = decide(&facts, &window, now);
+    tracing::debug!(campaign = %name, ?facts, ?decision, "decided");
+
+    if let Some(entry) = decision.entry {
+        let mut status = status.clone();
+        status.set_history(entry);
+        let patch = json!({
+            "metadata": {"resourceVersion": config.resource_version()},
+            "status": status,
+        });
+        let api: Api<UpgradeConfig> = Api::namespaced(shared.ctx.client.clone(), &namespace);
+        let params = PatchParams {
+            field_manager: Some(managers::CAMPAIGNS.to_string()),
+            ..PatchParams::default()
+        };
+        match api.patch_status(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                return Ok(Action::requeue(CONFLICT_RETRY));
+            }
+            Err(err) => return Err(err),
+        }
+        if let Some(event) = &decision.event {
+            let target = EventTarget {
+                api_version: UpgradeConfig::api_version(&()).to_string(),
+                kind: UpgradeConfig::kind(&()).to_string(),
+                namespace: Some(namespace.clone()),
+                name: name.clone(),
+                uid: config.uid(),
+            };
+            let commit = policies.commit_of(&name, &stamp_of(config.annotations()));
+            if let Err(err) = history::record_event(
+                &shared.ctx.recorder,
+                &target,
+                event.warning(),
+                event.reason(),
+                &event.message(version),
+                &commit,
+                Default::default(),
+            )
+            .await
+            {
+                tracing::warn!(%err, campaign = %name, "could not record a campaign event");
+            }
+        }
+    }
+    if let Some(breached) = decision.window_breached {
+        tracing::debug!(campaign = %name, breached, "upgrade window");
+    }
+    Ok(decision
+        .requeue
+        .map_or_else(Action::await_change, Action::requeue))
+}

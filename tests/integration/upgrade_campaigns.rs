@@ -1,0 +1,209 @@
+//! An `UpgradeConfig` campaign from Git: the moves to its version are held until its
+//! `upgradeAt`, then each node is cordoned, drained through the Eviction API, taken through
+//! its four steps and uncordoned, one after the other, every drain step recorded against
+//! the commit beside the kmod steps; the campaign's status follows MUO's lifecycle.
+
+use crate::common;
+use crate::upgrade;
+
+use capstan_api::labels::{DRAIN_ANNOTATION, UNSCHEDULABLE_TAINT, UPGRADE_STATE_ANNOTATION};
+use capstan_api::upgrade_config::{ConditionStatus, UpgradePhase, condition_types};
+use capstan_api::{HistoryRecord, RecordType, UpgradeConfig};
+use common::git::FleetRepo;
+use common::wait_until;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use kube::ResourceExt as _;
+use upgrade::driver::{Capstan, Mode};
+use upgrade::{NS, label, module};
+
+/// The campaign rolling out my-kmod v2 at `upgrade_at`.
+fn campaign(upgrade_at: jiff::Timestamp) -> String {
+    format!(
+        "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
+         metadata: {{name: my-kmod-v2, namespace: {NS}}}\nspec:\n  type: OSD\n  \
+         upgradeAt: \"{}\"\n  PDBForceDrainTimeout: 0\n  desired: {{version: v2}}\n",
+        upgrade_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+}
+
+/// A workload pod on `node`, as a user's would be.
+async fn workload(client: &kube::Client, node: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("app-{node}"), "labels": {"app": "demo"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+        },
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create the workload pod");
+}
+
+async fn workload_left(client: &kube::Client, node: &str) -> bool {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.get_opt(&format!("app-{node}"))
+        .await
+        .expect("read the workload pod")
+        .is_some()
+}
+
+async fn phase(client: &kube::Client) -> Option<UpgradePhase> {
+    let configs: Api<UpgradeConfig> = Api::namespaced(client.clone(), NS);
+    let config = configs.get_opt("my-kmod-v2").await.expect("campaign")?;
+    config
+        .status
+        .as_ref()
+        .and_then(|status| status.history_for("v2"))
+        .map(|entry| entry.phase)
+}
+
+/// The drain and step records of `node`, oldest first.
+async fn node_history(client: &kube::Client, node: &str) -> Vec<HistoryRecord> {
+    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
+    let mut records: Vec<HistoryRecord> = api
+        .list(&ListParams::default())
+        .await
+        .expect("records")
+        .items
+        .into_iter()
+        .filter(|r| matches!(r.spec.type_, RecordType::Drain | RecordType::UpgradeStep))
+        .filter(|r| r.spec.node.as_deref() == Some(node))
+        .collect();
+    records.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
+    records
+}
+
+fn cordoned(node: &Node) -> bool {
+    let spec = node.spec.clone().unwrap_or_default();
+    spec.unschedulable == Some(true)
+        || spec
+            .taints
+            .iter()
+            .flatten()
+            .any(|taint| taint.key == UNSCHEDULABLE_TAINT)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_around_its_steps() {
+    let (cluster, client) = common::start_default_simulated().await;
+    let mut repo = FleetRepo::new();
+    upgrade::commit_initial_fleet(&mut repo, &[]);
+    let mut capstan = Capstan::new(Mode::LongRunning, &client, &cluster.kubeconfig(), repo.path())
+        .await;
+    capstan.take_head().await;
+    for node in ["worker-1", "worker-2", "worker-3"] {
+        workload(&client, node).await;
+    }
+
+    // Commit 2: the Module at v2, a campaign for v2 a little later, two nodes relabelled.
+    let upgrade_at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(8);
+    repo.commit(
+        &[
+            ("module.yaml", Some(&module("v2"))),
+            ("campaign.yaml", Some(&campaign(upgrade_at))),
+            ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
+            ("nodes/worker-2.yaml", Some(&label("worker-2", "v2"))),
+        ],
+        "Merge pull request #2 from fleet/my-kmod-v2",
+    );
+    capstan.take_head().await;
+
+    // Held: the campaign waits for upgradeAt, nothing moves, nothing is drained.
+    wait_until("the campaign pending", async || {
+        phase(&client).await == Some(UpgradePhase::Pending)
+    })
+    .await;
+    if jiff::Timestamp::now() < upgrade_at {
+        let nodes: Api<Node> = Api::all(client.clone());
+        for name in ["worker-1", "worker-2"] {
+            let node = nodes.get(name).await.expect("node");
+            assert!(!cordoned(&node), "{name} is cordoned before upgradeAt");
+            assert!(node_history(&client, name).await.is_empty(), "{name}");
+        }
+    }
+
+    wait_until("the campaign upgrading", async || {
+        matches!(
+            phase(&client).await,
+            Some(UpgradePhase::Upgrading | UpgradePhase::Upgraded)
+        )
+    })
+    .await;
+    wait_until("the campaign upgraded", async || {
+        phase(&client).await == Some(UpgradePhase::Upgraded)
+    })
+    .await;
+
+    let expected = [
+        "cordoned",
+        "drained",
+        "device-plugin-stopped",
+        "old-module-unloaded",
+        "new-module-loaded",
+        "device-plugin-started",
+        "uncordoned",
+    ];
+    let mut spans = Vec::new();
+    for name in ["worker-1", "worker-2"] {
+        let records = node_history(&client, name).await;
+        assert_eq!(upgrade::steps(&records), expected, "{name}");
+        for record in &records {
+            assert_eq!(record.spec.commit.pull_request, Some(2), "{name}: {record:?}");
+            assert_eq!(record.spec.to_version.as_deref(), Some("v2"));
+        }
+        let first: jiff::Timestamp = records[0].spec.time.parse().expect("time");
+        let last: jiff::Timestamp = records[6].spec.time.parse().expect("time");
+        assert!(first >= upgrade_at, "{name} started before upgradeAt");
+        spans.push((first, last));
+        assert!(!workload_left(&client, name).await, "{name} kept its workload");
+        let node: Node = Api::all(client.clone()).get(name).await.expect("node");
+        assert!(!cordoned(&node), "{name} stays cordoned");
+        for annotation in [DRAIN_ANNOTATION, UPGRADE_STATE_ANNOTATION] {
+            assert!(!node.annotations().contains_key(annotation), "{name}");
+        }
+        assert_eq!(
+            upgrade::loaded_version(&cluster, &client, name)
+                .await
+                .as_deref(),
+            Some("v2"),
+            "{name}"
+        );
+    }
+    // maxNodesInFlight 1: worker-2 is cordoned only once worker-1 is uncordoned.
+    assert!(spans[0].1 <= spans[1].0, "{spans:?}");
+    // worker-3 was not part of the campaign.
+    assert!(workload_left(&client, "worker-3").await);
+    assert!(node_history(&client, "worker-3").await.is_empty());
+
+    let configs: Api<UpgradeConfig> = Api::namespaced(client.clone(), NS);
+    let config = configs.get("my-kmod-v2").await.expect("campaign");
+    let entry = config
+        .status
+        .as_ref()
+        .and_then(|s| s.history_for("v2"))
+        .cloned()
+        .expect("history entry");
+    assert_eq!(entry.preceding_version, "v1");
+    let conditions: Vec<(&str, ConditionStatus)> = entry
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status))
+        .collect();
+    assert_eq!(
+        conditions,
+        [
+            (condition_types::WORKER_NODES_UPGRADED, ConditionStatus::True),
+            (condition_types::UPGRADE_COMMENCED, ConditionStatus::True),
+        ]
+    );
+    assert_eq!(entry.conditions[0].reason, "WorkerNodesUpgraded done");
+    let started = entry.start_time.expect("startTime").0;
+    assert!(started >= upgrade_at);
+    assert!(entry.worker_start_time.is_some() && entry.worker_complete_time.is_some());
+    assert!(entry.complete_time.is_some());
+    capstan.stop().await;
+}
