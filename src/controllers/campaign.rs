@@ -18,6 +18,9 @@
 //! | Upgrading | otherwise | Upgrading, steps as far as they go | 1 min |
 //! | Upgraded, Failed | - | unchanged (final for the version) | none |
 //!
+//! A Pending or Upgrading entry without `precedingVersion` learns it from the nodes as
+//! soon as they are relabelled.
+//!
 //! An unparsable `upgradeAt` keeps the campaign Pending, as MUO's validation does (capstan's
 //! own validation refuses such a commit before it is applied).
 //!
@@ -44,7 +47,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt as _;
 
 use super::version_labels::Progress;
-use capstan_api::labels::ModuleLabel;
+use capstan_api::labels::{DRAIN_ANNOTATION, ModuleLabel};
 
 use capstan_api::UpgradeWindow;
 use capstan_api::upgrade_config::{
@@ -69,7 +72,7 @@ pub struct NodeTally {
     /// Of those, the ones whose upgrade runs (started, last step not reached).
     pub started: usize,
     /// Of those, the ones that run the version: internal labels caught up, no upgrade
-    /// running.
+    /// running, no drain left (the node uncordoned).
     pub finished: usize,
     /// The earliest start of the running upgrades.
     pub first_start: Option<Timestamp>,
@@ -213,6 +216,36 @@ pub fn decide(facts: &CampaignFacts, window: &UpgradeWindow, now: Timestamp) -> 
             ..Decision::unchanged(Some(Duration::ZERO))
         };
     };
+    // The nodes may be relabelled after the campaign's first look (by the same commit):
+    // the version they leave is learnt as soon as they are.
+    let learnt;
+    let entry = match &facts.nodes.preceding {
+        Some(preceding)
+            if entry.preceding_version.is_empty()
+                && matches!(entry.phase, UpgradePhase::Pending | UpgradePhase::Upgrading) =>
+        {
+            learnt = UpgradeHistory {
+                preceding_version: preceding.clone(),
+                ..entry.clone()
+            };
+            &learnt
+        }
+        _ => entry,
+    };
+    let mut decision = by_phase(facts, entry, window, now);
+    if decision.entry.is_none() && facts.entry != Some(entry) {
+        decision.entry = Some(entry.clone());
+    }
+    decision
+}
+
+/// The decision for a campaign with a history entry.
+fn by_phase(
+    facts: &CampaignFacts,
+    entry: &UpgradeHistory,
+    window: &UpgradeWindow,
+    now: Timestamp,
+) -> Decision {
     match entry.phase {
         UpgradePhase::New => Decision {
             entry: Some(UpgradeHistory {
@@ -380,6 +413,8 @@ pub fn tally<'a>(nodes: impl IntoIterator<Item = &'a Node>, version: &str) -> No
     let mut leaving: BTreeMap<String, usize> = BTreeMap::new();
     for node in nodes {
         let labels = node.labels();
+        // A node is done once its drain ended too: uncordoned, unmarked.
+        let draining = node.annotations().contains_key(DRAIN_ANNOTATION);
         for (label, value) in labels {
             if value != version {
                 continue;
@@ -411,7 +446,8 @@ pub fn tally<'a>(nodes: impl IntoIterator<Item = &'a Node>, version: &str) -> No
                         };
                     }
                     None if worker.map(String::as_str) == Some(version)
-                        && plugin.map(String::as_str) == Some(version) =>
+                        && plugin.map(String::as_str) == Some(version)
+                        && !draining =>
                     {
                         tally.finished += 1;
                     }

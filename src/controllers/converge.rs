@@ -31,7 +31,7 @@ use super::node::NodeFacts;
 use super::{ControllerName, Selection};
 use super::campaign::Campaigns;
 use super::version_labels::Progress;
-use capstan_api::labels::{self, ModuleKey, ModuleLabel};
+use capstan_api::labels::{self, DRAIN_ANNOTATION, ModuleKey, ModuleLabel};
 use capstan_api::module::Module;
 use capstan_api::UpgradeConfig;
 use capstan_api::nmc::NodeModulesConfig;
@@ -179,6 +179,12 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
     if selection.contains(ControllerName::VersionLabels) {
         let now = jiff::Timestamp::now();
         for node in &nodes {
+            if node.annotations().contains_key(DRAIN_ANNOTATION) {
+                pending.push(format!(
+                    "node {} is cordoned for its upgrade until its last step",
+                    node.name_any()
+                ));
+            }
             for (annotation, value) in node.annotations() {
                 let Some(key) = ModuleKey::from_upgrade_annotation(annotation) else {
                     continue;

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
-use capstan_api::labels::UNSCHEDULABLE_TAINT;
+use capstan_api::labels::{
+    MACHINE_CONFIG_STATE_WORKING, UNSCHEDULABLE_TAINT, UPGRADE_STATE_ANNOTATION,
+};
 
 /// The facts about one node that the KMM controllers decide on.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -26,9 +28,10 @@ pub struct NodeFacts {
     pub ready: bool,
     /// When the `Ready` condition last changed status.
     pub ready_since: Option<Timestamp>,
-    /// `spec.unschedulable`: the node is cordoned.
+    /// `spec.unschedulable`: the node is cordoned (but for capstan's own cordon of a node
+    /// marked upgrading, see [`NodeFacts::from_node`]).
     pub unschedulable: bool,
-    /// `spec.taints`.
+    /// `spec.taints` (without capstan's own cordon of a node marked upgrading).
     pub taints: Vec<Taint>,
 }
 
@@ -41,6 +44,21 @@ impl NodeFacts {
             .and_then(|status| status.conditions.as_ref())
             .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"));
         let spec = node.spec.as_ref();
+        // The cordon capstan puts on a node it drains for its kmod steps is there for the
+        // node's workloads, not for capstan's own worker pods: on a node marked upgrading
+        // it counts as no cordon, or the steps it was put for could never run.
+        let upgrading = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(UPGRADE_STATE_ANNOTATION))
+            .is_some_and(|state| state == MACHINE_CONFIG_STATE_WORKING);
+        let taints = spec
+            .and_then(|spec| spec.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|taint| !(upgrading && taint.key == UNSCHEDULABLE_TAINT))
+            .collect();
         NodeFacts {
             name: node.metadata.name.clone().unwrap_or_default(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
@@ -52,10 +70,8 @@ impl NodeFacts {
             ready_since: ready
                 .and_then(|condition| condition.last_transition_time.as_ref())
                 .map(|time| time.0),
-            unschedulable: spec.and_then(|spec| spec.unschedulable).unwrap_or(false),
-            taints: spec
-                .and_then(|spec| spec.taints.clone())
-                .unwrap_or_default(),
+            unschedulable: !upgrading && spec.and_then(|spec| spec.unschedulable).unwrap_or(false),
+            taints,
         }
     }
 

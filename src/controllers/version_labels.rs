@@ -850,14 +850,18 @@ pub fn drain_change(
     modules: &[ModuleDecision],
     now: Timestamp,
 ) -> Option<DrainChange> {
-    let draining = modules.iter().find_map(|m| {
-        m.decision
-            .progress
-            .as_ref()
+    // The drain ends once the write of the last step is in: a reconcile that reaches it
+    // still sees its upgrade in the facts, and the next one uncordons.
+    let running = |progress: Option<&Progress>| {
+        progress
             .filter(|p| p.drain && p.upgrading())
+            .cloned()
+    };
+    let draining = modules.iter().find_map(|m| {
+        running(m.decision.progress.as_ref()).or_else(|| running(m.facts.progress.as_ref()))
     });
     let node = inputs.node.as_str();
-    match (draining, &inputs.drain) {
+    match (&draining, &inputs.drain) {
         (Some(progress), None) => {
             let campaign = inputs
                 .campaigns

@@ -61,7 +61,7 @@ async fn phase(client: &kube::Client) -> Option<UpgradePhase> {
         .map(|entry| entry.phase)
 }
 
-/// The drain and step records of `node`, oldest first.
+/// The drain and step records of `node` towards v2, oldest first.
 async fn node_history(client: &kube::Client, node: &str) -> Vec<HistoryRecord> {
     let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
     let mut records: Vec<HistoryRecord> = api
@@ -72,6 +72,7 @@ async fn node_history(client: &kube::Client, node: &str) -> Vec<HistoryRecord> {
         .into_iter()
         .filter(|r| matches!(r.spec.type_, RecordType::Drain | RecordType::UpgradeStep))
         .filter(|r| r.spec.node.as_deref() == Some(node))
+        .filter(|r| r.spec.to_version.as_deref() == Some("v2"))
         .collect();
     records.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
     records
@@ -100,7 +101,9 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     }
 
     // Commit 2: the Module at v2, a campaign for v2 a little later, two nodes relabelled.
-    let upgrade_at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(8);
+    // Whole seconds, as the manifest writes it.
+    let upgrade_at = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 8)
+        .expect("a time");
     repo.commit(
         &[
             ("module.yaml", Some(&module("v2"))),

@@ -214,6 +214,16 @@ fn the_steps_run_in_order_and_the_campaign_ends_upgraded() {
 }
 
 #[test]
+fn the_preceding_version_is_learnt_once_nodes_are_relabelled() {
+    let unknown = UpgradeHistory {
+        preceding_version: String::new(),
+        ..entry(UpgradePhase::Pending)
+    };
+    let decision = decide_at(Some(&unknown), nodes(1, 0, 0), -5);
+    assert_eq!(decision.entry.unwrap().preceding_version, "v1");
+}
+
+#[test]
 fn a_campaign_without_labelled_nodes_waits_for_them() {
     let decision = decide_at(Some(&upgrading_since(0)), nodes(0, 0, 0), 5);
     let entry = decision.entry.unwrap();

@@ -49,7 +49,9 @@ use crate::controllers::drain::{
 use crate::controllers::context::Context;
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
-use capstan_api::labels::{DEVICE_PLUGIN_ROLE, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL};
+use capstan_api::labels::{
+    DEVICE_PLUGIN_ROLE, DRAIN_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL,
+};
 use capstan_api::managers;
 use capstan_api::module::Module;
 use capstan_api::{GitSync, HistoryRecord, UpgradeConfig};
@@ -203,7 +205,8 @@ fn failed(node: &str, what: &'static str) -> impl FnOnce(kube::Error) -> Reconci
 async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, ReconcileError> {
     let name = cached.name_any();
     let cached_modules = modules_of(shared, cached, false);
-    if !has_work(cached_modules.iter().map(|(_, facts)| facts)) {
+    let draining = cached.annotations().contains_key(DRAIN_ANNOTATION);
+    if !draining && !has_work(cached_modules.iter().map(|(_, facts)| facts)) {
         tracing::trace!(node = %name, "nothing to move");
         return Ok(Action::await_change());
     }

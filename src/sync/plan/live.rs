@@ -214,6 +214,31 @@ fn applied_by_capstan(live: &Value, field: &str) -> Map<String, Value> {
         .collect()
 }
 
+/// The phase of `campaign`'s history entry for its version in the cluster; `None` when the
+/// cluster has no such campaign, or it has not been reconciled yet.
+pub async fn campaign_phase(
+    client: &kube::Client,
+    campaign: &super::PlannedCampaign,
+) -> Result<Option<String>, kube::Error> {
+    let Some((namespace, name)) = campaign.name.split_once('/') else {
+        return Ok(None);
+    };
+    let api: kube::Api<capstan_api::UpgradeConfig> = kube::Api::namespaced(client.clone(), namespace);
+    let config = match api.get_opt(name).await {
+        Ok(config) => config,
+        // The kind is not served yet: head brings its CRD.
+        Err(kube::Error::Api(status)) if status.code == 404 => None,
+        Err(err) => return Err(err),
+    };
+    Ok(config
+        .and_then(|config| config.status)
+        .and_then(|status| {
+            status
+                .history_for(&campaign.version)
+                .map(|entry| format!("{:?}", entry.phase))
+        }))
+}
+
 /// The live version labels that applying head may change: on the nodes head declares
 /// and on `released` ones, each label head declares or capstan applied before.
 pub async fn version_labels(

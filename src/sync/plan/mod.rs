@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 
 pub use model::{
     CheckStatus, ClusterState, Commit, Mode, NodeMove, ObjectAction, ObjectChange, ObjectRef, Plan,
-    PlannedStep, Policy, PullRequestCheck, SCHEMA_VERSION, Summary,
+    PlannedCampaign, PlannedStep, Policy, PullRequestCheck, SCHEMA_VERSION, Summary,
 };
 pub use render::{COMMENT_LIMIT, render_json, render_markdown, render_text, summary_line};
 
@@ -37,7 +37,10 @@ use crate::sync::manifests::{
     Catalog, DesiredState, MAX_COMMIT_BYTES, ManifestError, ManifestFile, Settings, StaticCatalog,
     check_transition, is_node, load,
 };
+use crate::sync::manifests::Manifest;
 use crate::sync::source::{CommitInfo, RepoFile, Source, SourceError};
+use capstan_api::UpgradeConfig;
+use kube::Resource as _;
 use render::plural;
 use steps::{LabelMove, declared_version_labels, label_moves};
 
@@ -142,6 +145,7 @@ pub fn offline(input: &PlanInput) -> Plan {
         before.retain(|(node, _), _| !kept.contains(node.as_str()));
     }
     findings.moves = label_moves(&before, &declared_version_labels(&head.manifests));
+    findings.campaigns = campaigns_in(&head.manifests);
     assemble(input, Mode::Offline, None, &head.settings, findings)
 }
 
@@ -197,6 +201,12 @@ pub async fn live(
     let released = prune_live(&live_cluster, &inventory, head, &mut findings).await?;
     let before = live::version_labels(client, &head.manifests, &released).await?;
     findings.moves = label_moves(&before, &declared_version_labels(&head.manifests));
+    findings.campaigns = campaigns_in(&head.manifests);
+    for campaign in &mut findings.campaigns {
+        campaign.phase = live::campaign_phase(client, campaign)
+            .await
+            .map_err(cluster_error(&format!("reading UpgradeConfig {}", campaign.name)))?;
+    }
     Ok(assemble(
         input,
         Mode::Live,
@@ -305,6 +315,7 @@ fn load_files(
 
 /// What a plan found, before it is put in rollout order and counted.
 struct Findings {
+    campaigns: Vec<PlannedCampaign>,
     objects: Vec<ObjectChange>,
     moves: Vec<LabelMove>,
     errors: Vec<ManifestError>,
@@ -314,6 +325,7 @@ struct Findings {
 impl Findings {
     fn from(states: &States) -> Findings {
         Findings {
+            campaigns: Vec::new(),
             objects: Vec::new(),
             moves: Vec::new(),
             errors: states.errors.clone(),
@@ -340,7 +352,17 @@ fn assemble(
     settings: &Settings,
     findings: Findings,
 ) -> Plan {
-    let (nodes, waves) = steps::rollout(&findings.moves, settings.max_nodes_in_flight);
+    let (mut nodes, waves) = steps::rollout(&findings.moves, settings.max_nodes_in_flight);
+    for node in &mut nodes {
+        if let Some(campaign) = findings
+            .campaigns
+            .iter()
+            .find(|c| node.to.as_deref() == Some(c.version.as_str()))
+        {
+            node.campaign = Some(campaign.name.clone());
+            node.held_until = Some(campaign.upgrade_at.clone());
+        }
+    }
     let pull_request = input.pull_request.or(input.head.pull_request);
     let policy = policy::policy(settings, waves, !nodes.is_empty(), pull_request);
     let summary = Summary::of(&findings.objects, &nodes, &findings.errors);
@@ -358,9 +380,30 @@ fn assemble(
         warnings: findings.warnings,
         objects: findings.objects,
         nodes,
+        campaigns: findings.campaigns,
         policy,
         summary,
     }
+}
+
+/// The `UpgradeConfig`s among `manifests`, as the plan shows them.
+fn campaigns_in(manifests: &[Manifest]) -> Vec<PlannedCampaign> {
+    manifests
+        .iter()
+        .filter(|m| {
+            m.api_version == UpgradeConfig::api_version(&()) && m.kind == UpgradeConfig::kind(&())
+        })
+        .filter_map(|m| {
+            let config: UpgradeConfig = serde_json::from_value(m.object.clone()).ok()?;
+            Some(PlannedCampaign {
+                name: format!("{}/{}", m.namespace.as_deref().unwrap_or_default(), m.name),
+                version: config.spec.desired.version,
+                upgrade_at: config.spec.upgrade_at,
+                pdb_force_drain_timeout: config.spec.pdb_force_drain_timeout,
+                phase: None,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

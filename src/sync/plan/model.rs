@@ -42,6 +42,8 @@ pub struct Plan {
     pub objects: Vec<ObjectChange>,
     /// Every node whose module version labels change, in rollout order.
     pub nodes: Vec<NodeMove>,
+    /// The `UpgradeConfig` campaigns head declares.
+    pub campaigns: Vec<PlannedCampaign>,
     /// The repository settings that shape the rollout, and how head fares with them.
     pub policy: Policy,
     /// Counts.
@@ -225,6 +227,31 @@ pub struct NodeMove {
     pub order: usize,
     /// The wave the node moves in (1-based): at most `maxNodesInFlight` nodes per wave.
     pub wave: usize,
+    /// The campaign that rolls out `to`, `namespace/name`: the move is held until its
+    /// `upgradeAt`, and the node is cordoned and drained before its steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<String>,
+    /// That campaign's `upgradeAt`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<String>,
+}
+
+/// An `UpgradeConfig` campaign head declares.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedCampaign {
+    /// `namespace/name`.
+    pub name: String,
+    /// `spec.desired.version`: the Module version it rolls out.
+    pub version: String,
+    /// `spec.upgradeAt`: no node moves to the version before it.
+    pub upgrade_at: String,
+    /// `spec.PDBForceDrainTimeout`, minutes.
+    pub pdb_force_drain_timeout: i32,
+    /// The phase of its history entry for the version in the cluster (live plans of a
+    /// campaign the cluster has).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
 }
 
 /// One ordered-upgrade step a node goes through.

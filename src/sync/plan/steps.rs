@@ -111,6 +111,8 @@ pub fn rollout(moves: &[LabelMove], max_in_flight: u32) -> (Vec<NodeMove>, Vec<V
                 steps: planned_steps(&m.module, m.from.as_deref(), m.to.as_deref()),
                 order,
                 wave,
+                campaign: None,
+                held_until: None,
             }
         })
         .collect();

@@ -323,6 +323,56 @@ fn key_paths(value: &Value, prefix: &str, out: &mut std::collections::BTreeSet<S
 }
 
 #[test]
+fn a_campaign_holds_its_nodes_until_upgrade_at_and_drains_them() {
+    let campaign = "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
+                    metadata: {name: my-kmod-v2, namespace: kmm-demo}\nspec:\n  type: OSD\n  \
+                    upgradeAt: \"2027-06-01T02:00:00Z\"\n  PDBForceDrainTimeout: 60\n  \
+                    desired: {version: v2}\n";
+    let head = with_changes(
+        &upgrade(),
+        &[("fleet/campaign.yaml", Some(campaign.to_string()))],
+    );
+    let plan = plan_of(&base_fleet(), &head, Some(42));
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    assert_eq!(
+        plan.campaigns,
+        [PlannedCampaign {
+            name: "kmm-demo/my-kmod-v2".into(),
+            version: "v2".into(),
+            upgrade_at: "2027-06-01T02:00:00Z".into(),
+            pdb_force_drain_timeout: 60,
+            phase: None,
+        }]
+    );
+    let moves: Vec<(&str, Option<&str>, Option<&str>)> = plan
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.campaign.as_deref(), n.held_until.as_deref()))
+        .collect();
+    let held = (Some("kmm-demo/my-kmod-v2"), Some("2027-06-01T02:00:00Z"));
+    assert_eq!(
+        moves,
+        [
+            ("worker-1", held.0, held.1),
+            ("worker-2", held.0, held.1),
+            // Leaving the fleet is not a move to the campaign's version.
+            ("worker-9", None, None),
+        ]
+    );
+    let text = render_text(&plan, false);
+    assert!(
+        text.contains(
+            "held until 2027-06-01T02:00:00Z (campaign kmm-demo/my-kmod-v2); cordoned and \
+             drained first, uncordoned after step 4"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("Campaigns:"), "{text}");
+    let markdown = render_markdown(&plan).join("\n");
+    assert!(markdown.contains("#### Campaigns"), "{markdown}");
+}
+
+#[test]
 fn the_json_schema_keeps_its_names() {
     let plan = plan_of(&base_fleet(), &upgrade(), Some(42));
     let json: Value = serde_json::from_str(&render_json(&plan)).expect("JSON");
@@ -372,6 +422,7 @@ fn the_json_schema_keeps_its_names() {
         ".nodes[].steps[].description",
         ".nodes[].order",
         ".nodes[].wave",
+        ".campaigns",
         ".policy",
         ".policy.maxNodesInFlight",
         ".policy.waves",

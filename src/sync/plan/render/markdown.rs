@@ -97,9 +97,38 @@ fn nodes(plan: &Plan, out: &mut String) {
             escape(&versions(node.from.as_deref(), node.to.as_deref())),
             node.wave
         );
+        if let (Some(campaign), Some(at)) = (&node.campaign, &node.held_until) {
+            let _ = writeln!(
+                out,
+                "Held until {} (campaign `{campaign}`); cordoned and drained first, uncordoned \
+                 after step 4.\n",
+                escape(at)
+            );
+        }
         for step in &node.steps {
             let _ = writeln!(out, "{}. {}", step.number, escape(&step.description));
         }
+    }
+    campaigns(plan, out);
+}
+
+fn campaigns(plan: &Plan, out: &mut String) {
+    if plan.campaigns.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n#### Campaigns\n");
+    for campaign in &plan.campaigns {
+        let phase = campaign
+            .phase
+            .as_deref()
+            .map_or_else(String::new, |phase| format!(", now {phase}"));
+        let _ = writeln!(
+            out,
+            "- `{}` rolls out `{}`: held until {}{phase}",
+            campaign.name,
+            campaign.version,
+            escape(&campaign.upgrade_at)
+        );
     }
 }
 

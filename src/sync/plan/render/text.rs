@@ -151,9 +151,36 @@ fn nodes(plan: &Plan, out: &mut String) {
             versions(node.from.as_deref(), node.to.as_deref()),
             node.wave
         );
+        if let (Some(campaign), Some(at)) = (&node.campaign, &node.held_until) {
+            let _ = writeln!(
+                out,
+                "       held until {at} (campaign {campaign}); cordoned and drained first, \
+                 uncordoned after step 4"
+            );
+        }
         for step in &node.steps {
             let _ = writeln!(out, "       {}. {}", step.number, step.description);
         }
+    }
+    campaigns(plan, out);
+}
+
+fn campaigns(plan: &Plan, out: &mut String) {
+    if plan.campaigns.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nCampaigns:");
+    for campaign in &plan.campaigns {
+        let phase = campaign
+            .phase
+            .as_deref()
+            .map_or_else(String::new, |phase| format!(", now {phase}"));
+        let _ = writeln!(
+            out,
+            "  {} rolls out {}: held until {}{phase}; PodDisruptionBudgets forced after \
+             PDBForceDrainTimeout {} min + nodeDrain.expectedNodeDrainTime",
+            campaign.name, campaign.version, campaign.upgrade_at, campaign.pdb_force_drain_timeout
+        );
     }
 }
 
