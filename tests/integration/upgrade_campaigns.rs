@@ -11,7 +11,10 @@ use capstan_api::upgrade_config::{ConditionStatus, UpgradePhase, condition_types
 use capstan_api::{HistoryRecord, RecordType, UpgradeConfig};
 use common::git::FleetRepo;
 use common::wait_until;
+use capstan::controllers::{self, Context, Selection};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use tokio_util::sync::CancellationToken;
 use kube::api::{Api, ListParams, PostParams};
 use kube::ResourceExt as _;
 use upgrade::driver::{Capstan, Mode};
@@ -209,4 +212,80 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     assert!(entry.worker_start_time.is_some() && entry.worker_complete_time.is_some());
     assert!(entry.complete_time.is_some());
     capstan.stop().await;
+}
+
+/// The controllers in process until the token is cancelled.
+fn controllers(client: &kube::Client) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let ctx = Context::new(client.clone(), stop.clone());
+    let task = tokio::spawn(async move { controllers::run(ctx, &Selection::all()).await });
+    (stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
+    let (_cluster, client) = common::start_default_simulated().await;
+    let mut repo = FleetRepo::new();
+    upgrade::commit_initial_fleet(&mut repo, &[]);
+    let mut syncer = common::syncer(&client, repo.path()).await;
+    let (stop, task) = controllers(&client);
+    syncer.sync().await.expect("sync");
+    upgrade::converged(&client).await;
+    workload(&client, "worker-1").await;
+    // A budget that allows no disruption: the drain waits on it.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "demo"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "demo"}}},
+    }))
+    .expect("budget");
+    budgets
+        .create(&PostParams::default(), &budget)
+        .await
+        .expect("create the budget");
+
+    // A campaign due already, worker-1 relabelled.
+    let due = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() - 60).expect("time");
+    repo.commit(
+        &[
+            ("module.yaml", Some(&module("v2"))),
+            ("campaign.yaml", Some(&campaign(due))),
+            ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
+        ],
+        "Merge pull request #2 from fleet/my-kmod-v2",
+    );
+    syncer.sync().await.expect("sync");
+    wait_until("worker-1 cordoned, its drain held by the budget", async || {
+        node_history(&client, "worker-1").await.len() == 1
+    })
+    .await;
+    assert!(workload_left(&client, "worker-1").await);
+
+    // capstan stops in the middle of the drain; a new one takes over.
+    stop.cancel();
+    task.await.expect("controllers stop");
+    let (stop, task) = controllers(&client);
+    budgets
+        .delete("demo", &Default::default())
+        .await
+        .expect("delete the budget");
+    wait_until("the campaign upgraded", async || {
+        phase(&client).await == Some(UpgradePhase::Upgraded)
+    })
+    .await;
+    assert_eq!(
+        upgrade::steps(&node_history(&client, "worker-1").await),
+        [
+            "cordoned",
+            "drained",
+            "device-plugin-stopped",
+            "old-module-unloaded",
+            "new-module-loaded",
+            "device-plugin-started",
+            "uncordoned",
+        ]
+    );
+    assert!(!workload_left(&client, "worker-1").await);
+    stop.cancel();
+    task.await.expect("controllers stop");
 }
