@@ -32,6 +32,8 @@ pub const POINTS: &[&str] = &[
     "sync.record.after",
     "upgrade.record.before",
     "upgrade.record.after",
+    "drain.record.before",
+    "drain.record.after",
     "upgrade.labels.before",
     "upgrade.labels.after",
     "nmc.worker-pod.before",

@@ -232,11 +232,12 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
         );
     }
     let stop_controllers = tokio_util::sync::CancellationToken::new();
-    let ctx = Context::configured(
+    let ctx = Context::reporting_to(
         client.clone(),
         Arc::new(capstan_api::clock::SystemClock),
         stop_controllers.clone(),
         args.worker_image.clone(),
+        metrics.controllers(),
     );
     if !args.controllers.is_empty() {
         eprintln!("running controllers: {}", args.controllers);

@@ -34,11 +34,11 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::controllers::skipped_fields::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
-use capstan_api::{GitSync, UpgradeConfig};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
+use capstan_api::{GitSync, UpgradeConfig};
 
 /// Changes a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;

@@ -51,8 +51,7 @@ use capstan_api::labels::{DRAIN_ANNOTATION, ModuleLabel};
 
 use capstan_api::UpgradeWindow;
 use capstan_api::upgrade_config::{
-    ConditionStatus, UpgradeCondition, UpgradeConfig, UpgradeHistory, UpgradePhase,
-    condition_types,
+    ConditionStatus, UpgradeCondition, UpgradeConfig, UpgradeHistory, UpgradePhase, condition_types,
 };
 
 pub mod reconciler;
@@ -191,12 +190,7 @@ fn time(at: Timestamp) -> Time {
 
 /// `true` when `d` has passed since `since` (strictly, as MUO's `isAfter`).
 fn passed(since: Option<&Time>, d: Duration, now: Timestamp) -> bool {
-    since.is_some_and(|since| {
-        since
-            .0
-            .checked_add(d)
-            .is_ok_and(|deadline| deadline < now)
-    })
+    since.is_some_and(|since| since.0.checked_add(d).is_ok_and(|deadline| deadline < now))
 }
 
 /// The decision for a campaign at `now`, under the repository's upgrade window.
@@ -328,9 +322,8 @@ fn upgrading(
         next.worker_start_time = Some(time(nodes.first_start.unwrap_or(now).min(now)));
     }
     let mut event = None;
-    let delayed = !commenced
-        && window.delay_trigger > 0
-        && passed(start, minutes(window.delay_trigger), now);
+    let delayed =
+        !commenced && window.delay_trigger > 0 && passed(start, minutes(window.delay_trigger), now);
     if delayed {
         let message = CampaignEvent::Delayed(window.delay_trigger).message(&entry.version);
         if let Some(condition) = next

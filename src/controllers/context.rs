@@ -1,5 +1,5 @@
-//! What every reconciler shares: the client, the clock, an event recorder, and the signal
-//! to stop.
+//! What every reconciler shares: the client, the clock, an event recorder, the gauges, and
+//! the signal to stop.
 
 use std::sync::Arc;
 
@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
+use crate::controllers::metrics::UpgradeMetrics;
 use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
 use crate::history::recorder::{EventKey, Recorder};
 use capstan_api::clock::{Clock, SystemClock};
@@ -33,6 +34,8 @@ pub struct Context {
     pub worker_image: String,
     /// capstan's Event recorder, on [`Context::clock`].
     pub recorder: Recorder,
+    /// The `upgradeoperator_*` gauges the controllers set.
+    pub metrics: Arc<UpgradeMetrics>,
 }
 
 impl Context {
@@ -50,12 +53,24 @@ impl Context {
         Context::configured(client, clock, shutdown, DEFAULT_WORKER_IMAGE.to_string())
     }
 
-    /// A context with every setting given.
+    /// A context with every setting given; its gauges are its own.
     pub fn configured(
         client: Client,
         clock: Arc<dyn Clock>,
         shutdown: CancellationToken,
         worker_image: String,
+    ) -> Arc<Context> {
+        Context::reporting_to(client, clock, shutdown, worker_image, Arc::default())
+    }
+
+    /// A context with every setting given, whose controllers set the gauges of `metrics`
+    /// (those `capstan sync` serves: `crate::sync::metrics::Metrics::controllers`).
+    pub fn reporting_to(
+        client: Client,
+        clock: Arc<dyn Clock>,
+        shutdown: CancellationToken,
+        worker_image: String,
+        metrics: Arc<UpgradeMetrics>,
     ) -> Arc<Context> {
         let recorder = Recorder::new(client.clone(), EVENT_REPORTER, clock.clone());
         Arc::new(Context {
@@ -64,6 +79,7 @@ impl Context {
             shutdown,
             worker_image,
             recorder,
+            metrics,
         })
     }
 

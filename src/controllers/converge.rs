@@ -26,14 +26,14 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
+use super::campaign::Campaigns;
 use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
-use super::{ControllerName, Selection};
-use super::campaign::Campaigns;
 use super::version_labels::Progress;
+use super::{ControllerName, Selection};
+use capstan_api::UpgradeConfig;
 use capstan_api::labels::{self, DRAIN_ANNOTATION, ModuleKey, ModuleLabel};
 use capstan_api::module::Module;
-use capstan_api::UpgradeConfig;
 use capstan_api::nmc::NodeModulesConfig;
 
 /// Most pending items [`check`] lists.

@@ -277,28 +277,6 @@ pub struct PodFacts {
     pub terminating: bool,
 }
 
-/// Whether the drain moves `pod`, as `kubectl drain` would: not a DaemonSet's, not a mirror
-/// pod, not capstan's own worker or device-plugin pods.
-pub fn evictable(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    use capstan_api::labels::{COMPONENT_LABEL, DEVICE_PLUGIN_ROLE, ROLE_LABEL, WORKER_COMPONENT};
-    let meta = &pod.metadata;
-    let daemon_set = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| owner.kind == "DaemonSet");
-    let mirror = meta
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    let labels = meta.labels.as_ref();
-    let own = labels.is_some_and(|l| {
-        l.get(COMPONENT_LABEL).map(String::as_str) == Some(WORKER_COMPONENT)
-            || l.get(ROLE_LABEL).map(String::as_str) == Some(DEVICE_PLUGIN_ROLE)
-    });
-    !(daemon_set || mirror || own)
-}
-
 /// What the drain controller does for a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -368,7 +346,11 @@ mod tests {
         };
         let cases: &[(Option<&DrainState>, Vec<PodFacts>, Decision)] = &[
             (None, vec![pod("a", true, false)], Decision::Nothing),
-            (Some(&drained), vec![pod("a", true, false)], Decision::Nothing),
+            (
+                Some(&drained),
+                vec![pod("a", true, false)],
+                Decision::Nothing,
+            ),
             (Some(&state()), vec![], Decision::Drained),
             (
                 Some(&state()),
@@ -382,7 +364,11 @@ mod tests {
             ),
             (
                 Some(&state()),
-                vec![pod("a", true, true), pod("b", true, false), pod("ds", false, false)],
+                vec![
+                    pod("a", true, true),
+                    pod("b", true, false),
+                    pod("ds", false, false),
+                ],
                 Decision::Evict(vec![("apps".into(), "b".into())]),
             ),
         ];

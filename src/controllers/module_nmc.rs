@@ -404,7 +404,10 @@ mod tests {
         };
         let cordon_tainted = NodeFacts {
             unschedulable: true,
-            taints: vec![taint(capstan_api::labels::UNSCHEDULABLE_TAINT, "NoSchedule")],
+            taints: vec![taint(
+                capstan_api::labels::UNSCHEDULABLE_TAINT,
+                "NoSchedule",
+            )],
             ..gpu_node()
         };
         let mut tolerant = module("");

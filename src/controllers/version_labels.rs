@@ -64,11 +64,11 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use super::campaign::Campaigns;
+use super::drain::{Cordon, DrainRecord, DrainState, DrainStep};
 use capstan_api::labels::ModuleKey;
 use capstan_api::{UpgradePolicy, UpgradeStep};
 pub use policy::Policies;
-use super::campaign::Campaigns;
-use super::drain::{Cordon, DrainRecord, DrainState, DrainStep};
 use records::{StepRecord, WaitEvent, step_record, wait_event};
 
 /// The three version labels of one Module on one node.
@@ -852,11 +852,8 @@ pub fn drain_change(
 ) -> Option<DrainChange> {
     // The drain ends once the write of the last step is in: a reconcile that reaches it
     // still sees its upgrade in the facts, and the next one uncordons.
-    let running = |progress: Option<&Progress>| {
-        progress
-            .filter(|p| p.drain && p.upgrading())
-            .cloned()
-    };
+    let running =
+        |progress: Option<&Progress>| progress.filter(|p| p.drain && p.upgrading()).cloned();
     let draining = modules.iter().find_map(|m| {
         running(m.decision.progress.as_ref()).or_else(|| running(m.facts.progress.as_ref()))
     });
@@ -877,13 +874,8 @@ pub fn drain_change(
                 was_cordoned: inputs.cordon.unschedulable,
                 drained_at: None,
             };
-            let record = super::drain::record(
-                &inputs.policies,
-                node,
-                &state,
-                DrainStep::Cordoned,
-                now,
-            );
+            let record =
+                super::drain::record(&inputs.policies, node, &state, DrainStep::Cordoned, now);
             Some(DrainChange {
                 step: DrainStep::Cordoned,
                 state,
@@ -893,13 +885,7 @@ pub fn drain_change(
         (None, Some(state)) => Some(DrainChange {
             step: DrainStep::Uncordoned,
             state: state.clone(),
-            record: super::drain::record(
-                &inputs.policies,
-                node,
-                state,
-                DrainStep::Uncordoned,
-                now,
-            ),
+            record: super::drain::record(&inputs.policies, node, state, DrainStep::Uncordoned, now),
         }),
         _ => None,
     }
@@ -910,8 +896,8 @@ pub fn drain_change(
 pub enum NodeDecision {
     /// Read this from the API server first, then decide again.
     Confirm(Confirm),
-    /// Write the plan.
-    Act(NodePlan),
+    /// Write the plan (boxed: it is far larger than a confirmation).
+    Act(Box<NodePlan>),
 }
 
 /// The decision for the node `inputs` describe, at `now`. It asks for each confirmation
@@ -977,14 +963,14 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         .collect();
     let next_look = next_look(&modules);
     let drain = drain_change(inputs, &modules, now);
-    NodeDecision::Act(NodePlan {
+    NodeDecision::Act(Box::new(NodePlan {
         gate,
         modules,
         records,
         waits,
         drain,
         next_look,
-    })
+    }))
 }
 
 /// Whether `decision` removes W or records the device plugin stopped on the word of
@@ -1901,10 +1887,22 @@ mod tests {
             }),
             ..settled.clone()
         };
-        assert_eq!(standing([&settled], false, &Campaigns::default()), Standing::Settled);
-        assert_eq!(standing([&settled, &queued], false, &Campaigns::default()), Standing::Queued);
-        assert_eq!(standing([&queued], true, &Campaigns::default()), Standing::Held);
-        assert_eq!(standing([&queued, &upgrading], true, &Campaigns::default()), Standing::Upgrading);
+        assert_eq!(
+            standing([&settled], false, &Campaigns::default()),
+            Standing::Settled
+        );
+        assert_eq!(
+            standing([&settled, &queued], false, &Campaigns::default()),
+            Standing::Queued
+        );
+        assert_eq!(
+            standing([&queued], true, &Campaigns::default()),
+            Standing::Held
+        );
+        assert_eq!(
+            standing([&queued, &upgrading], true, &Campaigns::default()),
+            Standing::Upgrading
+        );
     }
 
     #[test]

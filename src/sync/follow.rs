@@ -19,7 +19,8 @@
 use std::collections::BTreeMap;
 
 use super::manifests::{
-    Catalog, DesiredState, ManifestError, ManifestFile, ObjectId, check_transition, load,
+    Catalog, DesiredState, ManifestError, ManifestFile, ObjectId, campaigns_in_error,
+    check_transition, load,
 };
 use super::source::{CommitInfo, RepoFile, SourceError};
 use capstan_api::canonical::digest;
@@ -90,6 +91,8 @@ pub struct Replay {
     pub accepted: Option<Accepted>,
     /// The head's problems, when the head is rejected.
     pub rejected: Option<Vec<String>>,
+    /// The names of the `UpgradeConfig`s in the head's files that have problems.
+    pub invalid_campaigns: Vec<String>,
     /// For each object that changed since the applied state (added, modified or removed),
     /// the accepted commit that last did so. Objects not here did not change.
     pub changed_by: BTreeMap<ObjectId, CommitInfo>,
@@ -171,6 +174,9 @@ pub fn replay(
                 replay.accepted = Some(Accepted { commit, desired });
             }
             Err(errors) => {
+                if is_head {
+                    replay.invalid_campaigns = campaigns_in_error(&manifest_files(&files), &errors);
+                }
                 let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 if is_head {
                     replay.rejected = Some(errors.clone());

@@ -11,6 +11,9 @@
 //! | `capstan_sync_last_applied_timestamp_seconds` | gauge | |
 //! | `capstan_drift_objects_total` | counter | `kind`, `action` |
 //! | `capstan_sync_objects_total` | counter | `action` |
+//!
+//! The controllers' `upgradeoperator_*` gauges ([`UpgradeMetrics`]) are registered here too,
+//! so one `/metrics` serves both.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -22,6 +25,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::controllers::metrics::UpgradeMetrics;
 use capstan_api::clock::{Clock, SystemClock};
 
 /// The media type of [`Metrics::encode`]'s output: OpenMetrics text 1.0.0, which Prometheus
@@ -76,6 +80,7 @@ pub struct Metrics {
     applied_at: Gauge<f64, std::sync::atomic::AtomicU64>,
     drift: Family<DriftLabels, Counter>,
     objects: Family<ActionLabels, Counter>,
+    controllers: Arc<UpgradeMetrics>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -156,6 +161,8 @@ impl Metrics {
             "Objects written by sync runs, by action: created, configured or pruned",
             objects.clone(),
         );
+        let controllers = Arc::new(UpgradeMetrics::default());
+        controllers.register(&mut registry);
         // Creating a series is what declares it; the returned guard is not needed.
         for result in RESULTS {
             let _ = runs.get_or_create(&ResultLabels {
@@ -178,7 +185,14 @@ impl Metrics {
             applied_at,
             drift,
             objects,
+            controllers,
         }
+    }
+
+    /// The controllers' gauges, served with these: give them to the controllers' `Context`
+    /// (`Context::reporting_to`).
+    pub fn controllers(&self) -> Arc<UpgradeMetrics> {
+        self.controllers.clone()
     }
 
     /// Records one finished sync run: `result` is "applied", "failed", "interrupted" or

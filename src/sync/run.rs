@@ -38,8 +38,9 @@ use capstan_api::capstan::{MAX_RUNS, SYSTEM_NAMESPACE};
 use capstan_api::clock::{Clock, SystemClock};
 use capstan_api::{
     Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecordSpec, InventoryEntry,
-    RecordType, SyncRun,
+    RecordType, SyncRun, UpgradeConfig,
 };
+use kube::Resource as _;
 
 /// Why a sync could not run at all (a rejected commit is an outcome, not an error).
 #[derive(Debug, thiserror::Error)]
@@ -313,6 +314,7 @@ impl Syncer {
         }
         self.kinds = ClusterKinds::discover(&self.client).await?;
         let replay = blocking(|| self.replay(&head));
+        self.report_campaigns(&replay);
         // A valid commit that landed before a rejected head is applied first, as a sync
         // that saw it would have.
         if let Some(accepted) = replay.accepted {
@@ -679,6 +681,23 @@ impl Syncer {
     }
 
     /// Records a rejected commit: nothing of it was applied.
+    /// `upgradeoperator_upgradeconfig_validation_failed`: 1 for each campaign of a rejected
+    /// head's failing files, 0 for each campaign of the commit accepted.
+    fn report_campaigns(&self, replay: &Replay) {
+        let metrics = self.metrics.controllers();
+        for name in &replay.invalid_campaigns {
+            metrics.set_upgradeconfig_validation_failed(name, true);
+        }
+        let accepted = replay.accepted.iter().flat_map(|a| &a.desired.manifests);
+        for manifest in accepted.filter(|m| {
+            m.api_version == UpgradeConfig::api_version(&()) && m.kind == UpgradeConfig::kind(&())
+        }) {
+            if !replay.invalid_campaigns.contains(&manifest.name) {
+                metrics.set_upgradeconfig_validation_failed(&manifest.name, false);
+            }
+        }
+    }
+
     async fn reject(
         &mut self,
         commit: &CommitInfo,

@@ -10,6 +10,7 @@ mod action;
 mod cluster_cli;
 mod controllers_device_plugin;
 mod kmm_loading;
+mod nodekeeper;
 mod ordered_upgrade;
 mod ordered_upgrade_faults;
 mod ordered_upgrade_kill;

@@ -6,17 +6,17 @@
 use crate::common;
 use crate::upgrade;
 
+use capstan::controllers::{self, Context, Selection};
 use capstan_api::labels::{DRAIN_ANNOTATION, UNSCHEDULABLE_TAINT, UPGRADE_STATE_ANNOTATION};
 use capstan_api::upgrade_config::{ConditionStatus, UpgradePhase, condition_types};
 use capstan_api::{HistoryRecord, RecordType, UpgradeConfig};
 use common::git::FleetRepo;
 use common::wait_until;
-use capstan::controllers::{self, Context, Selection};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use tokio_util::sync::CancellationToken;
-use kube::api::{Api, ListParams, PostParams};
 use kube::ResourceExt as _;
+use kube::api::{Api, ListParams, PostParams};
+use tokio_util::sync::CancellationToken;
 use upgrade::driver::{Capstan, Mode};
 use upgrade::{NS, label, module};
 
@@ -96,8 +96,13 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     let (cluster, client) = common::start_default_simulated().await;
     let mut repo = FleetRepo::new();
     upgrade::commit_initial_fleet(&mut repo, &[]);
-    let mut capstan = Capstan::new(Mode::LongRunning, &client, &cluster.kubeconfig(), repo.path())
-        .await;
+    let mut capstan = Capstan::new(
+        Mode::LongRunning,
+        &client,
+        &cluster.kubeconfig(),
+        repo.path(),
+    )
+    .await;
     capstan.take_head().await;
     for node in ["worker-1", "worker-2", "worker-3"] {
         workload(&client, node).await;
@@ -105,8 +110,8 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
 
     // Commit 2: the Module at v2, a campaign for v2 a little later, two nodes relabelled.
     // Whole seconds, as the manifest writes it.
-    let upgrade_at = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 8)
-        .expect("a time");
+    let upgrade_at =
+        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 8).expect("a time");
     repo.commit(
         &[
             ("module.yaml", Some(&module("v2"))),
@@ -158,14 +163,21 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
         let records = node_history(&client, name).await;
         assert_eq!(upgrade::steps(&records), expected, "{name}");
         for record in &records {
-            assert_eq!(record.spec.commit.pull_request, Some(2), "{name}: {record:?}");
+            assert_eq!(
+                record.spec.commit.pull_request,
+                Some(2),
+                "{name}: {record:?}"
+            );
             assert_eq!(record.spec.to_version.as_deref(), Some("v2"));
         }
         let first: jiff::Timestamp = records[0].spec.time.parse().expect("time");
         let last: jiff::Timestamp = records[6].spec.time.parse().expect("time");
         assert!(first >= upgrade_at, "{name} started before upgradeAt");
         spans.push((first, last));
-        assert!(!workload_left(&client, name).await, "{name} kept its workload");
+        assert!(
+            !workload_left(&client, name).await,
+            "{name} kept its workload"
+        );
         let node: Node = Api::all(client.clone()).get(name).await.expect("node");
         assert!(!cordoned(&node), "{name} stays cordoned");
         for annotation in [DRAIN_ANNOTATION, UPGRADE_STATE_ANNOTATION] {
@@ -202,7 +214,10 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     assert_eq!(
         conditions,
         [
-            (condition_types::WORKER_NODES_UPGRADED, ConditionStatus::True),
+            (
+                condition_types::WORKER_NODES_UPGRADED,
+                ConditionStatus::True
+            ),
             (condition_types::UPGRADE_COMMENCED, ConditionStatus::True),
         ]
     );
@@ -255,9 +270,10 @@ async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
         "Merge pull request #2 from fleet/my-kmod-v2",
     );
     syncer.sync().await.expect("sync");
-    wait_until("worker-1 cordoned, its drain held by the budget", async || {
-        node_history(&client, "worker-1").await.len() == 1
-    })
+    wait_until(
+        "worker-1 cordoned, its drain held by the budget",
+        async || node_history(&client, "worker-1").await.len() == 1,
+    )
     .await;
     assert!(workload_left(&client, "worker-1").await);
 

@@ -6,7 +6,9 @@
 //! field kept, and KMM's `config/samples` Module, which upstream's own CRD refuses (no
 //! kernel mapping), is refused here too.
 //!
-//! The samples are verbatim but for what the notes at each one say.
+//! The samples are verbatim but for what the notes at each one say. In capstan an
+//! `UpgradeConfig` is a campaign rolling out a Module version, so MUO's sample (which names
+//! an OpenShift release) comes with a Module of capstan's at that version.
 
 use crate::common;
 use crate::fleet::{capstan, stdout};
@@ -323,6 +325,26 @@ spec:
     version: "4.4.6"
 "#;
 
+/// A Module at the version MUO's sample rolls out: without one, capstan refuses the
+/// campaign (it would roll out nothing).
+const MODULE_AT_MUO_VERSION: &str = r#"
+apiVersion: kmm.sigs.x-k8s.io/v1beta1
+kind: Module
+metadata:
+  name: kmod-4-4-6
+spec:
+  selector:
+    node-role.kubernetes.io/worker: ""
+  moduleLoader:
+    container:
+      version: "4.4.6"
+      modprobe:
+        moduleName: my_kmod
+      kernelMappings:
+        - regexp: '^.+$'
+          containerImage: "registry.example/my-kmod:4.4.6-${KERNEL_FULL_VERSION}"
+"#;
+
 /// The namespaces of the docs' Modules.
 const NAMESPACES: &str = r#"
 apiVersion: v1
@@ -350,6 +372,7 @@ fn samples() -> Vec<(&'static str, String)> {
         ("fleet/lws/sample.yaml", LWS_SAMPLE),
         ("fleet/lws/multi-template.yaml", LWS_MULTI_TEMPLATE),
         ("fleet/muo/upgrade-config.yaml", MUO_UPGRADE_CONFIG),
+        ("fleet/muo/module.yaml", MODULE_AT_MUO_VERSION),
     ]
     .into_iter()
     .map(|(path, text)| (path, text.to_string()))
@@ -357,11 +380,12 @@ fn samples() -> Vec<(&'static str, String)> {
 }
 
 /// Every object the samples declare, as `kind namespace/name`, sorted.
-const OBJECTS: [&str; 9] = [
+const OBJECTS: [&str; 10] = [
     "LeaderWorkerSet default/leaderworkerset-multi-template",
     "LeaderWorkerSet default/leaderworkerset-sample",
     "Module default/kmm-ci",
     "Module default/kmm-ci-a",
+    "Module default/kmod-4-4-6",
     "Module kmm-device-plugin/my-kmod",
     "Module kmm-docs/my-kmod",
     "Namespace /kmm-device-plugin",

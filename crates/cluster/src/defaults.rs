@@ -25,7 +25,10 @@ pub fn apply(resource: &Resource, object: &mut Value) {
         ("", "namespaces") => namespace(object),
         ("", "services") => service(object),
         ("", "secrets") => secret(object),
+        ("", "replicationcontrollers") => replication_controller(object),
         ("apps", "daemonsets") => daemon_set(object),
+        ("apps", "deployments") => deployment(object),
+        ("apps", "replicasets") => replica_set(object),
         ("apps", "statefulsets") => stateful_set(object),
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd(object),
         _ => {}
@@ -173,6 +176,63 @@ fn daemon_set(object: &mut Value) {
     template(object);
 }
 
+fn deployment(object: &mut Value) {
+    if let Some(spec) = object.get_mut("spec").filter(|spec| spec.is_object()) {
+        set_default(spec, "replicas", json!(1));
+        set_default(spec, "revisionHistoryLimit", json!(10));
+        set_default(spec, "progressDeadlineSeconds", json!(600));
+        if !spec.get("strategy").is_some_and(Value::is_object) {
+            spec["strategy"] = json!({});
+        }
+        let strategy = &mut spec["strategy"];
+        set_default(strategy, "type", json!("RollingUpdate"));
+        if strategy.get("type") == Some(&json!("RollingUpdate")) {
+            if !strategy.get("rollingUpdate").is_some_and(Value::is_object) {
+                strategy["rollingUpdate"] = json!({});
+            }
+            let rolling = &mut strategy["rollingUpdate"];
+            set_default(rolling, "maxUnavailable", json!("25%"));
+            set_default(rolling, "maxSurge", json!("25%"));
+        }
+    }
+    template(object);
+}
+
+fn replica_set(object: &mut Value) {
+    if let Some(spec) = object.get_mut("spec").filter(|spec| spec.is_object()) {
+        set_default(spec, "replicas", json!(1));
+    }
+    template(object);
+}
+
+/// A ReplicationController's selector, and its own labels when it has none, default to
+/// its pod template's labels, as upstream's v1 defaulting does.
+fn replication_controller(object: &mut Value) {
+    let template_labels = object
+        .at("/spec/template/metadata/labels")
+        .filter(|labels| labels.is_object())
+        .cloned();
+    if let Some(labels) = template_labels {
+        let empty = |value: Option<&Value>| {
+            value
+                .and_then(Value::as_object)
+                .is_none_or(|m| m.is_empty())
+        };
+        if empty(object.at("/spec/selector")) {
+            object["spec"]["selector"] = labels.clone();
+        }
+        if empty(object.at("/metadata/labels"))
+            && object.get("metadata").is_some_and(Value::is_object)
+        {
+            object["metadata"]["labels"] = labels;
+        }
+    }
+    if let Some(spec) = object.get_mut("spec").filter(|spec| spec.is_object()) {
+        set_default(spec, "replicas", json!(1));
+    }
+    template(object);
+}
+
 fn stateful_set(object: &mut Value) {
     if let Some(spec) = object.get_mut("spec") {
         set_default(spec, "replicas", json!(1));
@@ -298,6 +358,67 @@ mod tests {
             object,
             json!({"spec": {"items": [{"dirName": "/opt"}, {"dirName": "/x"}], "replicas": 1}})
         );
+    }
+
+    /// Deployments, ReplicaSets and ReplicationControllers get what upstream's v1
+    /// defaulting gives them (pod template defaults aside, checked with pods).
+    #[test]
+    fn replicated_workloads_get_upstream_defaults() {
+        let template = json!({"metadata": {"labels": {"app": "web"}}});
+        #[rustfmt::skip]
+        // (what, the defaulting, the object, the object defaulted)
+        type Case = (&'static str, fn(&mut Value), Value, Value);
+        let cases: Vec<Case> = vec![
+            (
+                "a bare deployment",
+                deployment,
+                json!({"spec": {"template": template}}),
+                json!({"spec": {"template": template, "replicas": 1, "revisionHistoryLimit": 10,
+                             "progressDeadlineSeconds": 600,
+                             "strategy": {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}}}),
+            ),
+            (
+                "a deployment's own values stay",
+                deployment,
+                json!({"spec": {"replicas": 0, "strategy": {"rollingUpdate": {"maxSurge": 1}}}}),
+                json!({"spec": {"replicas": 0, "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
+                             "strategy": {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": 1}}}}),
+            ),
+            (
+                "a recreating deployment rolls nothing",
+                deployment,
+                json!({"spec": {"strategy": {"type": "Recreate"}}}),
+                json!({"spec": {"replicas": 1, "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
+                             "strategy": {"type": "Recreate"}}}),
+            ),
+            (
+                "a replica set",
+                replica_set,
+                json!({"spec": {}}),
+                json!({"spec": {"replicas": 1}}),
+            ),
+            (
+                "a replication controller takes its template's labels",
+                replication_controller,
+                json!({"metadata": {}, "spec": {"template": template}}),
+                json!({"metadata": {"labels": {"app": "web"}},
+                    "spec": {"template": template, "selector": {"app": "web"}, "replicas": 1}}),
+            ),
+            (
+                "but keeps its own",
+                replication_controller,
+                json!({"metadata": {"labels": {"a": "b"}}, "spec": {"selector": {"c": "d"}, "replicas": 2,
+                                                                "template": template}}),
+                json!({"metadata": {"labels": {"a": "b"}}, "spec": {"selector": {"c": "d"}, "replicas": 2,
+                                                                "template": template}}),
+            ),
+        ];
+        for (name, default, mut object, want) in cases {
+            default(&mut object);
+            assert_eq!(object, want, "{name}");
+        }
     }
 
     #[test]

@@ -109,6 +109,22 @@ impl ApiError {
         .with_details(Self::about(resource, name))
     }
 
+    /// A conflict on `resource` of `group` named as upstream names a subresource's
+    /// (`deployments/scale.apps`), which no served [`Resource`] is.
+    pub fn conflict_on(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let group_resource = if group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{group}")
+        };
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {group_resource} \"{name}\": {why}"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": resource}))
+    }
+
     /// Server-side apply conflicts, with one cause per conflicting field.
     pub fn apply_conflict(
         resource: &Resource,
@@ -170,6 +186,17 @@ impl ApiError {
 
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
+    }
+
+    /// A 500 in the words of upstream's `NewInternalError`: `Internal error occurred:
+    /// <why>`, with `why` as the one cause.
+    pub fn internal_error_occurred(why: &str) -> Self {
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {why}"),
+        )
+        .with_details(json!({"causes": [{"message": why}]}))
     }
 
     /// The `Status` object for the response body.

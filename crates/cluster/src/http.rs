@@ -47,6 +47,8 @@ pub struct Server {
     pub faults: Faults,
     /// The simulated nodes, for the `/sim/v1` operations.
     pub simulation: Option<Arc<Simulation>>,
+    /// The OpenAPI documents built so far.
+    pub openapi: openapi::Documents,
 }
 
 /// The router: every path goes through [`serve`].
@@ -178,9 +180,11 @@ async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiE
             &openapi::root(&server.api.registry),
         )),
         Route::OpenApiV3 { group, version } => {
-            let doc = openapi::group_version(&server.api.registry, &group, &version)
+            let document = server
+                .openapi
+                .group_version(&server.api.registry, &group, &version)
                 .ok_or_else(ApiError::no_such_path)?;
-            Ok(json_response(StatusCode::OK, &doc))
+            Ok(bytes_response(StatusCode::OK, document))
         }
         Route::SimNode { name, operation } => {
             let simulation = server
@@ -485,6 +489,9 @@ impl Call<'_> {
             }
             (&Method::GET, None, None) => self.list(),
             (&Method::GET, Some(name), None | Some("status")) => self.get(name),
+            (&Method::GET, Some(name), Some("scale")) => self.get_scale(name),
+            (&Method::PUT, Some(name), Some("scale")) => self.update_scale(name),
+            (&Method::PATCH, Some(name), Some("scale")) => self.patch_scale(name),
             (&Method::POST, None, None) => self.create(),
             (&Method::POST, Some(name), Some("eviction")) if self.resource.plural == "pods" => {
                 self.evict(name)
@@ -670,7 +677,8 @@ impl Call<'_> {
         Ok(answer_response(StatusCode::OK, updated))
     }
 
-    fn patch(&self, name: &str, sub: Option<&str>) -> Result<Response, ApiError> {
+    /// The patch type the content type names; 415 for any other.
+    fn patch_type(&self) -> Result<PatchType, ApiError> {
         let content_type = self
             .headers
             .get(header::CONTENT_TYPE)
@@ -681,19 +689,53 @@ impl Call<'_> {
             .unwrap_or("")
             .trim()
             .to_string();
-        let patch_type = match content_type.as_str() {
-            "application/json-patch+json" => PatchType::Json,
-            "application/merge-patch+json" => PatchType::Merge,
-            "application/strategic-merge-patch+json" => PatchType::Strategic,
-            "application/apply-patch+yaml" => PatchType::Apply,
-            other => {
-                return Err(ApiError::unsupported_media_type(format!(
-                    "the body of the request was in an unknown format ({other:?}) - accepted media types include: \
-                     application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, \
-                     application/strategic-merge-patch+json"
-                )));
-            }
-        };
+        match content_type.as_str() {
+            "application/json-patch+json" => Ok(PatchType::Json),
+            "application/merge-patch+json" => Ok(PatchType::Merge),
+            "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+            "application/apply-patch+yaml" => Ok(PatchType::Apply),
+            other => Err(ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format ({other:?}) - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, \
+                 application/strategic-merge-patch+json"
+            ))),
+        }
+    }
+
+    fn get_scale(&self, name: &str) -> Result<Response, ApiError> {
+        let scale = self
+            .api()
+            .get_scale(&self.resource, self.namespace(), name)?;
+        Ok(json_response(StatusCode::OK, &scale))
+    }
+
+    fn update_scale(&self, name: &str) -> Result<Response, ApiError> {
+        let scale = self.api().update_scale(
+            &self.resource,
+            self.namespace(),
+            name,
+            self.body_value()?,
+            &self.write_options("UpdateOptions")?,
+        )?;
+        Ok(answer_response(StatusCode::OK, scale))
+    }
+
+    fn patch_scale(&self, name: &str) -> Result<Response, ApiError> {
+        let patch_type = self.patch_type()?;
+        let patch = parse_body(&self.body, patch_type == PatchType::Apply)?;
+        let scale = self.api().patch_scale(
+            &self.resource,
+            self.namespace(),
+            name,
+            patch_type,
+            patch,
+            &self.write_options("PatchOptions")?,
+        )?;
+        Ok(answer_response(StatusCode::OK, scale))
+    }
+
+    fn patch(&self, name: &str, sub: Option<&str>) -> Result<Response, ApiError> {
+        let patch_type = self.patch_type()?;
         let patch = parse_body(&self.body, patch_type == PatchType::Apply)?;
         let existed = patch_type != PatchType::Apply
             || self
@@ -1019,6 +1061,14 @@ mod tests {
                 "nodemodulesconfigs",
                 Some("n1"),
                 None,
+            ),
+            (
+                "/apis/apps/v1/namespaces/x/deployments/web/scale",
+                "apps",
+                Some("x"),
+                "deployments",
+                Some("web"),
+                Some("scale"),
             ),
             (
                 "/apis/apps/v1/watch/namespaces/x/daemonsets",

@@ -23,6 +23,7 @@ pub mod pointer;
 pub mod protobuf;
 pub mod rendering;
 pub mod resources;
+pub mod scale;
 pub mod schema;
 pub mod selector;
 pub mod sim;
@@ -169,6 +170,7 @@ impl EmbeddedCluster {
             address: address.to_string(),
             faults: Faults::new(options.faults.clone()),
             simulation: simulation.clone(),
+            openapi: openapi::Documents::default(),
         });
         let certificates = tls::serving_certificates(options.state_dir.as_deref(), address.ip())?;
         let (stop, stopped) = signal::channel(false);

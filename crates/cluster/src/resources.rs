@@ -8,6 +8,7 @@ use crate::pointer::Pointer;
 
 use serde_json::{Value, json};
 
+use super::scale::ScaleSubresource;
 use super::schema::{BuiltinSchema, CrdSchema, FieldSchema, WithMetadata};
 
 /// How stored objects of a resource are shown in one served version.
@@ -31,6 +32,9 @@ pub struct Resource {
     pub categories: Vec<String>,
     /// The `status` subresource: main-resource writes keep status, status writes keep the rest.
     pub has_status: bool,
+    /// The `scale` subresource: where the kind keeps the replicas an autoscaling/v1
+    /// `Scale` shows and writes.
+    pub scale: Option<ScaleSubresource>,
     /// Where objects live: one bucket per group/resource, shared by all served versions.
     pub storage: String,
     pub conversion: Conversion,
@@ -73,6 +77,8 @@ impl Resource {
                     | "daemonsets"
                     | "statefulsets"
                     | "deployments"
+                    | "replicasets"
+                    | "replicationcontrollers"
                     | "poddisruptionbudgets"
                     | "customresourcedefinitions"
                     | "services"
@@ -144,6 +150,15 @@ const BUILTINS: &[Builtin] = &[
         false,
     ),
     builtin("", "v1", "Service", "services", true, &["svc"], true),
+    builtin(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        true,
+        &["rc"],
+        true,
+    ),
     builtin("", "v1", "Event", "events", true, &["ev"], false),
     Builtin {
         group: "events.k8s.io",
@@ -157,6 +172,24 @@ const BUILTINS: &[Builtin] = &[
         conversion: Conversion::EventsV1,
     },
     builtin("apps", "v1", "DaemonSet", "daemonsets", true, &["ds"], true),
+    builtin(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+        &["deploy"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        true,
+        &["rs"],
+        true,
+    ),
     builtin(
         "apps",
         "v1",
@@ -247,6 +280,7 @@ impl Registry {
                 short_names: b.short_names.iter().map(|s| (*s).into()).collect(),
                 categories: Vec::new(),
                 has_status: b.has_status,
+                scale: ScaleSubresource::builtin(b.group, b.plural),
                 storage: b.storage.into(),
                 conversion: b.conversion,
                 schema: schema.clone(),
@@ -350,6 +384,7 @@ impl Registry {
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "object"}));
             let has_status = version.at("/subresources/status").is_some();
+            let scale = ScaleSubresource::of_crd_version(version);
             let printer_columns = version
                 .get("additionalPrinterColumns")
                 .and_then(Value::as_array)
@@ -365,6 +400,7 @@ impl Registry {
                 short_names: short_names.clone(),
                 categories: categories.clone(),
                 has_status,
+                scale,
                 storage: storage.clone(),
                 conversion: Conversion::None,
                 schema: Arc::new(WithMetadata(CrdSchema::new(open_api_schema.clone()))),
@@ -464,6 +500,12 @@ impl Registry {
                     "kind": r.kind, "verbs": ["get", "patch", "update"],
                 }));
             }
+            if r.scale.is_some() {
+                entries.push(json!({
+                    "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                    "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
+                }));
+            }
             if r.plural == "pods" && r.group.is_empty() {
                 entries.push(json!({
                     "name": "pods/eviction", "singularName": "", "namespaced": true,
@@ -522,6 +564,50 @@ mod tests {
         let mut versions = vec!["v1alpha1", "v1beta1", "v2", "v1", "v1beta2"];
         versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         assert_eq!(versions, ["v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
+    }
+
+    /// Discovery lists a `scale` subresource, as autoscaling/v1 `Scale`, for the kinds
+    /// that have one: built-in workloads, and custom resources whose CRD version
+    /// declares it.
+    #[test]
+    fn discovery_lists_scale_subresources() {
+        let registry = Registry::with_builtins();
+        let crd = json!({"spec": {"group": "example.dev", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {
+                "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}}}]}});
+        registry.register_crd(&crd);
+        let scales = |group: &str, version: &str| -> Vec<String> {
+            let list = registry.resource_list(group, version).expect("served");
+            list["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .filter(|r| r["kind"] == "Scale")
+                .inspect(|r| {
+                    assert_eq!(
+                        (&r["group"], &r["version"], &r["verbs"]),
+                        (
+                            &json!("autoscaling"),
+                            &json!("v1"),
+                            &json!(["get", "patch", "update"])
+                        )
+                    )
+                })
+                .map(|r| r["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        assert_eq!(
+            scales("apps", "v1"),
+            [
+                "deployments/scale",
+                "replicasets/scale",
+                "statefulsets/scale"
+            ]
+        );
+        assert_eq!(scales("", "v1"), ["replicationcontrollers/scale"]);
+        assert_eq!(scales("example.dev", "v1"), ["widgets/scale"]);
+        assert!(scales("policy", "v1").is_empty());
     }
 
     #[test]

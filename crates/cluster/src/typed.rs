@@ -4,10 +4,16 @@
 //! namespace. The embedded server decodes a client's write into the k8s-openapi type
 //! instead, once, on the object as it would be stored (after a patch, and after
 //! defaults); server-side apply decodes its configuration first too.
+//!
+//! The same types give the kinds' OpenAPI schemas ([`define`]), as kube-apiserver
+//! publishes those of its Go types.
 
-use k8s_openapi::api::{apps, coordination, core, events, policy};
+use std::borrow::Cow;
+
+use k8s_openapi::api::{apps, autoscaling, coordination, core, events, policy};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,19 +31,28 @@ type Decode = fn(&Value) -> Result<(), String>;
 /// fields the type knows are left; `None` when it does not decode.
 type RoundTrip = fn(&Value) -> Option<Value>;
 
+/// Adds the type's OpenAPI schema, and those it refers to, to the generator's
+/// definitions; returns the name it is defined under (`io.k8s.api.apps.v1.Deployment`).
+type Define = fn(&mut SchemaGenerator) -> String;
+
 /// How the server reads a built-in kind's objects through its type.
 #[derive(Clone, Copy)]
 struct Typed {
     decode: Decode,
     round_trip: RoundTrip,
+    define: Define,
 }
 
-const fn typed<T: DeserializeOwned + Serialize>() -> Typed {
+const fn typed<T: DeserializeOwned + Serialize + JsonSchema>() -> Typed {
     Typed {
         decode: decodes::<T>,
         round_trip: round_trips::<T>,
+        define: defines::<T>,
     }
 }
+
+/// The `Scale` of a `/scale` subresource, an autoscaling/v1 `Scale` whatever the kind.
+const SCALE: Typed = typed::<autoscaling::v1::Scale>();
 
 /// (group, resource, type) of every built-in kind the server serves.
 const TYPES: &[(&str, &str, Typed)] = &[
@@ -48,9 +63,16 @@ const TYPES: &[(&str, &str, Typed)] = &[
     ("", "secrets", typed::<core::v1::Secret>()),
     ("", "serviceaccounts", typed::<core::v1::ServiceAccount>()),
     ("", "services", typed::<core::v1::Service>()),
+    (
+        "",
+        "replicationcontrollers",
+        typed::<core::v1::ReplicationController>(),
+    ),
     ("", "events", typed::<core::v1::Event>()),
     ("events.k8s.io", "events", typed::<events::v1::Event>()),
     ("apps", "daemonsets", typed::<apps::v1::DaemonSet>()),
+    ("apps", "deployments", typed::<apps::v1::Deployment>()),
+    ("apps", "replicasets", typed::<apps::v1::ReplicaSet>()),
     ("apps", "statefulsets", typed::<apps::v1::StatefulSet>()),
     (
         "apps",
@@ -85,6 +107,44 @@ struct NodeKernel {
     _modules: Option<ModuleTable>,
 }
 
+/// The schema of [`NodeKernel`], named as a custom resource's model is (the group
+/// reversed, `dev.capstan.sim.v1.NodeKernel`): its metadata and its module table.
+impl JsonSchema for NodeKernel {
+    fn schema_name() -> Cow<'static, str> {
+        "dev.capstan.sim.v1.NodeKernel".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut metadata = generator.subschema_for::<ObjectMeta>();
+        metadata
+            .ensure_object()
+            .insert("description".into(), "Standard object's metadata.".into());
+        json_schema!({
+            "description": "The kernel modules loaded on a simulated node, as the simulated kmod worker leaves them.",
+            "type": "object",
+            "properties": {
+                "apiVersion": {"description": "APIVersion of this representation of the object.", "type": "string"},
+                "kind": {"description": "The kind of the object, NodeKernel.", "type": "string"},
+                "metadata": metadata,
+                "modules": {
+                    "description": "The loaded modules by name, `_` spelling, as `/sys/module` names them.",
+                    "type": "object",
+                    "additionalProperties": {
+                        "description": "One loaded module.",
+                        "type": "object",
+                        "properties": {
+                            "name": {"description": "The module's name.", "type": "string"},
+                            "version": {"description": "The Module version whose worker loaded it; absent for modules the node booted with.", "type": "string"},
+                            "parameters": {"description": "The `key=value` parameters it was loaded with.", "type": "array", "items": {"type": "string"}},
+                            "firmwarePath": {"description": "The kernel's firmware search path when it was loaded.", "type": "string"},
+                        },
+                    },
+                },
+            },
+        })
+    }
+}
+
 /// Checks that `object`, in its stored form, decodes as `resource`'s type, as
 /// kube-apiserver decodes a built-in kind on create, update and after a patch. Custom
 /// resources pass (their schema prunes them instead).
@@ -103,13 +163,41 @@ pub fn check(resource: &Resource, object: &Value) -> Result<(), ApiError> {
         // In the served version, so that the message names the fields the client wrote.
         Conversion::EventsV1 => decode(&events_v1::from_core(object.clone())),
     };
-    decoded.map_err(|why| {
-        ApiError::bad_request(format!(
-            "{kind} in version \"{version}\" cannot be handled as a {kind}: {why}",
-            kind = resource.kind,
-            version = resource.version,
-        ))
-    })
+    decoded.map_err(|why| refused(&resource.kind, &resource.version, &why))
+}
+
+/// [`check`] of a `Scale` a client wrote to a `/scale` subresource: it must decode as
+/// autoscaling/v1 `Scale` (`Scale in version "v1" cannot be handled as a Scale: ...`).
+pub fn check_scale(scale: &Value) -> Result<(), ApiError> {
+    (SCALE.decode)(scale).map_err(|why| refused("Scale", "v1", &why))
+}
+
+/// [`round_trip`] of a `Scale`.
+pub fn round_trip_scale(scale: &Value) -> Option<Value> {
+    (SCALE.round_trip)(scale)
+}
+
+/// The 400 of an object that does not decode as its kind's type.
+fn refused(kind: &str, version: &str, why: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: {why}"
+    ))
+}
+
+/// Adds the OpenAPI schema of `resource`'s type (and of the types it refers to) to
+/// `generator`, and returns the name it is defined under; `None` for custom resources,
+/// whose schema is their CRD's.
+pub fn define(resource: &Resource, generator: &mut SchemaGenerator) -> Option<String> {
+    if resource.custom.is_some() {
+        return None;
+    }
+    let typed = of(&resource.group, &resource.plural)?;
+    Some((typed.define)(generator))
+}
+
+/// [`define`] of the autoscaling/v1 `Scale`, for the kinds with a `/scale` subresource.
+pub fn define_scale(generator: &mut SchemaGenerator) -> String {
+    (SCALE.define)(generator)
 }
 
 /// `object` as `resource`'s type keeps it (see [`RoundTrip`]): what
@@ -149,6 +237,11 @@ fn decodes<T: DeserializeOwned>(object: &Value) -> Result<(), String> {
 fn round_trips<T: DeserializeOwned + Serialize>(object: &Value) -> Option<Value> {
     let decoded = T::deserialize(object).ok()?;
     serde_json::to_value(decoded).ok()
+}
+
+fn defines<T: JsonSchema>(generator: &mut SchemaGenerator) -> String {
+    generator.subschema_for::<T>();
+    T::schema_name().into_owned()
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use capstan_api::names::{
 
 use crate::field::{self, BadValue, FieldError};
 use crate::pointer::Pointer;
+use crate::scale::{FieldPath, PodSelector, ScaleSubresource};
 use crate::structural;
 
 use super::errors::ApiError;
@@ -34,6 +35,10 @@ pub fn object(resource: &Resource, object: &Value) -> Result<(), ApiError> {
     }
     if let Some(custom) = &resource.custom {
         causes.extend(structural::validate_create(&custom.open_api_schema, object));
+        if let Some(scale) = &resource.scale {
+            scale_spec(scale, object, &mut causes);
+            scale_status(scale, object, &mut causes);
+        }
     }
     finish(resource, name, causes)
 }
@@ -73,8 +78,47 @@ pub fn update(
             Some("status") => structural::validate_status(schema, next, current),
             _ => structural::validate_update(schema, next, current),
         });
+        if let Some(scale) = &resource.scale {
+            if subresource != Some("status") {
+                scale_spec(scale, next, &mut causes);
+            }
+            scale_status(scale, next, &mut causes);
+        }
     }
     finish(resource, name, causes)
+}
+
+/// A custom resource's desired replicas at its CRD's `specReplicasPath`, checked as
+/// apiextensions-apiserver checks them on every write but a status write: an integer,
+/// not negative, within int32 (`.spec.replicas: Invalid value: -1: should be a
+/// non-negative integer`).
+fn scale_spec(scale: &ScaleSubresource, object: &Value, causes: &mut Causes) {
+    replicas(&scale.spec_replicas, object, causes);
+}
+
+/// The observed replicas at `statusReplicasPath` (as [`scale_spec`]) and the selector at
+/// `labelSelectorPath`, which must be a string, checked on every write.
+fn scale_status(scale: &ScaleSubresource, object: &Value, causes: &mut Causes) {
+    replicas(&scale.status_replicas, object, causes);
+    if let PodSelector::Text(Some(path)) = &scale.selector
+        && let Err(err) = path.text(object)
+    {
+        causes.push(invalid_text(&path.text, "", err.to_string()));
+    }
+}
+
+fn replicas(path: &FieldPath, object: &Value, causes: &mut Causes) {
+    let invalid =
+        |value: i64, detail: String| FieldError::invalid(&path.text, BadValue::Int(value), detail);
+    match path.integer(object) {
+        Err(err) => causes.push(invalid(0, err.to_string())),
+        Ok(Some(n)) if n < 0 => causes.push(invalid(n, "should be a non-negative integer".into())),
+        Ok(Some(n)) if n > i64::from(i32::MAX) => causes.push(invalid(
+            n,
+            format!("should be less than or equal to {}", i32::MAX),
+        )),
+        Ok(_) => {}
+    }
 }
 
 fn finish(resource: &Resource, name: &str, causes: Causes) -> Result<(), ApiError> {
@@ -291,6 +335,84 @@ mod tests {
                 .map(|(field, message)| (field.to_string(), message))
                 .collect();
             assert_eq!(causes_of(plural, object.clone()), expected, "{object}");
+        }
+    }
+
+    /// A custom resource's scale paths are checked with apiextensions-apiserver's
+    /// messages; a status write checks the status paths alone.
+    #[test]
+    fn scale_paths_of_custom_resources_are_checked() {
+        let scale = ScaleSubresource::of_crd_version(&json!({"subresources": {"scale": {
+            "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector"}}}))
+        .expect("declared");
+        #[rustfmt::skip]
+        // (object, whether a status write, the causes as (field, message))
+        type Case = (Value, bool, Vec<(&'static str, &'static str)>);
+        let cases: Vec<Case> = vec![
+            (
+                json!({"spec": {"replicas": 2}, "status": {"replicas": 1, "selector": "a=b"}}),
+                false,
+                vec![],
+            ),
+            (json!({}), false, vec![]),
+            (
+                json!({"spec": {"replicas": -1}}),
+                false,
+                vec![(
+                    ".spec.replicas",
+                    "Invalid value: -1: should be a non-negative integer",
+                )],
+            ),
+            (json!({"spec": {"replicas": -1}}), true, vec![]),
+            (
+                json!({"spec": {"replicas": 2147483648_i64}}),
+                false,
+                vec![(
+                    ".spec.replicas",
+                    "Invalid value: 2147483648: should be less than or equal to 2147483647",
+                )],
+            ),
+            (
+                json!({"status": {"replicas": -2}}),
+                true,
+                vec![(
+                    ".status.replicas",
+                    "Invalid value: -2: should be a non-negative integer",
+                )],
+            ),
+            (
+                json!({"status": {"replicas": 1.5}}),
+                true,
+                vec![(
+                    ".status.replicas",
+                    "Invalid value: 0: .status.replicas accessor error: 1.5 is of the type float64, expected int64",
+                )],
+            ),
+            (
+                json!({"status": {"selector": 3}}),
+                true,
+                vec![(
+                    ".status.selector",
+                    "Invalid value: \"\": .status.selector accessor error: 3 is of the type int64, expected string",
+                )],
+            ),
+        ];
+        for (object, status_only, want) in cases {
+            let mut causes = Causes::new();
+            if !status_only {
+                scale_spec(&scale, &object, &mut causes);
+            }
+            scale_status(&scale, &object, &mut causes);
+            let got: Vec<(String, String)> = causes
+                .iter()
+                .map(|cause| (cause.field.clone(), cause.body()))
+                .collect();
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(field, body)| (field.to_string(), body.to_string()))
+                .collect();
+            assert_eq!(got, want, "{object}");
         }
     }
 }

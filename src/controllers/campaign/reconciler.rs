@@ -120,7 +120,10 @@ async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Ac
             field_manager: Some(managers::CAMPAIGNS.to_string()),
             ..PatchParams::default()
         };
-        match api.patch_status(&name, &params, &Patch::Merge(&patch)).await {
+        match api
+            .patch_status(&name, &params, &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Ok(Action::requeue(CONFLICT_RETRY));
@@ -152,7 +155,13 @@ async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Ac
         }
     }
     if let Some(breached) = decision.window_breached {
-        tracing::debug!(campaign = %name, breached, "upgrade window");
+        let metrics = &shared.ctx.metrics;
+        metrics.set_upgrade_window_breached(&name, breached);
+        if breached {
+            // MUO resets its failure metrics when an upgrade fails: the drains it watched
+            // are over.
+            metrics.clear_node_drain_timeouts();
+        }
     }
     Ok(decision
         .requeue

@@ -67,7 +67,11 @@ fn a_new_campaign_gets_a_new_entry_then_waits_pending_for_upgrade_at() {
     let first = decide_at(None, nodes(2, 0, 0), -60);
     let new = first.entry.clone().unwrap();
     assert_eq!(
-        (new.phase, new.version.as_str(), new.preceding_version.as_str()),
+        (
+            new.phase,
+            new.version.as_str(),
+            new.preceding_version.as_str()
+        ),
         (UpgradePhase::New, "v2", "v1")
     );
     assert_eq!(first.requeue, Some(Duration::ZERO));
@@ -108,10 +112,7 @@ fn an_unparsable_upgrade_at_keeps_the_campaign_pending() {
         entry: Some(&pending),
         nodes: nodes(1, 0, 0),
     };
-    assert_eq!(
-        decide(&facts, &window(), at(10)),
-        Decision::unchanged(None)
-    );
+    assert_eq!(decide(&facts, &window(), at(10)), Decision::unchanged(None));
 }
 
 #[test]
@@ -142,10 +143,7 @@ fn no_node_started_within_the_window_fails_the_campaign() {
         delay_trigger: 0,
     };
     let decision = decide(&facts, &endless, at(10_000));
-    assert_ne!(
-        decision.entry.map(|e| e.phase),
-        Some(UpgradePhase::Failed)
-    );
+    assert_ne!(decision.entry.map(|e| e.phase), Some(UpgradePhase::Failed));
 }
 
 #[test]
@@ -180,7 +178,10 @@ fn the_steps_run_in_order_and_the_campaign_ends_upgraded() {
         ]
     );
     assert_eq!(commenced.conditions[1].reason, "UpgradeCommenced done");
-    assert_eq!(commenced.conditions[1].message, "UpgradeCommenced is completed");
+    assert_eq!(
+        commenced.conditions[1].message,
+        "UpgradeCommenced is completed"
+    );
     assert_eq!(commenced.worker_start_time, Some(Time(at(3))));
     assert_eq!(commenced.phase, UpgradePhase::Upgrading);
 
@@ -197,7 +198,10 @@ fn the_steps_run_in_order_and_the_campaign_ends_upgraded() {
     assert_eq!(
         types(&upgraded),
         [
-            (condition_types::WORKER_NODES_UPGRADED, ConditionStatus::True),
+            (
+                condition_types::WORKER_NODES_UPGRADED,
+                ConditionStatus::True
+            ),
             (condition_types::UPGRADE_COMMENCED, ConditionStatus::True),
         ]
     );

@@ -15,15 +15,16 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt as _;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
-use kube::ResourceExt as _;
 use serde_json::json;
 
 use super::{Decision, DrainState, DrainStep, PodFacts, decide, record};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
+use crate::controllers::nodekeeper::evictable;
 use crate::controllers::version_labels::Policies;
 use capstan_api::GitSync;
 use capstan_api::labels::DRAIN_ANNOTATION;
@@ -93,7 +94,7 @@ async fn reconcile(cached: Arc<Node>, shared: Arc<Shared>) -> Result<Action, kub
         .map(|pod| PodFacts {
             namespace: pod.namespace().unwrap_or_default(),
             name: pod.name_any(),
-            evictable: super::evictable(pod),
+            evictable: evictable(pod),
             terminating: pod.metadata.deletion_timestamp.is_some(),
         })
         .collect();

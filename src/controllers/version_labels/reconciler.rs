@@ -43,10 +43,10 @@ use super::{
 };
 use crate::controllers::caches::Caches;
 use crate::controllers::campaign::Campaigns;
+use crate::controllers::context::Context;
 use crate::controllers::drain::{
     Cordon, DrainRecord, DrainState, DrainStep, end_patch, start_patch,
 };
-use crate::controllers::context::Context;
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{

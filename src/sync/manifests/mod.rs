@@ -382,3 +382,31 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests;
+
+/// The names of the `UpgradeConfig`s declared in the files of
+/// `files` that `errors` name: the campaigns a rejected commit leaves invalid, for
+/// `upgradeoperator_upgradeconfig_validation_failed`. Files that do not parse name none.
+pub fn campaigns_in_error(files: &[ManifestFile], errors: &[ManifestError]) -> Vec<String> {
+    let failing: std::collections::BTreeSet<&str> =
+        errors.iter().map(|e| e.file.as_str()).collect();
+    let mut campaigns = Vec::new();
+    for file in files.iter().filter(|f| failing.contains(f.path)) {
+        let Ok(text) = yaml::text(file.contents) else {
+            continue;
+        };
+        let Ok(documents) = yaml::documents(text) else {
+            continue;
+        };
+        for document in documents {
+            let object = document.to_json();
+            let field = |name: &str| object.pointer(name).and_then(serde_json::Value::as_str);
+            if field("/kind") == Some("UpgradeConfig")
+                && field("/apiVersion") == Some("upgrade.managed.openshift.io/v1alpha1")
+                && let Some(name) = field("/metadata/name")
+            {
+                campaigns.push(name.to_string());
+            }
+        }
+    }
+    campaigns
+}

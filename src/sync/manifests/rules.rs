@@ -632,9 +632,7 @@ pub fn upgrade_configs(documents: &[Parsed]) -> Vec<ManifestError> {
         if !versions.contains(&version) {
             errors.push(parsed.error(
                 &path,
-                format!(
-                    "{version:?} is the version of no Module this commit declares; {declared}"
-                ),
+                format!("{version:?} is the version of no Module this commit declares; {declared}"),
             ));
         }
         let here = format!("{}:{}", parsed.manifest.file, parsed.manifest.line);

@@ -307,8 +307,10 @@ mod tests {
             ),
             (
                 "nodeDrain:\n  timeOut: 45\n  ignoredNamespacePatterns: [\"^kube-\", \"(open\"]\n",
-                &["fleet/capstan.yaml:3: nodeDrain.ignoredNamespacePatterns.1: \"(open\" is not \
-                   a regular expression"],
+                &[
+                    "fleet/capstan.yaml:3: nodeDrain.ignoredNamespacePatterns.1: \"(open\" is not \
+                   a regular expression",
+                ],
             ),
             (
                 "nodeDrain:\n  timeOut: -5\n",

@@ -432,20 +432,31 @@ fn an_upgrade_config_rolls_out_a_declared_module_version_from_a_valid_time() {
         )
     };
     let module = ("m.yaml", MODULE_V1.to_string());
-    load_all(&[module.clone(), ("u.yaml", upgrade("2026-01-01T00:00:00Z", "v1"))]).unwrap();
+    load_all(&[
+        module.clone(),
+        ("u.yaml", upgrade("2026-01-01T00:00:00Z", "v1")),
+    ])
+    .unwrap();
     assert_errors(
         &rejected(&[module.clone(), ("u.yaml", upgrade("tomorrow at two", "v1"))]),
         &["u.yaml:6: spec.upgradeAt: \"tomorrow at two\" is not an RFC 3339 time"],
     );
     assert_errors(
-        &rejected(&[module.clone(), ("u.yaml", upgrade("2026-01-01T00:00:00Z", "v9"))]),
-        &["u.yaml:8: spec.desired.version: \"v9\" is the version of no Module this commit \
-           declares; the Modules' versions are v1"],
+        &rejected(&[
+            module.clone(),
+            ("u.yaml", upgrade("2026-01-01T00:00:00Z", "v9")),
+        ]),
+        &[
+            "u.yaml:8: spec.desired.version: \"v9\" is the version of no Module this commit \
+           declares; the Modules' versions are v1",
+        ],
     );
     assert_errors(
         &rejected(&[("u.yaml", upgrade("2026-01-01T00:00:00Z", "v1"))]),
-        &["u.yaml:8: spec.desired.version: \"v1\" is the version of no Module this commit \
-           declares; no Module of this commit sets spec.moduleLoader.container.version"],
+        &[
+            "u.yaml:8: spec.desired.version: \"v1\" is the version of no Module this commit \
+           declares; no Module of this commit sets spec.moduleLoader.container.version",
+        ],
     );
     assert_errors(
         &rejected(&[
@@ -456,8 +467,10 @@ fn an_upgrade_config_rolls_out_a_declared_module_version_from_a_valid_time() {
                 upgrade("2026-01-01T00:00:00Z", "v1").replace("my-kmod-v1", "again"),
             ),
         ]),
-        &["w.yaml:8: spec.desired.version: the UpgradeConfig at u.yaml:1 rolls out \"v1\" \
-           already; one campaign per version"],
+        &[
+            "w.yaml:8: spec.desired.version: the UpgradeConfig at u.yaml:1 rolls out \"v1\" \
+           already; one campaign per version",
+        ],
     );
 }
 

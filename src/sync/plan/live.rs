@@ -223,20 +223,19 @@ pub async fn campaign_phase(
     let Some((namespace, name)) = campaign.name.split_once('/') else {
         return Ok(None);
     };
-    let api: kube::Api<capstan_api::UpgradeConfig> = kube::Api::namespaced(client.clone(), namespace);
+    let api: kube::Api<capstan_api::UpgradeConfig> =
+        kube::Api::namespaced(client.clone(), namespace);
     let config = match api.get_opt(name).await {
         Ok(config) => config,
         // The kind is not served yet: head brings its CRD.
         Err(kube::Error::Api(status)) if status.code == 404 => None,
         Err(err) => return Err(err),
     };
-    Ok(config
-        .and_then(|config| config.status)
-        .and_then(|status| {
-            status
-                .history_for(&campaign.version)
-                .map(|entry| format!("{:?}", entry.phase))
-        }))
+    Ok(config.and_then(|config| config.status).and_then(|status| {
+        status
+            .history_for(&campaign.version)
+            .map(|entry| format!("{:?}", entry.phase))
+    }))
 }
 
 /// The live version labels that applying head may change: on the nodes head declares

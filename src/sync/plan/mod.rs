@@ -33,11 +33,11 @@ use crate::sync::diff::DiffError;
 use crate::sync::discovery::ClusterKinds;
 use crate::sync::follow;
 use crate::sync::inventory::{Inventory, id_of, inventory_of, read_sync};
+use crate::sync::manifests::Manifest;
 use crate::sync::manifests::{
     Catalog, DesiredState, MAX_COMMIT_BYTES, ManifestError, ManifestFile, Settings, StaticCatalog,
     check_transition, is_node, load,
 };
-use crate::sync::manifests::Manifest;
 use crate::sync::source::{CommitInfo, RepoFile, Source, SourceError};
 use capstan_api::UpgradeConfig;
 use kube::Resource as _;
@@ -205,7 +205,10 @@ pub async fn live(
     for campaign in &mut findings.campaigns {
         campaign.phase = live::campaign_phase(client, campaign)
             .await
-            .map_err(cluster_error(&format!("reading UpgradeConfig {}", campaign.name)))?;
+            .map_err(cluster_error(&format!(
+                "reading UpgradeConfig {}",
+                campaign.name
+            )))?;
     }
     Ok(assemble(
         input,

@@ -347,7 +347,13 @@ fn a_campaign_holds_its_nodes_until_upgrade_at_and_drains_them() {
     let moves: Vec<(&str, Option<&str>, Option<&str>)> = plan
         .nodes
         .iter()
-        .map(|n| (n.node.as_str(), n.campaign.as_deref(), n.held_until.as_deref()))
+        .map(|n| {
+            (
+                n.node.as_str(),
+                n.campaign.as_deref(),
+                n.held_until.as_deref(),
+            )
+        })
         .collect();
     let held = (Some("kmm-demo/my-kmod-v2"), Some("2027-06-01T02:00:00Z"));
     assert_eq!(

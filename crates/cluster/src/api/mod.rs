@@ -4,13 +4,15 @@
 //! them directly.
 //!
 //! The verbs live by kind: [`read`], [`write`] (create and update), [`patch`] and
-//! [`delete`]; [`options`] holds what they take and [`answer`] what they answer.
+//! [`delete`], and [`scale`] for the `/scale` subresource; [`options`] holds what they
+//! take and [`answer`] what they answer.
 
 mod answer;
 mod delete;
 mod options;
 mod patch;
 mod read;
+mod scale;
 mod write;
 
 pub use answer::{Answer, Deleted, ListPage, Read};

@@ -399,7 +399,7 @@ fn unreachable_patch() -> Result<Value, ApiError> {
 
 /// A patch that could not be applied, answered as upstream answers it: a body that is
 /// not a patch of its type is 400, a patch that does not fit the object 422.
-fn patch_error(resource: &Resource, name: &str, err: PatchError) -> ApiError {
+pub(super) fn patch_error(resource: &Resource, name: &str, err: PatchError) -> ApiError {
     match err {
         PatchError::Malformed { .. } => ApiError::bad_request(err.to_string()),
         PatchError::Invalid { .. } | PatchError::Rejected { .. } => {
@@ -413,7 +413,7 @@ fn patch_error(resource: &Resource, name: &str, err: PatchError) -> ApiError {
 /// (RFC 7386), and a JSON patch may replace the root or the metadata. kube-apiserver
 /// cannot decode such a result as the kind, and answers 400; so does this server,
 /// before anything of the result is read or stored.
-fn patched_object(patch_type: PatchType, patched: Value) -> Result<Value, ApiError> {
+pub(super) fn patched_object(patch_type: PatchType, patched: Value) -> Result<Value, ApiError> {
     if !patched.is_object() {
         let why = match patch_type {
             PatchType::Merge => {
@@ -430,7 +430,11 @@ fn patched_object(patch_type: PatchType, patched: Value) -> Result<Value, ApiErr
     Ok(patched)
 }
 
-fn apply_error(resource: &Resource, name: &str, err: apply::ServerSideApplyError) -> ApiError {
+pub(super) fn apply_error(
+    resource: &Resource,
+    name: &str,
+    err: apply::ServerSideApplyError,
+) -> ApiError {
     match &err {
         apply::ServerSideApplyError::Conflicts(conflicts) => {
             let causes = conflicts

@@ -26,6 +26,9 @@ pub(super) enum Printer {
     Service,
     Event,
     DaemonSet,
+    Deployment,
+    ReplicaSet,
+    ReplicationController,
     StatefulSet,
     ControllerRevision,
     PodDisruptionBudget,
@@ -46,6 +49,9 @@ impl Printer {
             "services" => Printer::Service,
             "events" => Printer::Event,
             "daemonsets" => Printer::DaemonSet,
+            "deployments" => Printer::Deployment,
+            "replicasets" => Printer::ReplicaSet,
+            "replicationcontrollers" => Printer::ReplicationController,
             "statefulsets" => Printer::StatefulSet,
             "controllerrevisions" => Printer::ControllerRevision,
             "poddisruptionbudgets" => Printer::PodDisruptionBudget,
@@ -66,6 +72,9 @@ impl Printer {
             Printer::Service => SERVICE_COLUMNS,
             Printer::Event => EVENT_COLUMNS,
             Printer::DaemonSet => DAEMON_SET_COLUMNS,
+            Printer::Deployment => DEPLOYMENT_COLUMNS,
+            Printer::ReplicaSet => REPLICA_SET_COLUMNS,
+            Printer::ReplicationController => REPLICATION_CONTROLLER_COLUMNS,
             Printer::StatefulSet => STATEFUL_SET_COLUMNS,
             Printer::ControllerRevision => CONTROLLER_REVISION_COLUMNS,
             Printer::PodDisruptionBudget => POD_DISRUPTION_BUDGET_COLUMNS,
@@ -118,6 +127,46 @@ impl Printer {
                     json!(names),
                     json!(images),
                     json!(format_label_selector(object.at("/spec/selector"))),
+                ])
+            }
+            Printer::Deployment => {
+                let (names, images) = container_cells(object);
+                // `selector.String()`: empty, not `<none>`, when it selects everything.
+                let selector = match LabelSelector::from_object(object.at("/spec/selector")) {
+                    Ok(selector) => selector.map(|s| s.to_string()).unwrap_or_default(),
+                    Err(_) => "<invalid>".to_string(),
+                };
+                Row::new(vec![
+                    json!(name),
+                    json!(format!(
+                        "{}/{}",
+                        integer(object, "/status/readyReplicas"),
+                        integer(object, "/spec/replicas")
+                    )),
+                    json!(integer(object, "/status/updatedReplicas")),
+                    json!(integer(object, "/status/availableReplicas")),
+                    json!(age),
+                    json!(names),
+                    json!(images),
+                    json!(selector),
+                ])
+            }
+            Printer::ReplicaSet | Printer::ReplicationController => {
+                let (names, images) = container_cells(object);
+                let selector = if self == Printer::ReplicaSet {
+                    format_label_selector(object.at("/spec/selector"))
+                } else {
+                    format_labels(object.at("/spec/selector"))
+                };
+                Row::new(vec![
+                    json!(name),
+                    json!(integer(object, "/spec/replicas")),
+                    json!(integer(object, "/status/replicas")),
+                    json!(integer(object, "/status/readyReplicas")),
+                    json!(age),
+                    json!(names),
+                    json!(images),
+                    json!(selector),
                 ])
             }
             Printer::StatefulSet => {
@@ -629,7 +678,7 @@ mod tests {
 
     #[test]
     fn builtin_column_names() {
-        let cases: [(&str, &[(&str, i64)]); 8] = [
+        let cases: [(&str, &[(&str, i64)]); 10] = [
             (
                 "nodes",
                 &[
@@ -716,7 +765,33 @@ mod tests {
                 "customresourcedefinitions",
                 &[("Name", 0), ("Created At", 0)],
             ),
-            ("replicasets", &[("Name", 0), ("Age", 0)]),
+            (
+                "deployments",
+                &[
+                    ("Name", 0),
+                    ("Ready", 0),
+                    ("Up-to-date", 0),
+                    ("Available", 0),
+                    ("Age", 0),
+                    ("Containers", 1),
+                    ("Images", 1),
+                    ("Selector", 1),
+                ],
+            ),
+            (
+                "replicasets",
+                &[
+                    ("Name", 0),
+                    ("Desired", 0),
+                    ("Current", 0),
+                    ("Ready", 0),
+                    ("Age", 0),
+                    ("Containers", 1),
+                    ("Images", 1),
+                    ("Selector", 1),
+                ],
+            ),
+            ("horizontalpodautoscalers", &[("Name", 0), ("Age", 0)]),
         ];
         for (plural, expected) in cases {
             let expected: Vec<(String, i64)> =
@@ -1135,7 +1210,11 @@ mod tests {
                 json!({"metadata": {"name": "x", "creationTimestamp": "2024-05-01T08:30:00Z"}}),
                 json!(["x", "2024-05-01T08:30:00Z"]),
             ),
-            ("replicasets", json!({"metadata": meta}), json!(["x", "5h"])),
+            (
+                "horizontalpodautoscalers",
+                json!({"metadata": meta}),
+                json!(["x", "5h"]),
+            ),
             (
                 "widgets",
                 json!({"metadata": {"name": "x"}}),
@@ -1177,6 +1256,37 @@ mod tests {
         let cells = cells("daemonsets", bare);
         assert_eq!(cells[6], json!("<none>"));
         assert_eq!(cells[10], json!("<none>"));
+    }
+
+    /// Deployments, ReplicaSets and ReplicationControllers, as upstream's printers show them.
+    #[test]
+    fn replicated_workload_rows() {
+        let workload = |spec: Value, status: Value| json!({"metadata": {"name": "web", "creationTimestamp": ago(600)}, "spec": spec, "status": status});
+        let template = json!({"spec": {"containers": [{"name": "app", "image": "web:1"}, {"name": "log", "image": "log:2"}]}});
+        #[rustfmt::skip]
+        let cases: Vec<(&str, Value, Value)> = vec![
+            ("deployments",
+             workload(json!({"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template}),
+                      json!({"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 1})),
+             json!(["web", "2/3", 3, 1, "10m", "app,log", "web:1,log:2", "app=web"])),
+            ("deployments",
+             workload(json!({"replicas": 1, "selector": {}}), json!({})),
+             json!(["web", "0/1", 0, 0, "10m", "", "", ""])),
+            ("replicasets",
+             workload(json!({"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template}),
+                      json!({"replicas": 2, "readyReplicas": 1})),
+             json!(["web", 3, 2, 1, "10m", "app,log", "web:1,log:2", "app=web"])),
+            ("replicasets",
+             workload(json!({"replicas": 1, "selector": {}}), json!({})),
+             json!(["web", 1, 0, 0, "10m", "", "", "<none>"])),
+            ("replicationcontrollers",
+             workload(json!({"replicas": 2, "selector": {"b": "2", "a": "1"}, "template": template}),
+                      json!({"replicas": 2, "readyReplicas": 2})),
+             json!(["web", 2, 2, 2, "10m", "app,log", "web:1,log:2", "a=1,b=2"])),
+        ];
+        for (plural, object, expected) in cases {
+            assert_eq!(Value::Array(cells(plural, object)), expected, "{plural}");
+        }
     }
 
     #[test]

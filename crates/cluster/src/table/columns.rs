@@ -286,6 +286,81 @@ pub(super) const DAEMON_SET_COLUMNS: &[Column] = &[
     .wide(),
 ];
 
+pub(super) const DEPLOYMENT_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new("Ready", "Number of the pod with ready state"),
+    Column::new(
+        "Up-to-date",
+        "Total number of non-terminating pods targeted by this deployment that have the desired template spec.",
+    ),
+    Column::new(
+        "Available",
+        "Total number of available non-terminating pods (ready for at least minReadySeconds) targeted by this deployment.",
+    ),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    Column::new(
+        "Selector",
+        "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment. It must match the pod template's labels.",
+    )
+    .wide(),
+];
+
+pub(super) const REPLICA_SET_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Desired",
+        "Replicas is the number of desired pods. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset",
+    )
+    .of_kind("integer"),
+    Column::new(
+        "Current",
+        "Replicas is the most recently observed number of non-terminating pods. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset",
+    )
+    .of_kind("integer"),
+    Column::new(
+        "Ready",
+        "The number of non-terminating pods targeted by this ReplicaSet with a Ready Condition.",
+    )
+    .of_kind("integer"),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    Column::new(
+        "Selector",
+        "Selector is a label query over pods that should match the replica count. Label keys and values that must match in order to be controlled by this replica set. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors",
+    )
+    .wide(),
+];
+
+pub(super) const REPLICATION_CONTROLLER_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Desired",
+        "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller",
+    )
+    .of_kind("integer"),
+    Column::new(
+        "Current",
+        "Replicas is the most recently observed number of replicas. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller",
+    )
+    .of_kind("integer"),
+    Column::new(
+        "Ready",
+        "The number of ready replicas for this replication controller.",
+    )
+    .of_kind("integer"),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    Column::new(
+        "Selector",
+        "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it is defaulted to the labels present on the Pod template. Label keys and values that must match in order to be controlled by this replication controller, if empty defaulted to labels on Pod template. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors",
+    )
+    .wide(),
+];
+
 pub(super) const STATEFUL_SET_COLUMNS: &[Column] = &[
     NAME,
     Column::new("Ready", "Number of the pod with ready state"),

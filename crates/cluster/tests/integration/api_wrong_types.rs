@@ -75,6 +75,21 @@ async fn every_built_in_kind_refuses_a_field_of_the_wrong_type() {
             "spec.replicas",
         ),
         (
+            "/apis/apps/v1/namespaces/default/deployments",
+            json!({"spec": {"replicas": "3"}}),
+            "spec.replicas",
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/replicasets",
+            json!({"spec": {"minReadySeconds": "soon"}}),
+            "spec.minReadySeconds",
+        ),
+        (
+            "/api/v1/namespaces/default/replicationcontrollers",
+            json!({"spec": {"selector": {"app": 1}}}),
+            "spec.selector.app",
+        ),
+        (
             "/apis/apps/v1/namespaces/default/controllerrevisions",
             json!({"revision": "first"}),
             "revision",

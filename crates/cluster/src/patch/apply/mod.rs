@@ -7,12 +7,14 @@
 //! [`apply`] is the apply itself; [`update`] records every other write. Both walk the
 //! object with the schema ([`walker`]), [`merge`] writes a configuration over the live
 //! object, [`changes`] finds what a write changed, [`managed_fields`] reads and writes
-//! the entries, and [`conflict`] says what an apply would take from whom.
+//! the entries, and [`conflict`] says what an apply would take from whom. [`scale`]
+//! carries the entries between an object and its `/scale` subresource.
 
 mod changes;
 mod conflict;
 mod managed_fields;
 mod merge;
+mod scale;
 mod update;
 mod walker;
 
@@ -20,6 +22,7 @@ use serde_json::{Map, Value};
 
 pub use conflict::{Conflict, ServerSideApplyError};
 pub use managed_fields::Operation;
+pub use scale::{object_managed_fields, scale_managed_fields};
 pub use update::{track_status_update, track_update};
 
 use crate::pointer::Pointer;
