@@ -109,10 +109,21 @@ pub const UPSTREAM_STAGES: [&str; 4] = [
     "pod-delete.yaml",
 ];
 
-/// kwok's `--config`: upstream's stages from `stages` and capstan's completion stages, one
-/// YAML document each.
+/// kwok's options: more stage workers than its defaults (4 pod, 4 node, 4 lease, 1
+/// pods-on-node), which leave a fleet of a thousand nodes' pods waiting on kwok rather than
+/// on the controllers under test.
+const OPTIONS: &str = "apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: 16
+  nodePlayStageParallelism: 8
+  nodeLeaseParallelism: 8
+  podsOnNodeSyncParallelism: 4";
+
+/// kwok's `--config`: its options, upstream's stages from `stages` and capstan's completion
+/// stages, one YAML document each.
 pub fn config(stages: &Path, broken_images: &[String]) -> anyhow::Result<String> {
-    let mut documents = Vec::new();
+    let mut documents = vec![OPTIONS.to_string()];
     for name in UPSTREAM_STAGES {
         let path = stages.join(name);
         let text = std::fs::read_to_string(&path).with_context(|| {

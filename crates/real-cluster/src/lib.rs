@@ -269,6 +269,11 @@ impl ControlPlane {
                 format!("--root-ca-file={}", pki.ca.cert.display()),
                 format!("--cluster-signing-cert-file={}", pki.ca.cert.display()),
                 format!("--cluster-signing-key-file={}", pki.ca.key.display()),
+                // kwokctl's settings: the client defaults (20 requests a second) would make
+                // the controller-manager, not the controllers under test, the bottleneck of
+                // a large fleet.
+                "--kube-api-qps=5000".into(),
+                "--kube-api-burst=10000".into(),
             ],
         )?;
         plane.spawn(
@@ -281,6 +286,8 @@ impl ControlPlane {
                 ),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
+                "--kube-api-qps=5000".into(),
+                "--kube-api-burst=10000".into(),
             ],
         )?;
         let kwok_config = root.join("kwok.yaml");
