@@ -305,3 +305,92 @@ async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
     stop.cancel();
     task.await.expect("controllers stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_plan_says_what_each_drain_evicts_and_what_a_budget_protects() {
+    let (cluster, client) = common::start_default_simulated().await;
+    let mut repo = FleetRepo::new();
+    upgrade::commit_initial_fleet(&mut repo, &[]);
+    let mut syncer = common::syncer(&client, repo.path()).await;
+    syncer.sync().await.expect("sync");
+    workload(&client, "worker-1").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let database: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "labels": {"app": "db"}},
+        "spec": {"nodeName": "worker-1",
+                 "containers": [{"name": "db", "image": "registry.example/db:1"}]},
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &database)
+        .await
+        .expect("create the database pod");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+    }))
+    .expect("budget");
+    budgets
+        .create(&PostParams::default(), &budget)
+        .await
+        .expect("create the budget");
+
+    let later =
+        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 3600).expect("time");
+    repo.commit(
+        &[
+            ("module.yaml", Some(&module("v2"))),
+            ("campaign.yaml", Some(&campaign(later))),
+            ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
+        ],
+        "Merge pull request #2 from fleet/my-kmod-v2",
+    );
+    let kubeconfig = repo.path().join("kubeconfig");
+    capstan_cluster::kubeconfig::write(&kubeconfig, &cluster.kubeconfig()).expect("kubeconfig");
+    let dir = repo.path().to_path_buf();
+    let output = tokio::task::spawn_blocking(move || {
+        let kubeconfig = kubeconfig.to_str().expect("utf-8").to_string();
+        crate::fleet::capstan(
+            &dir,
+            &["plan", "--format", "json", "--kubeconfig", &kubeconfig],
+        )
+    })
+    .await
+    .expect("plan");
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&output.stderr)));
+    let node = &plan["nodes"][0];
+    assert_eq!(node["node"], "worker-1", "{plan:#}");
+    assert_eq!(node["campaign"], format!("{NS}/my-kmod-v2"));
+    assert_eq!(
+        node["drain"]["evicted"],
+        serde_json::json!([format!("{NS}/app-worker-1")])
+    );
+    assert_eq!(
+        node["drain"]["protected"],
+        serde_json::json!([format!("{NS}/db")])
+    );
+    let forced: Vec<(String, u64)> = node["drain"]["forcedAfter"]
+        .as_array()
+        .expect("forcedAfter")
+        .iter()
+        .map(|f| {
+            (
+                f["strategy"].as_str().unwrap().to_string(),
+                f["minutes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // nodeDrain defaults (timeOut 45, expectedNodeDrainTime 8), PDBForceDrainTimeout 0.
+    assert_eq!(
+        forced,
+        [
+            ("DELETE".to_string(), 45),
+            ("DEFAULT-FINALIZER".to_string(), 45),
+            ("POD-STUCK-TERMINATING".to_string(), 45),
+            ("PDB-DELETE".to_string(), 8),
+            ("PDB-FINALIZER".to_string(), 8),
+        ]
+    );
+    assert_eq!(plan["campaigns"][0]["phase"], serde_json::Value::Null);
+}

@@ -1100,3 +1100,24 @@ fn a_namespace_cannot_leave_while_objects_of_the_commit_live_in_it() {
         assert_eq!(check_transition(None, &next), [], "{case}");
     }
 }
+
+#[test]
+fn the_campaigns_of_the_failing_files_are_named() {
+    let campaign = "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
+                    metadata: {name: my-kmod-v9, namespace: kmm-demo}\nspec:\n  type: OSD\n  \
+                    upgradeAt: \"2026-01-01T00:00:00Z\"\n  PDBForceDrainTimeout: 0\n  \
+                    desired: {version: v9}\n";
+    let list = [
+        ("m.yaml", MODULE_V1.to_string()),
+        ("u.yaml", campaign.to_string()),
+    ];
+    let errors = load_all(&list).unwrap_err();
+    assert_eq!(
+        super::campaigns_in_error(&files(&list), &errors),
+        ["my-kmod-v9"]
+    );
+    // A failing file without an UpgradeConfig names none.
+    let broken = [("m.yaml", MODULE_V1.replace("selector", "selectr"))];
+    let errors = load_all(&broken).unwrap_err();
+    assert!(super::campaigns_in_error(&files(&broken), &errors).is_empty());
+}

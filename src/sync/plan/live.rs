@@ -214,6 +214,61 @@ fn applied_by_capstan(live: &Value, field: &str) -> Map<String, Value> {
         .collect()
 }
 
+/// Fills in, for every node move under a campaign, what its drain will do: the node's
+/// pods the drain evicts and those a PodDisruptionBudget protects (as the drain controller
+/// and the nodekeeper classify them), and when the forcing strategies start.
+pub async fn drain_previews(
+    client: &kube::Client,
+    plan: &mut super::Plan,
+    drain: &capstan_api::NodeDrain,
+) -> Result<(), kube::Error> {
+    use crate::controllers::nodekeeper::{evictable, protected_by_pdb, strategy_times};
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::ResourceExt as _;
+
+    if plan.nodes.iter().all(|node| node.campaign.is_none()) {
+        return Ok(());
+    }
+    let budgets = kube::Api::<PodDisruptionBudget>::all(client.clone())
+        .list(&Default::default())
+        .await?
+        .items;
+    let campaigns = plan.campaigns.clone();
+    for node in plan.nodes.iter_mut() {
+        let Some(campaign) = campaigns
+            .iter()
+            .find(|c| node.campaign.as_deref() == Some(c.name.as_str()))
+        else {
+            continue;
+        };
+        let pods = kube::Api::<Pod>::all(client.clone())
+            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={}", node.node)))
+            .await?
+            .items;
+        let mut preview = super::DrainPreview::default();
+        for pod in pods.iter().filter(|pod| evictable(pod)) {
+            let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+            if protected_by_pdb(pod, &budgets) {
+                preview.protected.push(name);
+            } else {
+                preview.evicted.push(name);
+            }
+        }
+        let minutes = u64::try_from(campaign.pdb_force_drain_timeout).unwrap_or(0);
+        let pdb_timeout = std::time::Duration::from_secs(minutes * 60);
+        preview.forced_after = strategy_times(jiff::Timestamp::UNIX_EPOCH, drain, pdb_timeout)
+            .into_iter()
+            .map(|time| super::ForcedAfter {
+                strategy: time.strategy.name().to_string(),
+                minutes: u64::try_from(time.after.as_second()).unwrap_or(0) / 60,
+            })
+            .collect();
+        node.drain = Some(preview);
+    }
+    Ok(())
+}
+
 /// The phase of `campaign`'s history entry for its version in the cluster; `None` when the
 /// cluster has no such campaign, or it has not been reconciled yet.
 pub async fn campaign_phase(

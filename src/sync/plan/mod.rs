@@ -24,8 +24,9 @@ mod steps;
 use std::collections::BTreeSet;
 
 pub use model::{
-    CheckStatus, ClusterState, Commit, Mode, NodeMove, ObjectAction, ObjectChange, ObjectRef, Plan,
-    PlannedCampaign, PlannedStep, Policy, PullRequestCheck, SCHEMA_VERSION, Summary,
+    CheckStatus, ClusterState, Commit, DrainPreview, ForcedAfter, Mode, NodeMove, ObjectAction,
+    ObjectChange, ObjectRef, Plan, PlannedCampaign, PlannedStep, Policy, PullRequestCheck,
+    SCHEMA_VERSION, Summary,
 };
 pub use render::{COMMENT_LIMIT, render_json, render_markdown, render_text, summary_line};
 
@@ -210,13 +211,11 @@ pub async fn live(
                 campaign.name
             )))?;
     }
-    Ok(assemble(
-        input,
-        Mode::Live,
-        Some(cluster),
-        &head.settings,
-        findings,
-    ))
+    let mut plan = assemble(input, Mode::Live, Some(cluster), &head.settings, findings);
+    live::drain_previews(client, &mut plan, &head.settings.node_drain)
+        .await
+        .map_err(cluster_error("reading the pods of the nodes to drain"))?;
+    Ok(plan)
 }
 
 /// Adds what pruning the inventory's objects that left head does (or, without `prune`, a

@@ -234,6 +234,31 @@ pub struct NodeMove {
     /// That campaign's `upgradeAt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_until: Option<String>,
+    /// What the drain will do on the node (live plans of a move under a campaign).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainPreview>,
+}
+
+/// What a node's drain will do, from its pods as the cluster has them now.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainPreview {
+    /// The pods the drain evicts (`namespace/name`), no PodDisruptionBudget in the way.
+    pub evicted: Vec<String>,
+    /// The pods a PodDisruptionBudget protects: evicted as far as the budget allows.
+    pub protected: Vec<String>,
+    /// When the nodekeeper's forcing strategies start, in minutes after the cordon.
+    pub forced_after: Vec<ForcedAfter>,
+}
+
+/// When one forcing strategy starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForcedAfter {
+    /// MUO's name of the strategy.
+    pub strategy: String,
+    /// Minutes after the cordon.
+    pub minutes: u64,
 }
 
 /// An `UpgradeConfig` campaign head declares.

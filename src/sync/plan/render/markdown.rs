@@ -105,6 +105,34 @@ fn nodes(plan: &Plan, out: &mut String) {
                 escape(at)
             );
         }
+        if let Some(drain) = &node.drain {
+            let list = |pods: &[String]| {
+                if pods.is_empty() {
+                    "none".to_string()
+                } else {
+                    pods.iter()
+                        .map(|p| format!("`{p}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            };
+            let forced: Vec<String> = drain
+                .forced_after
+                .iter()
+                .map(|f| format!("{} after {} min", f.strategy, f.minutes))
+                .collect();
+            let _ = writeln!(
+                out,
+                "Drain evicts {}; a PodDisruptionBudget protects {}; forced: {}.\n",
+                list(&drain.evicted),
+                list(&drain.protected),
+                if forced.is_empty() {
+                    "never".to_string()
+                } else {
+                    forced.join(", ")
+                }
+            );
+        }
         for step in &node.steps {
             let _ = writeln!(out, "{}. {}", step.number, escape(&step.description));
         }

@@ -158,6 +158,35 @@ fn nodes(plan: &Plan, out: &mut String) {
                  uncordoned after step 4"
             );
         }
+        if let Some(drain) = &node.drain {
+            let list = |pods: &[String]| {
+                if pods.is_empty() {
+                    "none".to_string()
+                } else {
+                    pods.join(", ")
+                }
+            };
+            let _ = writeln!(out, "       drain evicts: {}", list(&drain.evicted));
+            let _ = writeln!(
+                out,
+                "       protected by a PodDisruptionBudget: {}",
+                list(&drain.protected)
+            );
+            let forced: Vec<String> = drain
+                .forced_after
+                .iter()
+                .map(|f| format!("{} after {} min", f.strategy, f.minutes))
+                .collect();
+            let _ = writeln!(
+                out,
+                "       forced: {}",
+                if forced.is_empty() {
+                    "never (disableDrainStrategies)".to_string()
+                } else {
+                    forced.join(", ")
+                }
+            );
+        }
         for step in &node.steps {
             let _ = writeln!(out, "       {}. {}", step.number, step.description);
         }
