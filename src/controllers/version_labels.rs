@@ -722,6 +722,9 @@ pub struct FleetNode {
     pub name: String,
     /// The facts of each Module on it.
     pub modules: Vec<NodeModuleFacts>,
+    /// It carries a campaign's drain: it holds its slot until it is uncordoned, after its
+    /// last step.
+    pub draining: bool,
 }
 
 /// Where each node of `fleet` stands, each under the policy that governs it.
@@ -734,10 +737,12 @@ pub fn standings(
         .iter()
         .map(|node| {
             let require_pull_request = policies.policy_for(&node.name).require_pull_request;
-            (
-                node.name.clone(),
-                standing(&node.modules, require_pull_request, campaigns),
-            )
+            let standing = if node.draining {
+                Standing::Upgrading
+            } else {
+                standing(&node.modules, require_pull_request, campaigns)
+            };
+            (node.name.clone(), standing)
         })
         .collect()
 }
@@ -908,11 +913,15 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
     let node = inputs.node.as_str();
     let policies = &inputs.policies;
     let policy = policies.policy_for(node);
-    let own = standing(
-        inputs.modules.iter().map(|(_, facts)| facts),
-        policy.require_pull_request,
-        &inputs.campaigns,
-    );
+    let own = if inputs.drain.is_some() {
+        Standing::Upgrading
+    } else {
+        standing(
+            inputs.modules.iter().map(|(_, facts)| facts),
+            policy.require_pull_request,
+            &inputs.campaigns,
+        )
+    };
     let slot = slot(
         node,
         own,
@@ -1976,6 +1985,7 @@ mod tests {
         FleetNode {
             name: name.to_string(),
             modules,
+            draining: false,
         }
     }
 

@@ -30,20 +30,44 @@ fn campaign(upgrade_at: jiff::Timestamp) -> String {
     )
 }
 
-/// A workload pod on `node`, as a user's would be.
-async fn workload(client: &kube::Client, node: &str) {
+/// Whole seconds from now (manifests write `upgradeAt` to the second).
+fn seconds_from_now(seconds: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + seconds).expect("a time")
+}
+
+/// A user's pod `name` on `node`, labelled `app`.
+async fn user_pod(client: &kube::Client, name: &str, node: &str, app: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("app-{node}"), "labels": {"app": "demo"}},
+        "metadata": {"name": name, "labels": {"app": app}},
         "spec": {
             "nodeName": node,
-            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            "containers": [{"name": app, "image": format!("registry.example/{app}:1")}],
         },
     }))
     .expect("pod");
     pods.create(&PostParams::default(), &pod)
         .await
-        .expect("create the workload pod");
+        .expect("create the pod");
+}
+
+/// A workload pod on `node`, as a user's would be.
+async fn workload(client: &kube::Client, node: &str) {
+    user_pod(client, &format!("app-{node}"), node, "demo").await;
+}
+
+/// A PodDisruptionBudget that allows no disruption of the pods labelled `app`.
+async fn budget(client: &kube::Client, app: &str) {
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": app},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+    }))
+    .expect("budget");
+    budgets
+        .create(&PostParams::default(), &budget)
+        .await
+        .expect("create the budget");
 }
 
 async fn workload_left(client: &kube::Client, node: &str) -> bool {
@@ -109,9 +133,7 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     }
 
     // Commit 2: the Module at v2, a campaign for v2 a little later, two nodes relabelled.
-    // Whole seconds, as the manifest writes it.
-    let upgrade_at =
-        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 8).expect("a time");
+    let upgrade_at = seconds_from_now(8);
     repo.commit(
         &[
             ("module.yaml", Some(&module("v2"))),
@@ -248,19 +270,10 @@ async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
     upgrade::converged(&client).await;
     workload(&client, "worker-1").await;
     // A budget that allows no disruption: the drain waits on it.
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
-    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "demo"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "demo"}}},
-    }))
-    .expect("budget");
-    budgets
-        .create(&PostParams::default(), &budget)
-        .await
-        .expect("create the budget");
+    budget(&client, "demo").await;
 
     // A campaign due already, worker-1 relabelled.
-    let due = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() - 60).expect("time");
+    let due = seconds_from_now(-60);
     repo.commit(
         &[
             ("module.yaml", Some(&module("v2"))),
@@ -281,6 +294,7 @@ async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
     stop.cancel();
     task.await.expect("controllers stop");
     let (stop, task) = controllers(&client);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
     budgets
         .delete("demo", &Default::default())
         .await
@@ -314,29 +328,10 @@ async fn a_live_plan_says_what_each_drain_evicts_and_what_a_budget_protects() {
     let mut syncer = common::syncer(&client, repo.path()).await;
     syncer.sync().await.expect("sync");
     workload(&client, "worker-1").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let database: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "db", "labels": {"app": "db"}},
-        "spec": {"nodeName": "worker-1",
-                 "containers": [{"name": "db", "image": "registry.example/db:1"}]},
-    }))
-    .expect("pod");
-    pods.create(&PostParams::default(), &database)
-        .await
-        .expect("create the database pod");
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
-    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "db"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
-    }))
-    .expect("budget");
-    budgets
-        .create(&PostParams::default(), &budget)
-        .await
-        .expect("create the budget");
+    user_pod(&client, "db", "worker-1", "db").await;
+    budget(&client, "db").await;
 
-    let later =
-        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 3600).expect("time");
+    let later = seconds_from_now(3600);
     repo.commit(
         &[
             ("module.yaml", Some(&module("v2"))),

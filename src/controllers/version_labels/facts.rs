@@ -9,8 +9,8 @@ use kube::ResourceExt as _;
 
 use super::{NodeModuleFacts, Progress, Stamp, VersionLabels};
 use capstan_api::labels::{
-    MODULE_NAME_LABEL, ModuleKey, ModuleLabel, PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION,
-    UPGRADE_ANNOTATION_PREFIX,
+    DRAIN_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ModuleLabel, PULL_REQUEST_ANNOTATION,
+    REVISION_ANNOTATION, UPGRADE_ANNOTATION_PREFIX,
 };
 use capstan_api::module::Module;
 
@@ -101,12 +101,14 @@ pub fn stamp_of(annotations: &BTreeMap<String, String>) -> Stamp {
     }
 }
 
-/// Whether an upgrade of some Module runs on `node` (it holds a slot until it ends).
+/// Whether an upgrade of some Module runs on `node`, or its campaign drain has not ended
+/// (it holds a slot until both end).
 pub fn holds_slot(node: &Node) -> bool {
-    node.annotations().iter().any(|(key, value)| {
-        key.starts_with(UPGRADE_ANNOTATION_PREFIX)
-            && Progress::from_annotation(value).is_some_and(|p| p.upgrading())
-    })
+    node.annotations().contains_key(DRAIN_ANNOTATION)
+        || node.annotations().iter().any(|(key, value)| {
+            key.starts_with(UPGRADE_ANNOTATION_PREFIX)
+                && Progress::from_annotation(value).is_some_and(|p| p.upgrading())
+        })
 }
 
 #[cfg(test)]

@@ -382,6 +382,7 @@ fn fleet_of<'a>(shared: &Shared, nodes: impl Iterator<Item = &'a Node>) -> Vec<F
                 .into_iter()
                 .map(|(_, facts)| facts)
                 .collect(),
+            draining: node.annotations().contains_key(DRAIN_ANNOTATION),
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{context_line, plural, summary_line, versions};
+use super::{context_line, forced_summary, phase_suffix, plural, pod_list, summary_line, versions};
 use crate::sync::plan::model::{CheckStatus, Plan};
 
 /// GitHub's limit on a comment's length, in characters (Atlantis splits its plans there).
@@ -106,31 +106,13 @@ fn nodes(plan: &Plan, out: &mut String) {
             );
         }
         if let Some(drain) = &node.drain {
-            let list = |pods: &[String]| {
-                if pods.is_empty() {
-                    "none".to_string()
-                } else {
-                    pods.iter()
-                        .map(|p| format!("`{p}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            };
-            let forced: Vec<String> = drain
-                .forced_after
-                .iter()
-                .map(|f| format!("{} after {} min", f.strategy, f.minutes))
-                .collect();
+            let list = |pods: &[String]| pod_list(pods, |pod| format!("`{pod}`"));
             let _ = writeln!(
                 out,
                 "Drain evicts {}; a PodDisruptionBudget protects {}; forced: {}.\n",
                 list(&drain.evicted),
                 list(&drain.protected),
-                if forced.is_empty() {
-                    "never".to_string()
-                } else {
-                    forced.join(", ")
-                }
+                forced_summary(drain)
             );
         }
         for step in &node.steps {
@@ -146,10 +128,7 @@ fn campaigns(plan: &Plan, out: &mut String) {
     }
     let _ = writeln!(out, "\n#### Campaigns\n");
     for campaign in &plan.campaigns {
-        let phase = campaign
-            .phase
-            .as_deref()
-            .map_or_else(String::new, |phase| format!(", now {phase}"));
+        let phase = phase_suffix(campaign);
         let _ = writeln!(
             out,
             "- `{}` rolls out `{}`: held until {}{phase}",

@@ -7,7 +7,7 @@ mod text;
 pub use markdown::{COMMENT_LIMIT, render_markdown};
 pub use text::render_text;
 
-use super::model::{NodeMove, Plan};
+use super::model::{DrainPreview, NodeMove, Plan, PlannedCampaign};
 
 /// How many node moves the summary line names before "and N more".
 const MOVES_NAMED: usize = 3;
@@ -113,4 +113,34 @@ pub(super) fn context_line(plan: &Plan) -> String {
         "{}{path}{pull_request}: base {} → head {} ({against})",
         plan.branch, plan.base.short_sha, plan.head.short_sha
     )
+}
+
+/// `, now Upgrading` for a campaign whose phase the cluster told, else nothing.
+pub(super) fn phase_suffix(campaign: &PlannedCampaign) -> String {
+    campaign
+        .phase
+        .as_deref()
+        .map_or_else(String::new, |phase| format!(", now {phase}"))
+}
+
+/// When the nodekeeper's strategies start, `DELETE after 45 min, ...`, or `never` when
+/// they are disabled.
+pub(super) fn forced_summary(drain: &DrainPreview) -> String {
+    if drain.forced_after.is_empty() {
+        return "never (disableDrainStrategies)".to_string();
+    }
+    drain
+        .forced_after
+        .iter()
+        .map(|f| format!("{} after {} min", f.strategy, f.minutes))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The pods of a drain preview, each shown by `show`, or `none`.
+pub(super) fn pod_list(pods: &[String], show: impl Fn(&str) -> String) -> String {
+    if pods.is_empty() {
+        return "none".to_string();
+    }
+    pods.iter().map(|p| show(p)).collect::<Vec<_>>().join(", ")
 }

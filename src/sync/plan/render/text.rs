@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{context_line, plural, summary_line, versions};
+use super::{context_line, forced_summary, phase_suffix, plural, pod_list, summary_line, versions};
 use crate::sync::plan::model::{CheckStatus, ObjectAction, Plan};
 
 /// ANSI colours, or none.
@@ -159,33 +159,14 @@ fn nodes(plan: &Plan, out: &mut String) {
             );
         }
         if let Some(drain) = &node.drain {
-            let list = |pods: &[String]| {
-                if pods.is_empty() {
-                    "none".to_string()
-                } else {
-                    pods.join(", ")
-                }
-            };
+            let list = |pods: &[String]| pod_list(pods, str::to_string);
             let _ = writeln!(out, "       drain evicts: {}", list(&drain.evicted));
             let _ = writeln!(
                 out,
                 "       protected by a PodDisruptionBudget: {}",
                 list(&drain.protected)
             );
-            let forced: Vec<String> = drain
-                .forced_after
-                .iter()
-                .map(|f| format!("{} after {} min", f.strategy, f.minutes))
-                .collect();
-            let _ = writeln!(
-                out,
-                "       forced: {}",
-                if forced.is_empty() {
-                    "never (disableDrainStrategies)".to_string()
-                } else {
-                    forced.join(", ")
-                }
-            );
+            let _ = writeln!(out, "       forced: {}", forced_summary(drain));
         }
         for step in &node.steps {
             let _ = writeln!(out, "       {}. {}", step.number, step.description);
@@ -200,10 +181,7 @@ fn campaigns(plan: &Plan, out: &mut String) {
     }
     let _ = writeln!(out, "\nCampaigns:");
     for campaign in &plan.campaigns {
-        let phase = campaign
-            .phase
-            .as_deref()
-            .map_or_else(String::new, |phase| format!(", now {phase}"));
+        let phase = phase_suffix(campaign);
         let _ = writeln!(
             out,
             "  {} rolls out {}: held until {}{phase}; PodDisruptionBudgets forced after \
