@@ -39,6 +39,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use super::version_labels::records::asked_by;
 use super::version_labels::{Policies, Stamp};
 use capstan_api::clock::rfc3339_micros;
 use capstan_api::labels::{
@@ -233,11 +234,7 @@ pub fn record(
         DrainStep::Uncordoned if state.was_cordoned => "unmarked (left cordoned as it was)",
         DrainStep::Uncordoned => "uncordoned and unmarked",
     };
-    let asked = match (commit.short_sha.is_empty(), commit.pull_request) {
-        (true, _) => String::new(),
-        (false, Some(pr)) => format!(", asked by {} (#{pr})", commit.short_sha),
-        (false, None) => format!(", asked by {}", commit.short_sha),
-    };
+    let asked = asked_by(&commit);
     let message = format!(
         "{node} {what} for its upgrade to {to} (campaign {}){asked}",
         state.campaign

@@ -44,6 +44,7 @@ pub mod module_nmc;
 pub mod nmc;
 pub mod node;
 pub mod nodekeeper;
+pub mod retries;
 pub mod skipped_fields;
 pub mod version_labels;
 

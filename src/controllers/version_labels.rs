@@ -697,10 +697,6 @@ pub const GUARD_RECHECK: Duration = Duration::from_secs(5);
 pub const POLICY_RECHECK: Duration = Duration::from_secs(30);
 /// Next look at a node whose upgrade waits for a module load or a device plugin.
 pub const UPGRADE_RECHECK: Duration = Duration::from_secs(60);
-/// Wait after a first failed reconcile; it doubles with each failure in a row.
-pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
-/// Longest wait after failed reconciles.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// Whether a node has anything to move or an upgrade to follow, from the facts of each
 /// Module on it (device-plugin facts unused): a node without is not read afresh.
@@ -1077,14 +1073,6 @@ pub fn node_patch(
         patch["spec"] = spec;
     }
     Some(patch)
-}
-
-/// The wait before the next attempt after `failures` failed reconciles in a row:
-/// [`BACKOFF_MIN`], doubled per failure, at most [`BACKOFF_MAX`].
-pub fn retry_delay(failures: u32) -> Duration {
-    BACKOFF_MIN
-        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
-        .min(BACKOFF_MAX)
 }
 
 #[cfg(test)]
@@ -2355,21 +2343,6 @@ mod tests {
                 want,
                 "{name}"
             );
-        }
-    }
-
-    #[test]
-    fn failed_reconciles_back_off_to_five_minutes() {
-        let rows = [
-            (1, Duration::from_millis(500)),
-            (2, Duration::from_secs(1)),
-            (4, Duration::from_secs(4)),
-            (10, Duration::from_secs(256)),
-            (11, BACKOFF_MAX),
-            (u32::MAX, BACKOFF_MAX),
-        ];
-        for (failures, want) in rows {
-            assert_eq!(retry_delay(failures), want, "{failures} failures");
         }
     }
 }

@@ -22,8 +22,7 @@
 //! A failed write stops the pass (what is left runs at the retry, which decides afresh)
 //! and the reconcile is retried with a growing delay; the metric is left as it is.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use futures::{FutureExt as _, StreamExt as _};
 use jiff::Timestamp;
@@ -44,8 +43,9 @@ use super::{
 };
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
+use crate::controllers::retries::Retries;
+use crate::controllers::version_labels::Policies;
 use crate::controllers::version_labels::facts::stamp_of;
-use crate::controllers::version_labels::{Policies, retry_delay};
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::managers;
@@ -85,7 +85,7 @@ struct Shared {
     configs: Store<UpgradeConfig>,
     syncs: Store<GitSync>,
     /// Failed reconciles in a row, by node, for the backoff.
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Retries,
 }
 
 /// Runs the nodekeeper until `ctx.shutdown`. Subscribes to `caches`; the caller starts
@@ -104,7 +104,7 @@ pub fn run(
         ctx: ctx.clone(),
         configs,
         syncs,
-        failures: Mutex::new(HashMap::new()),
+        failures: Retries::default(),
     });
     async move {
         let shutdown = ctx.shutdown.clone();
@@ -152,25 +152,15 @@ async fn reconcile(node: Arc<Node>, shared: Arc<Shared>) -> Result<Action, Recon
     let name = node.name_any();
     let result = reconcile_node(&node, &shared).await;
     if result.is_ok() {
-        lock(&shared.failures).remove(&name);
+        shared.failures.succeeded(&name);
     }
     result
 }
 
 fn error_policy(node: Arc<Node>, err: &ReconcileError, shared: Arc<Shared>) -> Action {
-    let failures = {
-        let mut failures = lock(&shared.failures);
-        let count = failures.entry(node.name_any()).or_default();
-        *count = count.saturating_add(1);
-        *count
-    };
-    let delay = retry_delay(failures);
+    let delay = shared.failures.failed(&node.name_any());
     tracing::warn!(%err, retry_in = ?delay, "nodekeeper reconcile failed");
     Action::requeue(delay)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The error of `what` failing on `node`.

@@ -39,7 +39,7 @@ use super::policy::{SyncState, wakes_every_node};
 use super::records::{StepRecord, WaitEvent};
 use super::{
     Confirm, FleetNode, NodeDecision, NodeInputs, NodeModuleFacts, NodePlan, Policies, decide_node,
-    has_work, next_in_line, node_patch, retry_delay, standings,
+    has_work, next_in_line, node_patch, standings,
 };
 use crate::controllers::caches::Caches;
 use crate::controllers::campaign::Campaigns;
@@ -47,6 +47,7 @@ use crate::controllers::context::Context;
 use crate::controllers::drain::{
     Cordon, DrainRecord, DrainState, DrainStep, end_patch, start_patch,
 };
+use crate::controllers::retries::Retries;
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{
@@ -84,7 +85,7 @@ struct Shared {
     syncs: Store<GitSync>,
     upgrade_configs: Store<UpgradeConfig>,
     /// Failed reconciles in a row, by node, for the backoff.
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Retries,
 }
 
 /// Runs the version-label controller until `ctx.shutdown`. Subscribes to `caches`; the
@@ -116,7 +117,7 @@ pub fn run(
         device_plugins,
         syncs,
         upgrade_configs,
-        failures: Mutex::new(HashMap::new()),
+        failures: Retries::default(),
     });
     async move {
         // An empty Module store would hide every new move, an empty pod store every
@@ -175,19 +176,13 @@ async fn reconcile(node: Arc<Node>, shared: Arc<Shared>) -> Result<Action, Recon
     let name = node.name_any();
     let result = reconcile_node(&node, &shared).await;
     if result.is_ok() {
-        lock(&shared.failures).remove(&name);
+        shared.failures.succeeded(&name);
     }
     result
 }
 
 fn error_policy(node: Arc<Node>, err: &ReconcileError, shared: Arc<Shared>) -> Action {
-    let failures = {
-        let mut failures = lock(&shared.failures);
-        let count = failures.entry(node.name_any()).or_default();
-        *count = count.saturating_add(1);
-        *count
-    };
-    let delay = retry_delay(failures);
+    let delay = shared.failures.failed(&node.name_any());
     tracing::warn!(%err, retry_in = ?delay, "version-labels reconcile failed");
     Action::requeue(delay)
 }

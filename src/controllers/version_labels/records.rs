@@ -204,7 +204,7 @@ fn version(version: &Option<String>) -> &str {
 }
 
 /// `, asked by 3cf3bea (#42)`, or nothing for an unstamped node.
-fn asked_by(commit: &CommitRef) -> String {
+pub fn asked_by(commit: &CommitRef) -> String {
     match (commit.short_sha.is_empty(), commit.pull_request) {
         (true, _) => String::new(),
         (false, Some(pr)) => format!(", asked by {} (#{pr})", commit.short_sha),

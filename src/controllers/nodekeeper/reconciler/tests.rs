@@ -141,7 +141,7 @@ async fn reconcile_once(
         ctx,
         configs: store(campaigns),
         syncs: store(vec![git_sync()]),
-        failures: Mutex::new(HashMap::new()),
+        failures: crate::controllers::retries::Retries::default(),
     });
     let result = reconcile(Arc::new(parse(node)), shared).await;
     server

@@ -172,7 +172,7 @@ async fn reconcile_once(caches: Caches, name: &str, calls: Vec<Call>) -> Action 
         device_plugins: store(caches.device_plugins),
         syncs: store(vec![git_sync()]),
         upgrade_configs: store(Vec::new()),
-        failures: Mutex::new(HashMap::new()),
+        failures: crate::controllers::retries::Retries::default(),
     });
     let result = reconcile(Arc::new(cached), shared).await;
     server
