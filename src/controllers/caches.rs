@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -33,12 +33,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::controllers::lws;
 use crate::controllers::skipped_fields::{Lean, LeftOut, ManagedFields, NodeParts, WorkerPodParts};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
-use capstan_api::{GitSync, UpgradeConfig};
+use capstan_api::{GitSync, LeaderWorkerSet, UpgradeConfig};
 
 /// Changes a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 4096;
@@ -196,6 +197,12 @@ pub struct Caches {
     pub syncs: Cache<GitSync>,
     /// Every `UpgradeConfig`: the upgrade campaigns.
     pub upgrade_configs: Cache<UpgradeConfig>,
+    /// Every `LeaderWorkerSet`.
+    pub leader_worker_sets: Cache<LeaderWorkerSet>,
+    /// The StatefulSets of LeaderWorkerSets (leader and worker sets), in every namespace.
+    pub lws_stateful_sets: Cache<StatefulSet>,
+    /// The pods of LeaderWorkerSets, in every namespace.
+    pub lws_pods: Cache<Pod>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -212,6 +219,7 @@ impl Caches {
             labels::ROLE_LABEL,
             labels::DEVICE_PLUGIN_ROLE
         ));
+        let lws_members = watcher::Config::default().labels(lws::labels::NAME_LABEL);
         Caches {
             nodes: Cache::new(Api::all(client.clone()), watcher::Config::default()),
             modules: Cache::new(Api::all(client.clone()), watcher::Config::default()),
@@ -224,6 +232,9 @@ impl Caches {
                 watcher::Config::default(),
             ),
             upgrade_configs: Cache::new(Api::all(client.clone()), watcher::Config::default()),
+            leader_worker_sets: Cache::new(Api::all(client.clone()), watcher::Config::default()),
+            lws_stateful_sets: Cache::new(Api::all(client.clone()), lws_members.clone()),
+            lws_pods: Cache::new(Api::all(client.clone()), lws_members),
             tasks: tokio::task::JoinSet::new(),
         }
     }
@@ -239,6 +250,9 @@ impl Caches {
         self.device_plugin_pods.start(&mut self.tasks);
         self.syncs.start(&mut self.tasks);
         self.upgrade_configs.start(&mut self.tasks);
+        self.leader_worker_sets.start(&mut self.tasks);
+        self.lws_stateful_sets.start(&mut self.tasks);
+        self.lws_pods.start(&mut self.tasks);
     }
 }
 

@@ -15,6 +15,9 @@
 //!   and a DaemonSet's status can lag the node label that schedules it). A move an
 //!   `UpgradeConfig` campaign holds (not started yet, or failed) is not waited for: it
 //!   happens at the campaign's time, not the commit's; one due already is waited for.
+//! - LeaderWorkerSets: every LWS's status describes its current generation, it is
+//!   `Available` (every group ready, and those the partition does not hold back
+//!   updated), and its surge groups are gone (`status.replicas` equals `spec.replicas`).
 //!
 //! The check reads; it never writes. [`check`] returns what is still pending, one line per
 //! thing, so a waiting `--once` can say what it waits for.
@@ -31,10 +34,11 @@ use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
 use super::version_labels::Progress;
 use super::{ControllerName, Selection};
-use capstan_api::UpgradeConfig;
 use capstan_api::labels::{self, DRAIN_ANNOTATION, ModuleKey, ModuleLabel};
+use capstan_api::lws::condition_types;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
+use capstan_api::{LeaderWorkerSet, UpgradeConfig};
 
 /// Most pending items [`check`] lists.
 const SHOWN: usize = 20;
@@ -239,6 +243,19 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
         }
     }
 
+    if selection.contains(ControllerName::Lws) {
+        let lwss = match Api::<LeaderWorkerSet>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => list.items,
+            // The kind is not served: no LeaderWorkerSet.
+            Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+            Err(err) => return Err(err),
+        };
+        pending.extend(lwss.iter().filter_map(lws_pending));
+    }
+
     pending.sort();
     pending.dedup();
     if pending.len() > SHOWN {
@@ -247,4 +264,28 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
         pending.push(format!("and {more} more"));
     }
     Ok(pending)
+}
+
+/// What an LWS still waits for, if anything: its controller to see its generation, its
+/// groups to be ready and updated, or its surge groups to go.
+fn lws_pending(lws: &LeaderWorkerSet) -> Option<String> {
+    let name = format!("{}/{}", lws.namespace().unwrap_or_default(), lws.name_any());
+    let status = lws.status.clone().unwrap_or_default();
+    let generation = lws.metadata.generation.unwrap_or(0);
+    if status.observed_generation < generation {
+        return Some(format!(
+            "LeaderWorkerSet {name}: generation {generation} not seen by its controller yet"
+        ));
+    }
+    let available = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == condition_types::AVAILABLE && c.status == "True");
+    if !available || status.replicas != lws.spec.replicas {
+        return Some(format!(
+            "LeaderWorkerSet {name} is rolling out: {} of {} groups ready, {} updated, {} running",
+            status.ready_replicas, lws.spec.replicas, status.updated_replicas, status.replicas
+        ));
+    }
+    None
 }

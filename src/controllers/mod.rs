@@ -20,6 +20,8 @@
 //! - [`nodekeeper`]: managed-upgrade-operator's nodekeeper: under an Upgrading campaign,
 //!   forces the drain of a cordoned node past its timeouts, and raises
 //!   `upgradeoperator_node_drain_timeout` (gauges in [`metrics`]).
+//! - [`lws`]: LeaderWorkerSets, as upstream's LWS controller: StatefulSets, controller
+//!   revisions, rolling updates and the groups' restart policies.
 //!
 //! [`run`] starts the controllers a [`Selection`] names (`capstan sync --controllers`) and
 //! returns when the [`Context`]'s shutdown token is cancelled.
@@ -39,6 +41,7 @@ pub mod failures;
 #[cfg(test)]
 pub mod fixtures;
 pub mod kernel_mapping;
+pub mod lws;
 pub mod metrics;
 pub mod module_nmc;
 pub mod nmc;
@@ -67,11 +70,13 @@ pub enum ControllerName {
     Drain,
     /// MUO's nodekeeper: forces drains that outlast their timeouts.
     Nodekeeper,
+    /// LeaderWorkerSets: their StatefulSets, revisions, rolling updates and groups.
+    Lws,
 }
 
 impl ControllerName {
     /// Every controller, in the order they start.
-    pub const ALL: [ControllerName; 7] = [
+    pub const ALL: [ControllerName; 8] = [
         ControllerName::ModuleNmc,
         ControllerName::Nmc,
         ControllerName::DevicePlugin,
@@ -79,6 +84,7 @@ impl ControllerName {
         ControllerName::Campaigns,
         ControllerName::Drain,
         ControllerName::Nodekeeper,
+        ControllerName::Lws,
     ];
 
     /// The name `--controllers` uses.
@@ -91,6 +97,7 @@ impl ControllerName {
             ControllerName::Campaigns => "campaigns",
             ControllerName::Drain => "drain",
             ControllerName::Nodekeeper => "nodekeeper",
+            ControllerName::Lws => "lws",
         }
     }
 }
@@ -199,6 +206,10 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
             ControllerName::Nodekeeper => {
                 tasks.spawn(nodekeeper::reconciler::run(ctx, &caches));
             }
+            ControllerName::Lws => {
+                tasks.spawn(lws::reconciler::run(ctx.clone(), &caches));
+                tasks.spawn(lws::pods::run(ctx, &caches));
+            }
         }
     }
     caches.start();
@@ -237,7 +248,7 @@ mod tests {
         }
         assert_eq!(
             Selection::all().to_string(),
-            "module-nmc,nmc,device-plugin,version-labels,campaigns,drain,nodekeeper"
+            "module-nmc,nmc,device-plugin,version-labels,campaigns,drain,nodekeeper,lws"
         );
     }
 }

@@ -433,11 +433,13 @@ mod tests {
     #[test]
     fn every_crd_fits_client_side_apply() {
         // kubectl apply stores the object as compact JSON in an annotation limited to 256 kB.
+        // The LeaderWorkerSet CRD, upstream's without descriptions, takes about half of it;
+        // a quarter stays free for growth of Kubernetes' pod template.
         const ANNOTATION_LIMIT: usize = 256 * 1024;
         for crd in ALL.iter() {
             let size = serde_json::to_string(crd).unwrap().len();
             assert!(
-                size < ANNOTATION_LIMIT / 2,
+                size < ANNOTATION_LIMIT * 3 / 4,
                 "{:?} is {size} bytes",
                 crd.metadata.name
             );

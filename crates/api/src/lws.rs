@@ -5,6 +5,12 @@
 //! defaults a field (CRD `default:` or its webhook), the Rust field is not optional and serde
 //! fills the default, which also puts the default into the CRD schema; so code reading a
 //! decoded object never has to know the defaults.
+//!
+//! The CRD is upstream's (release v0.9.0) field for field, see `tests/upstream_fields.rs`:
+//! optional fields are declared `schemars(with = T)` because upstream's schema does not
+//! accept null for them, and fields of Kubernetes' types carry Kubernetes' list and map
+//! markers ([`crate::schema::kubernetes_markers`]), so server-side apply merges the
+//! containers, ports, env... of a pod template entry by entry.
 
 use k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
@@ -13,6 +19,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::schema;
 
 /// Desired state of a `LeaderWorkerSet`.
 // Repeated `printcolumn(type_ = ...)` arguments look like duplicated attributes to clippy.
@@ -75,6 +83,7 @@ pub struct LeaderWorkerSetSpec {
 
     /// Network configuration of the groups; absent means `subdomainPolicy: Shared`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "NetworkConfig")]
     pub network_config: Option<NetworkConfig>,
 }
 
@@ -92,16 +101,23 @@ impl LeaderWorkerSetSpec {
 pub struct LeaderWorkerTemplate {
     /// Template of the leader pod; the worker template when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::schema::drop_nested_descriptions)]
+    #[schemars(
+        with = "PodTemplateSpec",
+        transform = schema::drop_nested_descriptions,
+        transform = schema::kubernetes_markers
+    )]
     pub leader_template: Option<PodTemplateSpec>,
 
     /// Template of the worker pods.
-    #[schemars(transform = super::schema::drop_nested_descriptions)]
+    #[schemars(
+        transform = schema::drop_nested_descriptions,
+        transform = schema::kubernetes_markers
+    )]
     pub worker_template: PodTemplateSpec,
 
-    /// Pods per group, the leader included. Default 1.
+    /// Pods per group, the leader included. Default 1; below 1 is refused by the manifest
+    /// rules, as upstream's webhook refuses it (the schema has no minimum).
     #[serde(default = "one")]
-    #[schemars(range(min = 1))]
     pub size: i32,
 
     /// What happens to a group when one of its pods restarts. Default `RecreateGroupOnPodRestart`.
@@ -110,16 +126,24 @@ pub struct LeaderWorkerTemplate {
 
     /// How a group is split into subgroups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "SubGroupPolicy")]
     pub sub_group_policy: Option<SubGroupPolicy>,
 
     /// Claims the pods may reference, one set per pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(transform = super::schema::drop_nested_descriptions)]
+    #[schemars(
+        transform = schema::drop_nested_descriptions,
+        transform = schema::kubernetes_markers
+    )]
     pub volume_claim_templates: Vec<PersistentVolumeClaim>,
 
     /// What happens to those claims when pods go away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = super::schema::drop_nested_descriptions)]
+    #[schemars(
+        with = "StatefulSetPersistentVolumeClaimRetentionPolicy",
+        transform = schema::drop_nested_descriptions,
+        transform = schema::kubernetes_markers
+    )]
     pub persistent_volume_claim_retention_policy:
         Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
 }
@@ -133,9 +157,13 @@ impl LeaderWorkerTemplate {
     }
 }
 
-/// What happens to a group when one of its pods restarts.
+/// What happens to a group when one of its pods restarts. The variants are in the order
+/// of upstream's enum, which the CRD lists.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum RestartPolicy {
+    /// Deprecated upstream spelling of `None` (upstream's defaulting webhook rewrites it to
+    /// `None`; capstan keeps what was written and reads it as `None`).
+    Default,
     /// Recreate every pod of the group.
     #[default]
     RecreateGroupOnPodRestart,
@@ -143,8 +171,6 @@ pub enum RestartPolicy {
     RecreateGroupAfterStart,
     /// Restart only the failed pod.
     None,
-    /// Deprecated upstream spelling of `None`.
-    Default,
 }
 
 /// How a group is split into subgroups.
@@ -152,11 +178,13 @@ pub enum RestartPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct SubGroupPolicy {
     /// Whether the leader belongs to the first subgroup. Default `LeaderWorker`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sub_group_policy_type: Option<SubGroupPolicyType>,
+    #[serde(default)]
+    pub sub_group_policy_type: SubGroupPolicyType,
 
-    /// Pods per subgroup.
+    /// Pods per subgroup. Upstream's webhook needs it whenever `subGroupPolicy` is set; the
+    /// manifest rules refuse a policy without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i32")]
     pub sub_group_size: Option<i32>,
 }
 
@@ -173,6 +201,8 @@ pub enum SubGroupPolicyType {
 /// How groups are updated.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// Upstream declares the type required as well as defaulted; the default fills it anyway.
+#[schemars(extend("required" = ["type"]))]
 pub struct RolloutStrategy {
     /// Only `RollingUpdate` exists.
     #[serde(rename = "type", default)]
@@ -200,11 +230,14 @@ pub struct RollingUpdateConfiguration {
     pub partition: i32,
 
     /// Groups that may be unavailable during the update (number or percentage). Default 1.
+    // Upstream's is not nullable; kube's derive would make an optional int-or-string so.
     #[serde(default = "int_or_string_one")]
+    #[schemars(extend("nullable" = false))]
     pub max_unavailable: IntOrString,
 
     /// Groups that may be created above `replicas` during the update. Default 0.
     #[serde(default = "int_or_string_zero")]
+    #[schemars(extend("nullable" = false))]
     pub max_surge: IntOrString,
 }
 
@@ -254,10 +287,13 @@ pub enum SubdomainPolicy {
 pub struct LeaderWorkerSetStatus {
     /// `Available`, `Progressing` and `UpdateInProgress` (see [`condition_types`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["type"]
-    ))]
+    #[schemars(
+        extend(
+            "x-kubernetes-list-type" = "map",
+            "x-kubernetes-list-map-keys" = ["type"]
+        ),
+        transform = schema::condition_markers
+    )]
     pub conditions: Vec<Condition>,
 
     /// Groups that are ready, updated or not.
@@ -278,7 +314,6 @@ pub struct LeaderWorkerSetStatus {
 
     /// Generation the status describes.
     #[serde(default)]
-    #[schemars(range(min = 0))]
     pub observed_generation: i64,
 }
 
@@ -384,6 +419,27 @@ spec:
         );
         assert_eq!(rolling.max_surge, IntOrString::Int(1));
         assert_eq!(rolling.partition, 0);
+    }
+
+    #[test]
+    fn a_sub_group_policy_defaults_its_type_to_leader_worker() {
+        let yaml = MINIMAL.replace(
+            "    workerTemplate:",
+            "    subGroupPolicy: {subGroupSize: 2}\n    workerTemplate:",
+        );
+        let value: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(
+            schema::unknown_fields(&LeaderWorkerSet::crd(), &value),
+            Vec::<String>::new()
+        );
+        let lws: LeaderWorkerSet = serde_json::from_value(value).unwrap();
+        assert_eq!(
+            lws.spec.leader_worker_template.sub_group_policy,
+            Some(SubGroupPolicy {
+                sub_group_policy_type: SubGroupPolicyType::LeaderWorker,
+                sub_group_size: Some(2),
+            })
+        );
     }
 
     #[test]

@@ -18,3 +18,5 @@ pub const CAMPAIGNS: &str = "capstan-campaigns";
 pub const DRAIN: &str = "capstan-drain";
 /// The nodekeeper (pods it deletes, finalizers it strips).
 pub const NODEKEEPER: &str = "capstan-nodekeeper";
+/// The LeaderWorkerSet controller (StatefulSets, revisions, Services, LWS status, pod labels).
+pub const LWS: &str = "capstan-lws";

@@ -114,6 +114,26 @@ fn service(object: &mut Value) {
     };
     set_default(spec, "type", json!("ClusterIP"));
     set_default(spec, "sessionAffinity", json!("None"));
+    if spec["type"] != "ExternalName" {
+        // The IP family fields as kube-apiserver sets them on a single-stack IPv4
+        // cluster; a headless Service without a selector is dual-stack by default.
+        if let Some(ip) = spec.get("clusterIP").filter(|ip| ip.is_string()).cloned() {
+            set_default(spec, "clusterIPs", json!([ip]));
+        }
+        let selectorless_headless = spec["clusterIP"] == "None"
+            && spec
+                .get("selector")
+                .and_then(Value::as_object)
+                .is_none_or(|s| s.is_empty());
+        if selectorless_headless {
+            set_default(spec, "ipFamilyPolicy", json!("RequireDualStack"));
+            set_default(spec, "ipFamilies", json!(["IPv4", "IPv6"]));
+        } else {
+            set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+            set_default(spec, "ipFamilies", json!(["IPv4"]));
+        }
+        set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
     if let Some(Value::Array(ports)) = spec.get_mut("ports") {
         for port in ports {
             set_default(port, "protocol", json!("TCP"));
@@ -121,6 +141,7 @@ fn service(object: &mut Value) {
             set_default(port, "targetPort", number);
         }
     }
+    set_default(object, "status", json!({"loadBalancer": {}}));
 }
 
 /// A Secret as kube-apiserver converts it from v1: each `stringData` key written,

@@ -1,7 +1,8 @@
 //! The garbage collector and the namespace controller of the embedded cluster, as
 //! kube-controller-manager runs them: dependents whose owners are all gone are deleted
-//! (background), foreground deletion waits for blocking dependents, orphaning strips
-//! owner references, and a terminating namespace is emptied before it goes.
+//! (background), foreground deletion deletes the dependents (in the foreground those that
+//! have dependents of their own) and waits for the blocking ones, orphaning strips owner
+//! references, and a terminating namespace is emptied before it goes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use super::resources::Resource;
 use super::store::{Change, EventType, Followed};
 
 const MANAGER: &str = "garbage-collector";
+/// The finalizer of an owner deleted in the foreground, waiting for its dependents.
+const FOREGROUND: &str = "foregroundDeletion";
 
 /// Runs until the store's change stream closes.
 pub async fn run(api: Arc<Api>) {
@@ -144,6 +147,20 @@ impl Collector {
                 self.index(&change.key, change.previous.as_deref(), Some(projection));
                 self.check_dependent(&change.key, projection);
                 self.check_owner(&change.key, projection);
+                // A reference dropped may be what a foreground-deleting owner waits for.
+                let dropped = change
+                    .previous
+                    .as_deref()
+                    .into_iter()
+                    .flat_map(owner_uids)
+                    .filter(|uid| !owner_uids(projection).any(|u| u == *uid));
+                for owner in dropped {
+                    if let Some(owner_key) = self.deleting.get(owner)
+                        && let Some(object) = self.api.store.get(owner_key)
+                    {
+                        self.check_owner(owner_key, &object.projection);
+                    }
+                }
             }
         }
     }
@@ -251,7 +268,7 @@ impl Collector {
                 self.drop_owner_references(dependent, &[uid.to_string()]);
             }
             self.remove_finalizer(key, "orphan");
-        } else if has_finalizer(projection, "foregroundDeletion") {
+        } else if has_finalizer(projection, FOREGROUND) {
             let mut blocking = 0;
             for dependent in &dependents {
                 let Some(object) = self.api.store.get(dependent) else {
@@ -261,12 +278,51 @@ impl Collector {
                     blocking += 1;
                 }
                 if !deleting(&object.projection) {
-                    self.delete(dependent, Propagation::Foreground);
+                    self.collect_for_waiting_owner(dependent, &object.projection);
                 }
             }
             if blocking == 0 {
-                self.remove_finalizer(key, "foregroundDeletion");
+                self.remove_finalizer(key, FOREGROUND);
             }
+        }
+    }
+
+    /// A dependent of an owner deleted in the foreground (upstream `attemptToDeleteItem`):
+    /// kept, losing its references to gone and waiting owners, while another owner still
+    /// stands; otherwise deleted, in the foreground itself when it has dependents of its
+    /// own (so the chain waits all the way down), in the background when it has none.
+    fn collect_for_waiting_owner(&self, key: &ObjectKey, projection: &Value) {
+        let owners: Vec<(String, OwnerState)> = owner_uids(projection)
+            .map(|uid| (uid.to_string(), self.owner_state(uid)))
+            .collect();
+        let leaving: Vec<String> = owners
+            .iter()
+            .filter(|(_, state)| *state != OwnerState::Solid)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        match collection(
+            owners.iter().map(|(_, state)| *state),
+            self.dependents.contains_key(uid_of(projection)),
+        ) {
+            Collection::Keep => self.drop_owner_references(key, &leaving),
+            Collection::Delete(propagation) => self.delete(key, propagation),
+        }
+    }
+
+    /// What a dependent sees of one of its owners.
+    fn owner_state(&self, uid: &str) -> OwnerState {
+        if !self.owner_exists(uid) {
+            return OwnerState::Gone;
+        }
+        let waiting = self
+            .deleting
+            .get(uid)
+            .and_then(|key| self.api.store.get(key))
+            .is_some_and(|owner| has_finalizer(&owner.projection, FOREGROUND));
+        if waiting {
+            OwnerState::WaitingForDependents
+        } else {
+            OwnerState::Solid
         }
     }
 
@@ -399,6 +455,37 @@ impl Collector {
     }
 }
 
+/// An owner as one of its dependents sees it (upstream `classifyReferences`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OwnerState {
+    /// Exists and is not waiting for its dependents to go.
+    Solid,
+    /// Absent.
+    Gone,
+    /// Being deleted in the foreground.
+    WaitingForDependents,
+}
+
+/// What becomes of a dependent whose owner waits for it.
+#[derive(Debug, PartialEq, Eq)]
+enum Collection {
+    /// Another owner still stands: only the references to the others go.
+    Keep,
+    Delete(Propagation),
+}
+
+/// What becomes of a dependent of an owner deleted in the foreground, given all its
+/// owners and whether it has dependents of its own.
+fn collection(owners: impl IntoIterator<Item = OwnerState>, has_dependents: bool) -> Collection {
+    if owners.into_iter().any(|state| state == OwnerState::Solid) {
+        Collection::Keep
+    } else if has_dependents {
+        Collection::Delete(Propagation::Foreground)
+    } else {
+        Collection::Delete(Propagation::Background)
+    }
+}
+
 fn blocks_owner(projection: &Value, owner_uid: &str) -> bool {
     projection
         .at("/metadata/ownerReferences")
@@ -414,5 +501,44 @@ fn report(result: Result<(), ApiError>, key: &ObjectKey, what: &str) {
         && !matches!(err.code, 404 | 409)
     {
         tracing::warn!(%err, storage = %key.storage, namespace = %key.namespace, name = %key.name, "{what}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependents_of_a_foreground_deletion_go_as_upstream_decides() {
+        use OwnerState::{Gone, Solid, WaitingForDependents as Waiting};
+        let cases = [
+            (
+                "a leaf goes in the background",
+                vec![Waiting],
+                false,
+                Collection::Delete(Propagation::Background),
+            ),
+            (
+                "a dependent with dependents waits for them",
+                vec![Waiting],
+                true,
+                Collection::Delete(Propagation::Foreground),
+            ),
+            (
+                "a gone co-owner changes nothing",
+                vec![Waiting, Gone],
+                false,
+                Collection::Delete(Propagation::Background),
+            ),
+            (
+                "a standing co-owner keeps it",
+                vec![Waiting, Solid],
+                true,
+                Collection::Keep,
+            ),
+        ];
+        for (story, owners, has_dependents, expected) in cases {
+            assert_eq!(collection(owners, has_dependents), expected, "{story}");
+        }
     }
 }

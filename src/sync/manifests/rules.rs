@@ -21,10 +21,14 @@ use super::catalog::{Catalog, Scope, capstan_crds, scope_of};
 use super::yaml::{FieldPath, Node, NodeValue};
 use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
 use capstan_api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
+use capstan_api::lws::{SubGroupPolicy, SubGroupPolicyType};
 use capstan_api::module::{KernelMapping, ModprobeSpec};
 use capstan_api::names::label_key;
 use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig};
 use capstan_worker::modprobe::canonical_name;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::controllers::lws::labels::SUBGROUP_EXCLUSIVE_KEY_ANNOTATION;
 
 /// A document with a valid header, and the tree it came from (for lines).
 pub struct Parsed {
@@ -185,9 +189,10 @@ fn kind_rules(manifest: &Manifest, tree: &Node) -> Vec<Finding> {
         &LeaderWorkerSet::api_version(&()),
         &LeaderWorkerSet::kind(&()),
     ) {
-        typed::<LeaderWorkerSet>(manifest, tree)
-            .err()
-            .unwrap_or_default()
+        match typed::<LeaderWorkerSet>(manifest, tree) {
+            Ok(lws) => leader_worker_set(&lws),
+            Err(found) => found,
+        }
     } else {
         Vec::new()
     }
@@ -495,6 +500,254 @@ fn kernel_mapping_problem(mapping: &KernelMapping) -> Option<(&'static str, Stri
         )),
         _ => None,
     }
+}
+
+/// Upstream's validating webhook for a LeaderWorkerSet (`generalValidate`, which it runs on
+/// create and on update), on the object with the defaults the webhook sees filled in:
+/// a name that can name the headless Service, group counts and sizes in range, a rolling
+/// update that can make progress, subgroups that divide the group, and the subgroup
+/// exclusive topology only with subgroups. The rules that compare with the live object
+/// (`ValidateUpdate`: subgroups cannot be turned on, off or resized) need the cluster.
+fn leader_worker_set(lws: &LeaderWorkerSet) -> Vec<Finding> {
+    let spec = &lws.spec;
+    let template = &spec.leader_worker_template;
+    let mut found = Vec::new();
+    let name = lws.metadata.name.as_deref().unwrap_or_default();
+    for reason in dns1035_label_errors(name) {
+        found.push(finding(
+            FieldPath::of(&["metadata", "name"]),
+            format!("{name:?} cannot name a LeaderWorkerSet, which names its Service: {reason}"),
+        ));
+    }
+
+    let replicas = FieldPath::of(&["spec", "replicas"]);
+    if spec.replicas < 0 {
+        found.push(finding(
+            replicas.clone(),
+            not_allowed(spec.replicas, "replicas must be equal or greater than 0"),
+        ));
+    }
+    if spec.replicas > MAX_LWS_REPLICAS {
+        found.push(finding(
+            replicas.clone(),
+            not_allowed(
+                spec.replicas,
+                format!("replicas must be equal or less than {MAX_LWS_REPLICAS}"),
+            ),
+        ));
+    }
+    if template.size < 1 {
+        found.push(finding(
+            FieldPath::of(&["spec", "leaderWorkerTemplate", "size"]),
+            not_allowed(template.size, "size must be equal or greater than 1"),
+        ));
+    }
+    if i64::from(spec.replicas) * i64::from(template.size) > i64::from(i32::MAX) {
+        found.push(finding(
+            replicas,
+            not_allowed(
+                format!("{} groups of {} pods", spec.replicas, template.size),
+                format!(
+                    "the product of replicas and worker replicas must not exceed {}",
+                    i32::MAX
+                ),
+            ),
+        ));
+    }
+
+    let rolling = &spec.rollout_strategy.rolling_update_configuration;
+    let rolling_path = FieldPath::of(&["spec", "rolloutStrategy", "rollingUpdateConfiguration"]);
+    for (field, value) in [
+        ("maxUnavailable", &rolling.max_unavailable),
+        ("maxSurge", &rolling.max_surge),
+    ] {
+        if let Some(reason) = rolling_amount_problem(value) {
+            found.push(finding(
+                rolling_path.field(field),
+                not_allowed(shown(value), reason),
+            ));
+        }
+    }
+    if rolling.partition < 0 {
+        found.push(finding(
+            rolling_path.field("partition"),
+            not_allowed(rolling.partition, "must be greater than or equal to 0"),
+        ));
+    }
+    let unavailable = scaled(&rolling.max_unavailable, spec.replicas, false);
+    let surge = scaled(&rolling.max_surge, spec.replicas, true);
+    if unavailable == Some(0) && surge == Some(0) && spec.replicas != 0 {
+        let rounding = match &rolling.max_unavailable {
+            IntOrString::String(_) => format!(" ({} groups round it down to 0)", spec.replicas),
+            IntOrString::Int(_) => String::new(),
+        };
+        found.push(finding(
+            rolling_path.field("maxUnavailable"),
+            not_allowed(
+                shown(&rolling.max_unavailable),
+                format!("must not be 0 when `maxSurge` is 0{rounding}: no group could be updated"),
+            ),
+        ));
+    }
+
+    let sub_group_size = FieldPath::of(&[
+        "spec",
+        "leaderWorkerTemplate",
+        "subGroupPolicy",
+        "subGroupSize",
+    ]);
+    match &template.sub_group_policy {
+        Some(policy) => found.extend(
+            sub_group_problems(template.size, policy)
+                .into_iter()
+                .map(|message| finding(sub_group_size.clone(), message)),
+        ),
+        None => {
+            if let Some(topology) = lws
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SUBGROUP_EXCLUSIVE_KEY_ANNOTATION))
+            {
+                found.push(finding(
+                    FieldPath::of(&["metadata", "annotations"])
+                        .field(SUBGROUP_EXCLUSIVE_KEY_ANNOTATION),
+                    not_allowed(
+                        format!("{topology:?}"),
+                        "cannot have subgroup-exclusive-topology without subGroupSize set",
+                    ),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// Upstream's bound on `spec.replicas`.
+const MAX_LWS_REPLICAS: i32 = 1_000_000;
+
+/// `<value> is not allowed: <why>`, as upstream's `field.Invalid` reads.
+fn not_allowed(value: impl std::fmt::Display, why: impl std::fmt::Display) -> String {
+    format!("{value} is not allowed: {why}")
+}
+
+/// An int-or-string as written: `1` or `"25%"`.
+fn shown(value: &IntOrString) -> String {
+    match value {
+        IntOrString::Int(count) => count.to_string(),
+        IntOrString::String(text) => format!("{text:?}"),
+    }
+}
+
+/// What upstream's `ValidatePositiveIntOrPercent` and `IsNotMoreThan100Percent` refuse of
+/// `maxUnavailable` or `maxSurge`: a negative count, a string that is not a percentage, a
+/// percentage over 100.
+fn rolling_amount_problem(value: &IntOrString) -> Option<String> {
+    match value {
+        IntOrString::Int(count) if *count < 0 => {
+            Some("must be greater than or equal to 0".to_string())
+        }
+        IntOrString::Int(_) => None,
+        IntOrString::String(text) => match percent(text) {
+            None => Some(
+                "a valid percent string must be a numeric string followed by an ending '%' \
+                 (e.g. '1%', or '93%')"
+                    .to_string(),
+            ),
+            Some(value) if value > 100 => Some("must not be greater than 100%".to_string()),
+            Some(_) => None,
+        },
+    }
+}
+
+/// The number of a percentage such as `25%` (digits, then `%`); `None` for anything else.
+fn percent(text: &str) -> Option<u64> {
+    let digits = text.strip_suffix('%')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Upstream `intstr.GetScaledValueFromIntOrPercent`: a count as it is, a percentage of
+/// `total` rounded down (or up, for `maxSurge`); `None` for a string that is not a
+/// percentage.
+fn scaled(value: &IntOrString, total: i32, round_up: bool) -> Option<i64> {
+    match value {
+        IntOrString::Int(count) => Some(i64::from(*count)),
+        IntOrString::String(text) => {
+            let share = percent(text)? as f64 * f64::from(total) / 100.0;
+            Some(if round_up {
+                share.ceil()
+            } else {
+                share.floor()
+            } as i64)
+        }
+    }
+}
+
+/// Upstream's `validateUpdateSubGroupPolicy`: what is wrong with `policy` for groups of
+/// `size` pods, each message about `subGroupSize`. Upstream's webhook fails on a policy
+/// without a size (it reads a nil pointer) and on a size of 0 (it divides by it); here the
+/// first is required, the second refused once.
+fn sub_group_problems(size: i32, policy: &SubGroupPolicy) -> Vec<String> {
+    let Some(sub_group_size) = policy.sub_group_size else {
+        return vec![
+            "required when subGroupPolicy is set: the number of pods per subgroup".to_string(),
+        ];
+    };
+    let refused = |why: String| not_allowed(sub_group_size, why);
+    if sub_group_size < 1 {
+        return vec![refused(
+            "subGroupSize must be equal or greater than 1".to_string(),
+        )];
+    }
+    let mut problems = Vec::new();
+    if size % sub_group_size != 0 && (size - 1) % sub_group_size != 0 {
+        problems.push(refused(format!(
+            "size or size - 1 must be divisible by subGroupSize (size is {size})"
+        )));
+    }
+    if size < sub_group_size {
+        problems.push(refused(format!(
+            "subGroupSize cannot be larger than size ({size})"
+        )));
+    }
+    if policy.sub_group_policy_type == SubGroupPolicyType::LeaderExcluded
+        && (size - 1) % sub_group_size != 0
+    {
+        problems.push(refused(format!(
+            "size-1 must be divisible by subGroupSize when using LeaderExcluded (size is {size})"
+        )));
+    }
+    problems
+}
+
+/// Upstream `validation.IsDNS1035Label`, what a LeaderWorkerSet's name must be (it names a
+/// headless Service): at most 63 lower-case alphanumerics and `-`, starting with a letter
+/// and ending alphanumeric. Upstream's messages.
+fn dns1035_label_errors(name: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if name.len() > 63 {
+        errors.push("must be no more than 63 characters".to_string());
+    }
+    let bytes = name.as_bytes();
+    let valid = bytes.first().is_some_and(u8::is_ascii_lowercase)
+        && bytes
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    if !valid {
+        errors.push(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start \
+             with an alphabetic character, and end with an alphanumeric character (e.g. \
+             'my-name', or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+                .to_string(),
+        );
+    }
+    errors
 }
 
 /// Documents that declare the same object as an earlier one, reported at the later one.
@@ -841,6 +1094,139 @@ mod tests {
         for (key, expected) in cases {
             assert_eq!(classify(key, &modules), expected, "{key}");
         }
+    }
+
+    #[test]
+    fn rolling_update_amounts_decision_table() {
+        let percent_format = "a valid percent string";
+        let text = |value: &str| IntOrString::String(value.to_string());
+        // (value, problem, value for 10 groups rounded down and up)
+        let cases: &[(IntOrString, Option<&str>, Scaled)] = &[
+            (IntOrString::Int(1), None, (Some(1), Some(1))),
+            (IntOrString::Int(0), None, (Some(0), Some(0))),
+            (
+                IntOrString::Int(-1),
+                Some("must be greater than or equal to 0"),
+                (Some(-1), Some(-1)),
+            ),
+            (text("25%"), None, (Some(2), Some(3))),
+            (text("0%"), None, (Some(0), Some(0))),
+            (text("100%"), None, (Some(10), Some(10))),
+            (
+                text("101%"),
+                Some("must not be greater than 100%"),
+                (Some(10), Some(11)),
+            ),
+            (text("25"), Some(percent_format), (None, None)),
+            (text("-5%"), Some(percent_format), (None, None)),
+            (text("%"), Some(percent_format), (None, None)),
+            (text("2.5%"), Some(percent_format), (None, None)),
+        ];
+        for (value, problem, (down, up)) in cases {
+            match (rolling_amount_problem(value), problem) {
+                (None, None) => {}
+                (Some(found), Some(prefix)) => {
+                    assert!(found.starts_with(prefix), "{value:?}: {found}")
+                }
+                (found, expected) => panic!("{value:?}: {found:?}, expected {expected:?}"),
+            }
+            assert_eq!(scaled(value, 10, false), *down, "{value:?} down");
+            assert_eq!(scaled(value, 10, true), *up, "{value:?} up");
+        }
+    }
+
+    /// A rolling update amount for some groups, rounded down and up.
+    type Scaled = (Option<i64>, Option<i64>);
+
+    #[test]
+    fn sub_group_decision_table() {
+        use SubGroupPolicyType::{LeaderExcluded, LeaderWorker};
+        let cases: &[(i32, Option<i32>, SubGroupPolicyType, &[&str])] = &[
+            (4, Some(2), LeaderWorker, &[]),
+            (5, Some(2), LeaderWorker, &[]),
+            (4, Some(4), LeaderWorker, &[]),
+            (1, Some(1), LeaderWorker, &[]),
+            (
+                5,
+                Some(3),
+                LeaderWorker,
+                &["3 is not allowed: size or size - 1"],
+            ),
+            (
+                1,
+                Some(2),
+                LeaderWorker,
+                &["2 is not allowed: subGroupSize cannot be larger"],
+            ),
+            (
+                4,
+                Some(8),
+                LeaderWorker,
+                &[
+                    "8 is not allowed: size or size - 1",
+                    "8 is not allowed: subGroupSize cannot be larger",
+                ],
+            ),
+            (5, Some(2), LeaderExcluded, &[]),
+            (
+                4,
+                Some(2),
+                LeaderExcluded,
+                &[
+                    "2 is not allowed: size-1 must be divisible by subGroupSize when using LeaderExcluded",
+                ],
+            ),
+            (
+                4,
+                Some(0),
+                LeaderWorker,
+                &["0 is not allowed: subGroupSize must be equal or greater than 1"],
+            ),
+            (
+                4,
+                Some(-2),
+                LeaderWorker,
+                &["-2 is not allowed: subGroupSize must be equal or greater than 1"],
+            ),
+            (
+                4,
+                None,
+                LeaderWorker,
+                &["required when subGroupPolicy is set"],
+            ),
+        ];
+        for (size, sub_group_size, type_, expected) in cases {
+            let policy = SubGroupPolicy {
+                sub_group_policy_type: *type_,
+                sub_group_size: *sub_group_size,
+            };
+            let found = sub_group_problems(*size, &policy);
+            assert_eq!(found.len(), expected.len(), "{size} {policy:?}: {found:?}");
+            for (message, prefix) in found.iter().zip(*expected) {
+                assert!(message.starts_with(prefix), "{size} {policy:?}: {message}");
+            }
+        }
+    }
+
+    #[test]
+    fn dns_1035_labels() {
+        let cases = [
+            ("vllm", 0),
+            ("a", 0),
+            ("llama-70b", 0),
+            ("1vllm", 1),
+            ("Vllm", 1),
+            ("vllm-", 1),
+            ("v.llm", 1),
+            ("", 1),
+        ];
+        for (name, errors) in cases {
+            assert_eq!(dns1035_label_errors(name).len(), errors, "{name:?}");
+        }
+        assert_eq!(
+            dns1035_label_errors(&"a".repeat(64)),
+            ["must be no more than 63 characters"]
+        );
     }
 
     #[test]

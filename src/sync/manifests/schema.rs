@@ -141,7 +141,13 @@ fn check(
         }
         Value::Object(fields) => {
             for required in schema.required.iter().flatten() {
-                if fields.get(required).is_none_or(Value::is_null) {
+                // The API server fills a default before it checks required fields.
+                let defaulted = schema
+                    .properties
+                    .as_ref()
+                    .and_then(|properties| properties.get(required))
+                    .is_some_and(|property| property.default.is_some());
+                if !defaulted && fields.get(required).is_none_or(Value::is_null) {
                     violation(
                         &path.field(required),
                         "required field is missing".to_string(),

@@ -1121,3 +1121,244 @@ fn the_campaigns_of_the_failing_files_are_named() {
     let errors = load_all(&broken).unwrap_err();
     assert!(super::campaigns_in_error(&files(&broken), &errors).is_empty());
 }
+
+/// A LeaderWorkerSet upstream's webhook accepts; its lines are named in the tests below.
+const LWS: &str = "apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: vllm, namespace: ml}
+spec:
+  replicas: 2
+  leaderWorkerTemplate:
+    size: 4
+    workerTemplate:
+      spec:
+        containers:
+          - name: vllm
+            image: registry.example/vllm:v1
+";
+
+/// [`LWS`] with `from` replaced by `to`.
+fn lws_with(from: &str, to: &str) -> Commit<'static> {
+    let text = LWS.replace(from, to);
+    assert_ne!(text, LWS, "{from}");
+    vec![("l.yaml", text)]
+}
+
+/// [`LWS`] with a rolling update configuration (on line 7).
+fn lws_rolling(replicas: i32, configuration: &str) -> Commit<'static> {
+    lws_with(
+        "  replicas: 2\n",
+        &format!(
+            "  replicas: {replicas}\n  rolloutStrategy:\n    rollingUpdateConfiguration: {{{configuration}}}\n"
+        ),
+    )
+}
+
+/// [`LWS`] with groups of `size` and a subgroup policy (on line 8).
+fn lws_sub_groups(size: i32, policy: &str) -> Commit<'static> {
+    lws_with(
+        "    size: 4\n",
+        &format!("    size: {size}\n    subGroupPolicy: {{{policy}}}\n"),
+    )
+}
+
+#[test]
+fn a_leader_worker_set_upstream_accepts_loads() {
+    load_all(&lws_with("replicas: 2", "replicas: 0")).unwrap();
+    load_all(&lws_rolling(
+        2,
+        "maxUnavailable: 50%, maxSurge: 0, partition: 1",
+    ))
+    .unwrap();
+    load_all(&lws_sub_groups(
+        5,
+        "subGroupSize: 2, subGroupPolicyType: LeaderExcluded",
+    ))
+    .unwrap();
+    let exclusive_sub_groups = LWS
+        .replace(
+            "namespace: ml}",
+            "namespace: ml, annotations: {leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology: rack}}",
+        )
+        .replace("    size: 4\n", "    size: 4\n    subGroupPolicy: {subGroupSize: 2}\n");
+    load_all(&[("l.yaml", exclusive_sub_groups)]).unwrap();
+}
+
+#[test]
+fn a_leader_worker_set_name_must_be_a_dns_1035_label() {
+    assert_errors(
+        &rejected(&lws_with("name: vllm,", "name: 70b-vllm,")),
+        &[
+            "l.yaml:3: metadata.name: \"70b-vllm\" cannot name a LeaderWorkerSet, which names its Service: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character",
+        ],
+    );
+}
+
+#[test]
+fn leader_worker_set_replicas_are_between_0_and_a_million() {
+    assert_errors(
+        &rejected(&lws_with("replicas: 2", "replicas: -1")),
+        &["l.yaml:5: spec.replicas: -1 is not allowed: replicas must be equal or greater than 0"],
+    );
+    assert_errors(
+        &rejected(&lws_with("replicas: 2", "replicas: 1000001")),
+        &[
+            "l.yaml:5: spec.replicas: 1000001 is not allowed: replicas must be equal or less than 1000000",
+        ],
+    );
+    load_all(&lws_with("replicas: 2", "replicas: 1000000")).unwrap();
+}
+
+#[test]
+fn leader_worker_set_groups_have_at_least_one_pod() {
+    assert_errors(
+        &rejected(&lws_with("size: 4", "size: 0")),
+        &[
+            "l.yaml:7: spec.leaderWorkerTemplate.size: 0 is not allowed: size must be equal or greater than 1",
+        ],
+    );
+}
+
+#[test]
+fn leader_worker_set_pods_in_all_fit_a_32_bit_count() {
+    assert_errors(
+        &rejected(&lws_with(
+            "replicas: 2\n  leaderWorkerTemplate:\n    size: 4",
+            "replicas: 1000000\n  leaderWorkerTemplate:\n    size: 3000",
+        )),
+        &[
+            "l.yaml:5: spec.replicas: 1000000 groups of 3000 pods is not allowed: the product of replicas and worker replicas must not exceed 2147483647",
+        ],
+    );
+}
+
+#[test]
+fn leader_worker_set_max_unavailable_and_max_surge_are_counts_or_percentages() {
+    let field = "l.yaml:7: spec.rolloutStrategy.rollingUpdateConfiguration";
+    let cases = [
+        (
+            "maxUnavailable: -1",
+            format!(
+                "{field}.maxUnavailable: -1 is not allowed: must be greater than or equal to 0"
+            ),
+        ),
+        (
+            "maxUnavailable: 1, maxSurge: -2",
+            format!("{field}.maxSurge: -2 is not allowed: must be greater than or equal to 0"),
+        ),
+        (
+            "maxSurge: half",
+            format!(
+                "{field}.maxSurge: \"half\" is not allowed: a valid percent string must be a numeric string followed by an ending '%'"
+            ),
+        ),
+        (
+            "maxUnavailable: 150%",
+            format!(
+                "{field}.maxUnavailable: \"150%\" is not allowed: must not be greater than 100%"
+            ),
+        ),
+    ];
+    for (configuration, expected) in cases {
+        assert_errors(&rejected(&lws_rolling(2, configuration)), &[&expected]);
+    }
+}
+
+#[test]
+fn leader_worker_set_partition_is_not_negative() {
+    assert_errors(
+        &rejected(&lws_rolling(2, "partition: -1")),
+        &[
+            "l.yaml:7: spec.rolloutStrategy.rollingUpdateConfiguration.partition: -1 is not allowed: must be greater than or equal to 0",
+        ],
+    );
+}
+
+#[test]
+fn a_leader_worker_set_rollout_must_be_able_to_update_a_group() {
+    let field = "l.yaml:7: spec.rolloutStrategy.rollingUpdateConfiguration.maxUnavailable";
+    assert_errors(
+        &rejected(&lws_rolling(2, "maxUnavailable: 0, maxSurge: 0")),
+        &[&format!(
+            "{field}: 0 is not allowed: must not be 0 when `maxSurge` is 0: no group could be updated"
+        )],
+    );
+    assert_errors(
+        &rejected(&lws_rolling(3, "maxUnavailable: 30%")),
+        &[&format!(
+            "{field}: \"30%\" is not allowed: must not be 0 when `maxSurge` is 0 (3 groups round it down to 0)"
+        )],
+    );
+    // No groups, nothing to update; a surge alone, or a percentage that stays above 0.
+    load_all(&lws_rolling(0, "maxUnavailable: 0, maxSurge: 0")).unwrap();
+    load_all(&lws_rolling(2, "maxUnavailable: 0, maxSurge: 1%")).unwrap();
+    load_all(&lws_rolling(4, "maxUnavailable: 25%")).unwrap();
+}
+
+#[test]
+fn leader_worker_set_subgroups_divide_the_group_or_its_workers() {
+    assert_errors(
+        &rejected(&lws_sub_groups(5, "subGroupSize: 3")),
+        &[
+            "l.yaml:8: spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize: 3 is not allowed: size or size - 1 must be divisible by subGroupSize (size is 5)",
+        ],
+    );
+    load_all(&lws_sub_groups(4, "subGroupSize: 2")).unwrap();
+    load_all(&lws_sub_groups(5, "subGroupSize: 2")).unwrap();
+}
+
+#[test]
+fn leader_worker_set_subgroups_are_no_larger_than_the_group() {
+    assert_errors(
+        &rejected(&lws_sub_groups(1, "subGroupSize: 2")),
+        &[
+            "l.yaml:8: spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize: 2 is not allowed: subGroupSize cannot be larger than size (1)",
+        ],
+    );
+}
+
+#[test]
+fn leader_worker_set_subgroups_have_at_least_one_pod() {
+    assert_errors(
+        &rejected(&lws_sub_groups(4, "subGroupSize: 0")),
+        &[
+            "l.yaml:8: spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize: 0 is not allowed: subGroupSize must be equal or greater than 1",
+        ],
+    );
+}
+
+#[test]
+fn leader_excluded_subgroups_divide_the_workers() {
+    assert_errors(
+        &rejected(&lws_sub_groups(
+            4,
+            "subGroupSize: 2, subGroupPolicyType: LeaderExcluded",
+        )),
+        &[
+            "l.yaml:8: spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize: 2 is not allowed: size-1 must be divisible by subGroupSize when using LeaderExcluded (size is 4)",
+        ],
+    );
+}
+
+#[test]
+fn a_leader_worker_set_subgroup_policy_names_its_size() {
+    assert_errors(
+        &rejected(&lws_sub_groups(4, "subGroupPolicyType: LeaderWorker")),
+        &[
+            "l.yaml:8: spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize: required when subGroupPolicy is set",
+        ],
+    );
+}
+
+#[test]
+fn a_subgroup_exclusive_topology_needs_subgroups() {
+    assert_errors(
+        &rejected(&lws_with(
+            "namespace: ml}",
+            "namespace: ml, annotations: {leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology: rack}}",
+        )),
+        &[
+            "l.yaml:3: metadata.annotations[leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology]: \"rack\" is not allowed: cannot have subgroup-exclusive-topology without subGroupSize set",
+        ],
+    );
+}

@@ -1,17 +1,26 @@
 //! Head against the live cluster: server-side apply dry runs for what head declares, the
-//! `GitSync` inventory for what it no longer declares, and the nodes' live version labels.
+//! `GitSync` inventory for what it no longer declares, the nodes' live version labels, the
+//! revisions LeaderWorkerSets run, and the pods on the nodes a campaign drains.
 
 use capstan_api::managers;
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::Api;
+use capstan_api::LeaderWorkerSet;
+use capstan_api::lws::RestartPolicy;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt as _};
 use serde_json::{Map, Value, json};
 
 use super::PlanError;
-use super::model::{ObjectAction, ObjectChange, ObjectRef};
+use super::lws;
+use super::model::{LeaderWorkerSetChange, ObjectAction, ObjectChange, ObjectRef};
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
+use crate::controllers::lws::facts::revision_key;
+use crate::controllers::lws::labels::{NAME_LABEL, REVISION_KEY_LABEL};
+use crate::controllers::lws::revision;
 use crate::sync::diff::{Action, DiffError, comparable, diff_object, mask_secrets, unified};
 use crate::sync::discovery::ClusterKinds;
 use crate::sync::inventory::{Inventory, stamped_by};
@@ -216,16 +225,15 @@ fn applied_by_capstan(live: &Value, field: &str) -> Map<String, Value> {
 
 /// Fills in, for every node move under a campaign, what its drain will do: the node's
 /// pods the drain evicts and those a PodDisruptionBudget protects (as the drain controller
-/// and the nodekeeper classify them), and when the forcing strategies start.
+/// and the nodekeeper classify them), the LeaderWorkerSet groups their eviction recreates,
+/// and when the forcing strategies start.
 pub async fn drain_previews(
     client: &kube::Client,
     plan: &mut super::Plan,
     drain: &capstan_api::NodeDrain,
 ) -> Result<(), kube::Error> {
     use crate::controllers::nodekeeper::{evictable, protected_by_pdb, strategy_times};
-    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    use kube::ResourceExt as _;
 
     if plan.nodes.iter().all(|node| node.campaign.is_none()) {
         return Ok(());
@@ -235,6 +243,7 @@ pub async fn drain_previews(
         .await?
         .items;
     let campaigns = plan.campaigns.clone();
+    let mut policies = BTreeMap::new();
     for node in plan.nodes.iter_mut() {
         let Some(campaign) = campaigns
             .iter()
@@ -243,11 +252,12 @@ pub async fn drain_previews(
             continue;
         };
         let pods = kube::Api::<Pod>::all(client.clone())
-            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={}", node.node)))
+            .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.node)))
             .await?
             .items;
+        let evicted: Vec<&Pod> = pods.iter().filter(|pod| evictable(pod)).collect();
         let mut preview = super::DrainPreview::default();
-        for pod in pods.iter().filter(|pod| evictable(pod)) {
+        for pod in &evicted {
             let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
             if protected_by_pdb(pod, &budgets) {
                 preview.protected.push(name);
@@ -255,6 +265,8 @@ pub async fn drain_previews(
                 preview.evicted.push(name);
             }
         }
+        restart_policies(client, &evicted, &mut policies).await?;
+        preview.recreated_groups = lws::recreated_groups(&evicted, &policies);
         let minutes = u64::try_from(campaign.pdb_force_drain_timeout).unwrap_or(0);
         let pdb_timeout = std::time::Duration::from_secs(minutes * 60);
         preview.forced_after = strategy_times(jiff::Timestamp::UNIX_EPOCH, drain, pdb_timeout)
@@ -267,6 +279,139 @@ pub async fn drain_previews(
         node.drain = Some(preview);
     }
     Ok(())
+}
+
+/// Adds to `policies` the restart policy of every LeaderWorkerSet one of `pods` belongs
+/// to and `policies` lacks. One the cluster does not have is left out: its pods are being
+/// deleted with it.
+async fn restart_policies(
+    client: &kube::Client,
+    pods: &[&Pod],
+    policies: &mut BTreeMap<(String, String), RestartPolicy>,
+) -> Result<(), kube::Error> {
+    let owners: BTreeSet<(String, String)> = pods
+        .iter()
+        .filter_map(|pod| {
+            let name = pod.labels().get(NAME_LABEL)?;
+            Some((pod.namespace().unwrap_or_default(), name.clone()))
+        })
+        .collect();
+    for (namespace, name) in owners {
+        if policies.contains_key(&(namespace.clone(), name.clone())) {
+            continue;
+        }
+        let api = Api::<LeaderWorkerSet>::namespaced(client.clone(), &namespace);
+        if let Some(set) = get_if_served(&api, &name).await? {
+            let policy = set.spec.leader_worker_template.restart_policy;
+            policies.insert((namespace, name), policy);
+        }
+    }
+    Ok(())
+}
+
+/// A LeaderWorkerSet as it runs in the cluster.
+struct Running {
+    lws: LeaderWorkerSet,
+    /// The revision its leader StatefulSet names, when both exist.
+    revision: Option<ControllerRevision>,
+    /// The leader StatefulSet's replicas, else the LWS's.
+    groups: i32,
+}
+
+/// Every LeaderWorkerSet head creates or changes, compared with what the cluster runs,
+/// in head's order; then those pruned (among `objects`, the plan's object changes); and
+/// the warnings.
+pub async fn leader_worker_sets(
+    client: &kube::Client,
+    head: &[Manifest],
+    objects: &[ObjectChange],
+) -> Result<(Vec<LeaderWorkerSetChange>, Vec<String>), kube::Error> {
+    let (mut changes, mut warnings) = (Vec::new(), Vec::new());
+    for manifest in head {
+        let Some(declared) = lws::declared(manifest) else {
+            continue;
+        };
+        let namespace = manifest.namespace.as_deref().unwrap_or_default();
+        let planned = match running(client, namespace, &manifest.name).await? {
+            None => lws::planned(&declared, None),
+            Some(running) => {
+                let live = lws::as_declared(&running.lws, &declared);
+                let current = lws::Current {
+                    lws: &live,
+                    revision: running.revision.as_ref(),
+                    groups: running.groups,
+                };
+                lws::planned(&declared, Some(&current))
+            }
+        };
+        if let Some(planned) = planned {
+            changes.push(planned.change);
+            warnings.extend(planned.warnings);
+        }
+    }
+    for object in lws::pruned(objects) {
+        let namespace = object.id.namespace.as_deref().unwrap_or_default();
+        let api = Api::<LeaderWorkerSet>::namespaced(client.clone(), namespace);
+        let replicas = get_if_served(&api, &object.id.name)
+            .await?
+            .map(|set| set.spec.replicas);
+        changes.push(lws::deleted(namespace, &object.id.name, replicas));
+    }
+    Ok((changes, warnings))
+}
+
+/// The LeaderWorkerSet `namespace/name` as the cluster runs it: `None` when it does not
+/// exist (or the cluster does not serve the kind yet). Its revision is the one its leader
+/// StatefulSet's `template-revision-hash` names, as the LWS controller reads it.
+async fn running(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Running>, kube::Error> {
+    let Some(lws) = get_if_served(
+        &Api::<LeaderWorkerSet>::namespaced(client.clone(), namespace),
+        name,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let leader = Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?
+        .filter(|set| set.labels().get(NAME_LABEL).map(String::as_str) == Some(name));
+    let groups = leader
+        .as_ref()
+        .and_then(|set| set.spec.as_ref()?.replicas)
+        .unwrap_or(lws.spec.replicas);
+    let key = leader.as_ref().map(revision_key).unwrap_or_default();
+    let revision = if key.is_empty() {
+        None
+    } else {
+        let selector = format!("{NAME_LABEL}={name},{REVISION_KEY_LABEL}={key}");
+        let revisions = Api::<ControllerRevision>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+        revision::find(&revisions, name, key).cloned()
+    };
+    Ok(Some(Running {
+        lws,
+        revision,
+        groups,
+    }))
+}
+
+/// The object `name`; `None` when it does not exist or its kind is not served (a CRD head
+/// brings).
+async fn get_if_served<K>(api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.get_opt(name).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        found => found,
+    }
 }
 
 /// The phase of `campaign`'s history entry for its version in the cluster; `None` when the

@@ -8,13 +8,17 @@
 //! [`check_transition`] from base), the objects that change with their diffs (Secret
 //! values masked), every node whose Module version labels move with the ordered-upgrade
 //! steps it goes through (seed 002), in rollout order and waves of `maxNodesInFlight`,
-//! and the `requirePullRequest` check. Base's own errors are not the plan's concern: an
-//! invalid base is compared as an empty one, with a warning.
+//! what head does to each LeaderWorkerSet's groups ([`lws`]: whether they roll, in which
+//! order), and the `requirePullRequest` check. Live, a node a campaign drains also lists
+//! the pods the drain evicts and the LeaderWorkerSet groups it recreates. Base's own
+//! errors are not the plan's concern: an invalid base is compared as an empty one, with a
+//! warning.
 //!
 //! [`render_text`], [`render_markdown`] and [`render_json`] print it; [`Plan::exit_code`]
 //! follows Terraform's `-detailed-exitcode`.
 
 mod live;
+mod lws;
 mod model;
 mod offline;
 mod policy;
@@ -24,8 +28,9 @@ mod steps;
 use std::collections::BTreeSet;
 
 pub use model::{
-    CheckStatus, ClusterState, Commit, DrainPreview, ForcedAfter, Mode, NodeMove, ObjectAction,
-    ObjectChange, ObjectRef, Plan, PlannedCampaign, PlannedStep, Policy, PullRequestCheck,
+    CheckStatus, ClusterState, Commit, DrainPreview, ForcedAfter, LeaderWorkerSetAction,
+    LeaderWorkerSetChange, Mode, NodeMove, ObjectAction, ObjectChange, ObjectRef, Plan,
+    PlannedCampaign, PlannedRollout, PlannedStep, Policy, PullRequestCheck, ReplicasChange,
     SCHEMA_VERSION, Summary,
 };
 pub use render::{COMMENT_LIMIT, render_json, render_markdown, render_text, summary_line};
@@ -147,6 +152,9 @@ pub fn offline(input: &PlanInput) -> Plan {
     }
     findings.moves = label_moves(&before, &declared_version_labels(&head.manifests));
     findings.campaigns = campaigns_in(&head.manifests);
+    let (leader_worker_sets, warnings) = lws::offline(base, &head.manifests, &findings.objects);
+    findings.leader_worker_sets = leader_worker_sets;
+    findings.warnings.extend(warnings);
     assemble(input, Mode::Offline, None, &head.settings, findings)
 }
 
@@ -200,6 +208,12 @@ pub async fn live(
     findings.errors.extend(refused);
     let inventory = sync.as_ref().map(inventory_of).unwrap_or_default();
     let released = prune_live(&live_cluster, &inventory, head, &mut findings).await?;
+    let (leader_worker_sets, warnings) =
+        live::leader_worker_sets(client, &head.manifests, &findings.objects)
+            .await
+            .map_err(cluster_error("reading the LeaderWorkerSets head declares"))?;
+    findings.leader_worker_sets = leader_worker_sets;
+    findings.warnings.extend(warnings);
     let before = live::version_labels(client, &head.manifests, &released).await?;
     findings.moves = label_moves(&before, &declared_version_labels(&head.manifests));
     findings.campaigns = campaigns_in(&head.manifests);
@@ -214,7 +228,9 @@ pub async fn live(
     let mut plan = assemble(input, Mode::Live, Some(cluster), &head.settings, findings);
     live::drain_previews(client, &mut plan, &head.settings.node_drain)
         .await
-        .map_err(cluster_error("reading the pods of the nodes to drain"))?;
+        .map_err(cluster_error(
+            "reading the pods of the nodes to drain and their LeaderWorkerSets",
+        ))?;
     Ok(plan)
 }
 
@@ -318,6 +334,7 @@ fn load_files(
 /// What a plan found, before it is put in rollout order and counted.
 struct Findings {
     campaigns: Vec<PlannedCampaign>,
+    leader_worker_sets: Vec<LeaderWorkerSetChange>,
     objects: Vec<ObjectChange>,
     moves: Vec<LabelMove>,
     errors: Vec<ManifestError>,
@@ -328,6 +345,7 @@ impl Findings {
     fn from(states: &States) -> Findings {
         Findings {
             campaigns: Vec::new(),
+            leader_worker_sets: Vec::new(),
             objects: Vec::new(),
             moves: Vec::new(),
             errors: states.errors.clone(),
@@ -383,6 +401,7 @@ fn assemble(
         objects: findings.objects,
         nodes,
         campaigns: findings.campaigns,
+        leader_worker_sets: findings.leader_worker_sets,
         policy,
         summary,
     }

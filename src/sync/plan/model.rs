@@ -44,6 +44,9 @@ pub struct Plan {
     pub nodes: Vec<NodeMove>,
     /// The `UpgradeConfig` campaigns head declares.
     pub campaigns: Vec<PlannedCampaign>,
+    /// What head does to the groups of each LeaderWorkerSet it creates, changes or
+    /// deletes, in head's file order, deletions last.
+    pub leader_worker_sets: Vec<LeaderWorkerSetChange>,
     /// The repository settings that shape the rollout, and how head fares with them.
     pub policy: Policy,
     /// Counts.
@@ -249,6 +252,10 @@ pub struct DrainPreview {
     pub protected: Vec<String>,
     /// When the nodekeeper's forcing strategies start, in minutes after the cordon.
     pub forced_after: Vec<ForcedAfter>,
+    /// The LeaderWorkerSet groups the drain recreates, `namespace/name group <i>`: those
+    /// with an evicted leader pod, or an evicted worker pod under a restart policy that
+    /// recreates the group.
+    pub recreated_groups: Vec<String>,
 }
 
 /// When one forcing strategy starts.
@@ -277,6 +284,94 @@ pub struct PlannedCampaign {
     /// campaign the cluster has).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+}
+
+/// What head does to one LeaderWorkerSet's groups, as capstan's LWS controller will
+/// (`src/controllers/lws/`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderWorkerSetChange {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Whether its groups roll.
+    pub change: LeaderWorkerSetAction,
+    /// `spec.replicas` before (`None`: created) and in head (`None`: deleted).
+    pub replicas: ReplicasChange,
+    /// The fields that differ, among `replicas`, `leaderWorkerTemplate`,
+    /// `rolloutStrategy`, `startupPolicy`, `networkConfig` and `metadata` (labels and
+    /// annotations); empty for a creation or deletion.
+    pub changed_fields: Vec<String>,
+    /// How the groups roll (`rolls` only; `None` as well when the rolling-update
+    /// parameters cannot be read, which a warning says).
+    pub rollout: Option<PlannedRollout>,
+}
+
+/// What happens to a LeaderWorkerSet's groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LeaderWorkerSetAction {
+    /// It is new: its groups start on head's template.
+    Created,
+    /// Its `leaderWorkerTemplate` or `networkConfig` changes: a new controller revision,
+    /// and a rolling update of its groups.
+    Rolls,
+    /// Only fields no revision holds change (`replicas`, `rolloutStrategy`,
+    /// `startupPolicy`, metadata): no group is recreated.
+    NoRollout,
+    /// It left the repository and is pruned, with its groups.
+    Deleted,
+}
+
+impl LeaderWorkerSetAction {
+    /// The name in plans: `created`, `rolls`, `noRollout`, `deleted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaderWorkerSetAction::Created => "created",
+            LeaderWorkerSetAction::Rolls => "rolls",
+            LeaderWorkerSetAction::NoRollout => "noRollout",
+            LeaderWorkerSetAction::Deleted => "deleted",
+        }
+    }
+}
+
+/// A LeaderWorkerSet's `spec.replicas` before and after.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicasChange {
+    /// Before: base's (offline) or the cluster's (live); `None` when it is created.
+    pub from: Option<i32>,
+    /// Head's; `None` when it is deleted.
+    pub to: Option<i32>,
+}
+
+/// The rolling update of a LeaderWorkerSet's groups, as the LWS controller's arithmetic
+/// (`src/controllers/lws/rolling.rs`) moves it when every group it recreates becomes
+/// ready together: each step of `order` starts once the previous one is ready.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedRollout {
+    /// The groups below `replicas` that end on head's revision: `replicas` minus those
+    /// the partition holds.
+    pub groups: i32,
+    /// The groups recreated (or created) on head's revision, step by step, each step
+    /// from the highest index down; surge and new groups included.
+    pub order: Vec<Vec<i32>>,
+    /// `rollingUpdateConfiguration.partition`: groups below it stay on their revision.
+    pub partition: i32,
+    /// `maxUnavailable` in groups (a percentage of `replicas`, rounded down).
+    pub max_unavailable: i32,
+    /// `maxSurge` in groups (a percentage of `replicas`, rounded up, at most `replicas`).
+    pub max_surge: i32,
+    /// Groups `replicas` adds, created during the rollout.
+    pub new_groups: Vec<i32>,
+    /// Groups above `replicas` run during the rollout (`maxSurge`), deleted once the groups
+    /// below `replicas` are ready, unless `surgeRemains`.
+    pub surge_groups: Vec<i32>,
+    /// Whether surge groups are still running once the rollout stops: the partition holds
+    /// groups on the old revision, which the LWS controller counts as not updated.
+    pub surge_remains: bool,
 }
 
 /// One ordered-upgrade step a node goes through.

@@ -429,6 +429,7 @@ fn the_json_schema_keeps_its_names() {
         ".nodes[].order",
         ".nodes[].wave",
         ".campaigns",
+        ".leaderWorkerSets",
         ".policy",
         ".policy.maxNodesInFlight",
         ".policy.waves",
@@ -524,4 +525,241 @@ fn a_plan_too_long_for_one_comment_is_split() {
         );
         assert_eq!(part.lines().filter(|l| l.starts_with("```")).count() % 2, 0);
     }
+}
+
+/// LeaderWorkerSet `inference/vllm`: `replicas` groups of two pods on `version`, with
+/// `rollout` (YAML of `rolloutStrategy`'s `rollingUpdateConfiguration`) when not empty.
+fn leader_worker_set(replicas: i32, version: &str, rollout: &str) -> String {
+    let strategy = if rollout.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "  rolloutStrategy:\n    type: RollingUpdate\n    \
+             rollingUpdateConfiguration: {rollout}\n"
+        )
+    };
+    format!(
+        "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\n\
+         metadata: {{name: vllm, namespace: inference}}\nspec:\n  replicas: {replicas}\n\
+         {strategy}  leaderWorkerTemplate:\n    size: 2\n    workerTemplate:\n      \
+         metadata: {{labels: {{app: vllm}}}}\n      spec:\n        containers:\n          \
+         - name: vllm\n            image: registry.example/vllm:{version}\n"
+    )
+}
+
+/// The plan of a fleet whose LeaderWorkerSet goes from `base` to `head` (`None`: absent).
+fn lws_plan(base: Option<String>, head: Option<String>) -> Plan {
+    let with = |lws: Option<String>| with_changes(&base_fleet(), &[("fleet/vllm.yaml", lws)]);
+    plan_of(&with(base), &with(head), Some(42))
+}
+
+/// The LWS line of the text plan, without its leading spaces.
+fn lws_line(plan: &Plan) -> String {
+    let text = render_text(plan, false);
+    text.lines()
+        .find(|line| line.starts_with("  inference/vllm  "))
+        .unwrap_or_else(|| panic!("no LeaderWorkerSet line in:\n{text}"))
+        .trim_start()
+        .to_string()
+}
+
+#[test]
+fn a_template_change_rolls_the_groups_from_the_highest_index_down() {
+    let plan = lws_plan(
+        Some(leader_worker_set(4, "v1", "")),
+        Some(leader_worker_set(4, "v2", "")),
+    );
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    assert_eq!(
+        plan.leader_worker_sets,
+        [LeaderWorkerSetChange {
+            namespace: "inference".into(),
+            name: "vllm".into(),
+            change: LeaderWorkerSetAction::Rolls,
+            replicas: ReplicasChange {
+                from: Some(4),
+                to: Some(4)
+            },
+            changed_fields: vec!["leaderWorkerTemplate".into()],
+            rollout: Some(PlannedRollout {
+                groups: 4,
+                order: vec![vec![3], vec![2], vec![1], vec![0]],
+                partition: 0,
+                max_unavailable: 1,
+                max_surge: 0,
+                new_groups: vec![],
+                surge_groups: vec![],
+                surge_remains: false,
+            }),
+        }]
+    );
+    assert_eq!(
+        lws_line(&plan),
+        "inference/vllm  rolls groups 3..0, 1 at a time (maxUnavailable 1, maxSurge 0)"
+    );
+    assert!(
+        summary_line(&plan).ends_with("; 1 LeaderWorkerSet rollout (inference/vllm)"),
+        "{}",
+        summary_line(&plan)
+    );
+    let markdown = render_markdown(&plan).join("\n");
+    assert!(
+        markdown.contains(
+            "#### LeaderWorkerSets\n\n- `inference/vllm`: rolls groups 3..0, 1 at a time \
+             (maxUnavailable 1, maxSurge 0)\n"
+        ),
+        "{markdown}"
+    );
+    let json: Value = serde_json::from_str(&render_json(&plan)).expect("JSON");
+    assert_eq!(
+        json["leaderWorkerSets"][0],
+        serde_json::json!({
+            "namespace": "inference", "name": "vllm", "change": "rolls",
+            "replicas": {"from": 4, "to": 4},
+            "changedFields": ["leaderWorkerTemplate"],
+            "rollout": {"groups": 4, "order": [[3], [2], [1], [0]], "partition": 0,
+                        "maxUnavailable": 1, "maxSurge": 0, "newGroups": [],
+                        "surgeGroups": [], "surgeRemains": false},
+        })
+    );
+}
+
+#[test]
+fn a_replicas_change_alone_rolls_no_group() {
+    let plan = lws_plan(
+        Some(leader_worker_set(2, "v1", "")),
+        Some(leader_worker_set(4, "v1", "{maxUnavailable: 2}")),
+    );
+    let set = &plan.leader_worker_sets[0];
+    assert_eq!(
+        (set.change, &set.rollout, &set.changed_fields),
+        (
+            LeaderWorkerSetAction::NoRollout,
+            &None,
+            &vec!["replicas".to_string(), "rolloutStrategy".to_string()]
+        )
+    );
+    assert_eq!(
+        lws_line(&plan),
+        "inference/vllm  no rollout: only replicas 2 → 4 (groups 2..3 created), rolloutStrategy"
+    );
+    assert!(
+        !summary_line(&plan).contains("LeaderWorkerSet"),
+        "{}",
+        summary_line(&plan)
+    );
+    // The LWS still shows among the objects configured.
+    assert!(
+        plan.objects
+            .iter()
+            .any(|o| o.id.kind == "LeaderWorkerSet" && o.action == ObjectAction::Configure)
+    );
+}
+
+#[test]
+fn a_partition_holds_the_lowest_groups_on_the_old_revision() {
+    let plan = lws_plan(
+        Some(leader_worker_set(4, "v1", "")),
+        Some(leader_worker_set(4, "v2", "{partition: 2}")),
+    );
+    let rollout = plan.leader_worker_sets[0]
+        .rollout
+        .clone()
+        .expect("a rollout");
+    assert_eq!((rollout.groups, rollout.order), (2, vec![vec![3], vec![2]]));
+    assert_eq!(
+        lws_line(&plan),
+        "inference/vllm  rolls groups 3..2, 1 at a time (maxUnavailable 1, maxSurge 0); \
+         partition 2 keeps groups 1..0 on the old revision"
+    );
+}
+
+#[test]
+fn a_percentage_max_unavailable_rolls_that_share_of_the_groups_at_a_time() {
+    let plan = lws_plan(
+        Some(leader_worker_set(4, "v1", "")),
+        Some(leader_worker_set(4, "v2", "{maxUnavailable: 50%}")),
+    );
+    let rollout = plan.leader_worker_sets[0]
+        .rollout
+        .clone()
+        .expect("a rollout");
+    assert_eq!(
+        (rollout.max_unavailable, rollout.order),
+        (2, vec![vec![3, 2], vec![1, 0]])
+    );
+    assert_eq!(
+        lws_line(&plan),
+        "inference/vllm  rolls groups 3..0, up to 2 at a time (maxUnavailable 2, maxSurge 0): \
+         3+2 → 1+0"
+    );
+}
+
+#[test]
+fn a_surge_group_comes_first_and_goes_once_done() {
+    let plan = lws_plan(
+        Some(leader_worker_set(4, "v1", "")),
+        Some(leader_worker_set(
+            4,
+            "v2",
+            "{maxUnavailable: 0, maxSurge: 1}",
+        )),
+    );
+    assert_eq!(
+        lws_line(&plan),
+        "inference/vllm  rolls groups 3..0, 1 at a time (maxUnavailable 0, maxSurge 1): \
+         4 → 3 → 2 → 1 → 0; surge group 4 deleted once done"
+    );
+}
+
+#[test]
+fn a_new_leader_worker_set_is_created_and_a_departed_one_deleted() {
+    let created = lws_plan(None, Some(leader_worker_set(3, "v1", "")));
+    assert_eq!(
+        created.leader_worker_sets[0].change,
+        LeaderWorkerSetAction::Created
+    );
+    assert_eq!(lws_line(&created), "inference/vllm  created with 3 groups");
+    let deleted = lws_plan(Some(leader_worker_set(3, "v1", "")), None);
+    assert_eq!(
+        deleted.leader_worker_sets[0].replicas,
+        ReplicasChange {
+            from: Some(3),
+            to: None
+        }
+    );
+    assert_eq!(
+        lws_line(&deleted),
+        "inference/vllm  deleted with its 3 groups"
+    );
+    // Without prune it stays, untouched.
+    let kept = with_changes(
+        &base_fleet(),
+        &[("fleet/capstan.yaml", Some("prune: false\n".into()))],
+    );
+    let base = with_changes(
+        &kept,
+        &[("fleet/vllm.yaml", Some(leader_worker_set(3, "v1", "")))],
+    );
+    assert_eq!(plan_of(&base, &kept, None).leader_worker_sets, []);
+}
+
+#[test]
+fn a_drain_names_the_leader_worker_set_groups_it_recreates() {
+    let mut plan = plan_of(&base_fleet(), &upgrade(), Some(42));
+    plan.nodes[0].drain = Some(DrainPreview {
+        evicted: vec!["inference/vllm-1".into(), "inference/vllm-1-1".into()],
+        recreated_groups: vec!["inference/vllm group 1".into()],
+        ..DrainPreview::default()
+    });
+    let text = render_text(&plan, false);
+    assert!(
+        text.contains("       LeaderWorkerSet groups recreated: inference/vllm group 1\n"),
+        "{text}"
+    );
+    let markdown = render_markdown(&plan).join("\n");
+    assert!(
+        markdown.contains(" LeaderWorkerSet groups recreated: `inference/vllm group 1`.\n"),
+        "{markdown}"
+    );
 }

@@ -1,7 +1,8 @@
 //! The simulated kubelet of every simulated node: pods bound to a node go Pending ->
 //! Running (-> Succeeded/Failed for pods that finish), with container statuses, restart
-//! counts, conditions and IPs; deleted pods stop after their grace period; kmod worker
-//! pods run the real worker code against the node's module table.
+//! counts, conditions and IPs; deleted pods stop after their grace period; one container
+//! of a running pod crashes and restarts when a label asks; kmod worker pods run the real
+//! worker code against the node's module table.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -28,12 +29,22 @@ pub const STUCK_LABEL: &str = "sim.capstan.dev/stuck";
 pub const EXIT_AFTER_ANNOTATION: &str = "sim.capstan.dev/exit-after-seconds";
 /// The exit code of such a pod (default 0).
 pub const EXIT_CODE_ANNOTATION: &str = "sim.capstan.dev/exit-code";
+/// `sim.capstan.dev/crash-<container>: "<n>"` on a running pod: container `<container>`
+/// is to have crashed `n` times in all. Each time the count is above the crashes so far,
+/// the container exits with code 1 (the pod stays Running, not Ready while it is down) and
+/// is restarted, its `restartCount` one higher, as a real kubelet restarts a container
+/// whose process died (`kubectl exec POD -c CONTAINER -- kill 1`).
+pub const CRASH_LABEL_PREFIX: &str = "sim.capstan.dev/crash-";
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Action {
     Start,
     Exit,
     Stop,
+    /// One container's process dies.
+    Crash(String),
+    /// The container that crashed starts again.
+    Restart(String),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,7 +62,9 @@ struct Tracked {
     uid: String,
     started: bool,
     stopping: bool,
-    restarts: u32,
+    restarts: Restarts,
+    /// A container crashed (or is about to) and has not restarted yet.
+    crashing: bool,
     ip: Option<String>,
     start_time: Option<String>,
     /// The start of containers due to exit before the next relist: the kubelet never
@@ -60,6 +73,21 @@ struct Tracked {
     /// The pod as the last action read it, at its resourceVersion: the next action reads
     /// it again only if it changed since.
     read: Option<(u64, Value)>,
+}
+
+/// How often each container of a pod has restarted: all of them at each restart of the
+/// pod's containers, one of them at each of its crashes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Restarts {
+    pod: u32,
+    crashed: BTreeMap<String, u32>,
+}
+
+impl Restarts {
+    /// The `restartCount` of `container`.
+    fn of(&self, container: &str) -> u32 {
+        self.pod + self.crashed.get(container).copied().unwrap_or(0)
+    }
 }
 
 /// A start the kubelet never reports, as the exit needs it.
@@ -301,6 +329,27 @@ impl Kubelet {
                 self.schedule(stop, key, &uid, Action::Stop);
             }
         }
+        if !deleting {
+            self.crash_if_asked(key, pod);
+        }
+    }
+
+    /// Schedules the next crash a [`CRASH_LABEL_PREFIX`] label asks for, once the pod's
+    /// containers run, one crash at a time.
+    fn crash_if_asked(&mut self, key: &ObjectKey, pod: &Value) {
+        let Some(tracked) = self.pods.get_mut(key) else {
+            return;
+        };
+        if !tracked.started || tracked.stopping || tracked.crashing {
+            return;
+        }
+        let labels = pod.at("/metadata/labels").and_then(Value::as_object);
+        let Some(container) = labels.and_then(|l| next_crash(l, &tracked.restarts.crashed)) else {
+            return;
+        };
+        tracked.crashing = true;
+        let uid = tracked.uid.clone();
+        self.schedule(Duration::ZERO, key, &uid, Action::Crash(container));
     }
 
     fn observe_node(&mut self, change: &Change) {
@@ -366,6 +415,8 @@ impl Kubelet {
                     continue;
                 }
                 Action::Stop => self.stop(&due.key),
+                Action::Crash(container) => self.crash(&due.key, &container),
+                Action::Restart(container) => self.restart_container(&due.key, &container),
             };
             warn_unless_gone(result, &due.key);
         }
@@ -449,7 +500,7 @@ impl Kubelet {
         };
         let host_ip = self.sim.node_ip(&node);
         // A worker is Running (not Ready) while it works; other pods are Ready at once.
-        let status = running_status(&pod, &ip, &host_ip, &start_time, &now, restarts, !worker);
+        let status = running_status(&pod, &ip, &host_ip, &start_time, &now, &restarts, !worker);
         let exit_after = if worker {
             Some(self.sim.config.timing.worker())
         } else {
@@ -532,18 +583,20 @@ impl Kubelet {
     }
 
     /// Records a start of the pod's containers at `now`: its restarts and start time.
-    fn mark_started(&mut self, key: &ObjectKey, ip: &str, now: &str) -> Option<(u32, String)> {
+    fn mark_started(&mut self, key: &ObjectKey, ip: &str, now: &str) -> Option<(Restarts, String)> {
         let tracked = self.pods.get_mut(key)?;
         if tracked.started {
-            tracked.restarts += 1;
+            tracked.restarts.pod += 1;
         }
         tracked.started = true;
+        // All containers start anew: a crashed one waits for no restart of its own.
+        tracked.crashing = false;
         tracked.ip = Some(ip.to_string());
         let start_time = tracked
             .start_time
             .get_or_insert_with(|| now.to_string())
             .clone();
-        Some((tracked.restarts, start_time))
+        Some((tracked.restarts.clone(), start_time))
     }
 
     /// The running status of a start never reported, resolved against the pod the exit
@@ -585,7 +638,7 @@ impl Kubelet {
             &host_ip,
             &start_time,
             &now,
-            tracked.restarts,
+            &tracked.restarts,
             false,
         )))
     }
@@ -677,13 +730,18 @@ impl Kubelet {
             .get(&key)
             .map(|t| t.uid.clone())
             .unwrap_or_default();
-        let restarts = self.pods.get(&key).map(|t| t.restarts).unwrap_or(0);
+        let restarts = self
+            .pods
+            .get(&key)
+            .map(|t| t.restarts.clone())
+            .unwrap_or_default();
         let now = rfc3339(self.sim.api.clock.now());
-        let status = terminated_status(&pod, unreported, code, message, &now, restarts, restart);
+        let status = terminated_status(&pod, unreported, code, message, &now, &restarts, restart);
         self.write_status_read(&key, status, Some((version, pod)))?;
         if restart {
             // CrashLoopBackOff, scaled to the simulation's pace: doubles per restart, capped.
-            let backoff = self.sim.config.timing.pod_start() * 2u32.saturating_pow(restarts.min(6));
+            let backoff =
+                self.sim.config.timing.pod_start() * 2u32.saturating_pow(restarts.pod.min(6));
             self.schedule(
                 backoff.min(Duration::from_secs(5)),
                 &key,
@@ -694,6 +752,83 @@ impl Kubelet {
             self.forget(&key);
         }
         Ok(())
+    }
+
+    /// A container's process dies: it is reported exited (code 1), the pod not ready, and
+    /// restarted after the time a start takes. Nothing happens to a pod being deleted, or
+    /// whose containers started again in the meantime.
+    fn crash(&mut self, key: &ObjectKey, container: &str) -> Result<(), ApiError> {
+        let Some((version, pod)) = self.read_pod(key) else {
+            return Ok(());
+        };
+        let Some(tracked) = self.pods.get_mut(key) else {
+            return Ok(());
+        };
+        let deleting = pod.at("/metadata/deletionTimestamp").is_some();
+        if deleting || !tracked.crashing {
+            tracked.crashing = false;
+            return Ok(());
+        }
+        let restarts = tracked.restarts.of(container);
+        let uid = tracked.uid.clone();
+        let now = rfc3339(self.sim.api.clock.now());
+        let Some(status) = crashed_status(&pod, container, restarts, &now) else {
+            // Not running now (waiting to restart): the pod's next change asks again. A
+            // container the pod does not have is not asked for again.
+            let unknown = !containers(&pod).any(|(name, _)| name == container);
+            let asked = crashes_asked(&pod, container);
+            if let Some(tracked) = self.pods.get_mut(key) {
+                tracked.crashing = false;
+                if unknown {
+                    tracked
+                        .restarts
+                        .crashed
+                        .insert(container.to_string(), asked);
+                }
+            }
+            if unknown {
+                tracing::warn!(pod = %key.name, container, "a crash asked of no such container");
+            }
+            return Ok(());
+        };
+        if let Err(err) = self.write_status_read(key, status, Some((version, pod))) {
+            // Not crashed after all: the pod's next change asks again.
+            if let Some(tracked) = self.pods.get_mut(key) {
+                tracked.crashing = false;
+            }
+            return Err(err);
+        }
+        let restart = self.sim.config.timing.pod_start();
+        self.schedule(restart, key, &uid, Action::Restart(container.to_string()));
+        Ok(())
+    }
+
+    /// The container that crashed runs again, its restart counted; the pod is Ready again
+    /// once every container is.
+    fn restart_container(&mut self, key: &ObjectKey, container: &str) -> Result<(), ApiError> {
+        let Some((version, pod)) = self.read_pod(key) else {
+            return Ok(());
+        };
+        let Some(tracked) = self.pods.get_mut(key) else {
+            return Ok(());
+        };
+        let deleting = pod.at("/metadata/deletionTimestamp").is_some();
+        if deleting || !tracked.crashing {
+            tracked.crashing = false;
+            return Ok(());
+        }
+        tracked.crashing = false;
+        *tracked
+            .restarts
+            .crashed
+            .entry(container.to_string())
+            .or_default() += 1;
+        let restarts = tracked.restarts.of(container);
+        let now = rfc3339(self.sim.api.clock.now());
+        match restarted_status(&pod, container, restarts, &now) {
+            Some(status) => self.write_status_read(key, status, Some((version, pod))),
+            None => Ok(()),
+        }
     }
 
     /// The containers stopped: the kubelet finishes the deletion (grace period 0).
@@ -870,14 +1005,20 @@ fn running_status(
     host_ip: &str,
     start_time: &str,
     now: &str,
-    restarts: u32,
+    restarts: &Restarts,
     ready: bool,
 ) -> Value {
     let containers: Vec<Value> = containers(pod)
         .map(|(name, image)| {
-            json!({"name": name, "image": image, "imageID": format!("{image}@sha256:{:064x}", fnv(&image)),
+            let restarts = restarts.of(&name);
+            let mut status = json!({"name": name, "image": image, "imageID": format!("{image}@sha256:{:064x}", fnv(&image)),
                    "containerID": container_id(pod, &name, restarts), "ready": ready, "started": true,
-                   "restartCount": restarts, "state": {"running": {"startedAt": now}}})
+                   "restartCount": restarts, "state": {"running": {"startedAt": now}}});
+            // The previous run's end stays on show, as the kubelet keeps it.
+            if let Some(last) = container_status(pod, &name).and_then(|c| c.get("lastState")) {
+                status["lastState"] = last.clone();
+            }
+            status
         })
         .collect();
     let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
@@ -913,12 +1054,13 @@ fn terminated_status(
     code: i64,
     message: &str,
     now: &str,
-    restarts: u32,
+    restarts: &Restarts,
     restarting: bool,
 ) -> Value {
     let reason = if code == 0 { "Completed" } else { "Error" };
     let containers: Vec<Value> = containers(pod)
         .map(|(name, image)| {
+            let restarts = restarts.of(&name);
             let mut terminated = json!({"exitCode": code, "reason": reason, "finishedAt": now,
                                         "containerID": container_id(pod, &name, restarts)});
             if !message.is_empty() {
@@ -953,6 +1095,75 @@ fn terminated_status(
     status
 }
 
+/// The status of `container` in the pod's status.
+fn container_status<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
+    pod.at("/status/containerStatuses")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["name"] == container)
+}
+
+/// The crashes a [`CRASH_LABEL_PREFIX`] label asks of `container` (0 when none).
+fn crashes_asked(pod: &Value, container: &str) -> u32 {
+    pointer::label(pod, &format!("{CRASH_LABEL_PREFIX}{container}"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The first container (by name) whose [`CRASH_LABEL_PREFIX`] label asks for more crashes
+/// than it has had.
+fn next_crash(
+    labels: &serde_json::Map<String, Value>,
+    crashed: &BTreeMap<String, u32>,
+) -> Option<String> {
+    labels.iter().find_map(|(key, value)| {
+        let container = key.strip_prefix(CRASH_LABEL_PREFIX)?;
+        let asked: u32 = value.as_str()?.parse().ok()?;
+        (asked > crashed.get(container).copied().unwrap_or(0)).then(|| container.to_string())
+    })
+}
+
+/// The pod's status once `container`, running, has exited with code 1 and waits to be
+/// restarted; `None` when the pod has no such container running.
+fn crashed_status(pod: &Value, container: &str, restarts: u32, now: &str) -> Option<Value> {
+    let mut status = pod.get("status").cloned()?;
+    let entry = status
+        .get_mut("containerStatuses")
+        .and_then(Value::as_array_mut)?
+        .iter_mut()
+        .find(|c| c["name"] == container)?;
+    let started_at = entry.at("/state/running/startedAt").cloned()?;
+    let id = container_id(pod, container, restarts);
+    entry["state"] = json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": started_at,
+                                           "finishedAt": now, "containerID": id}});
+    entry["ready"] = json!(false);
+    entry["started"] = json!(false);
+    set_condition(&mut status, "ContainersReady", false, now);
+    set_condition(&mut status, "Ready", false, now);
+    Some(status)
+}
+
+/// The pod's status once `container`, which crashed, runs again as its `restarts`-th
+/// restart, with the crash as its last state; the pod is Ready when all its containers are.
+fn restarted_status(pod: &Value, container: &str, restarts: u32, now: &str) -> Option<Value> {
+    let mut status = pod.get("status").cloned()?;
+    let containers = status
+        .get_mut("containerStatuses")
+        .and_then(Value::as_array_mut)?;
+    let entry = containers.iter_mut().find(|c| c["name"] == container)?;
+    let crashed = entry.at("/state/terminated").cloned()?;
+    entry["lastState"] = json!({"terminated": crashed});
+    entry["state"] = json!({"running": {"startedAt": now}});
+    entry["containerID"] = json!(container_id(pod, container, restarts));
+    entry["restartCount"] = json!(restarts);
+    entry["ready"] = json!(true);
+    entry["started"] = json!(true);
+    let ready = containers.iter().all(|c| c["ready"] == true);
+    set_condition(&mut status, "ContainersReady", ready, now);
+    set_condition(&mut status, "Ready", ready, now);
+    Some(status)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,7 +1183,12 @@ mod tests {
 
     #[test]
     fn statuses_follow_the_pod_lifecycle() {
-        let running = running_status(&pod(), "10.64.1.2", "10.0.0.11", "t0", "t1", 0, true);
+        let none = Restarts::default();
+        let once = Restarts {
+            pod: 1,
+            ..Restarts::default()
+        };
+        let running = running_status(&pod(), "10.64.1.2", "10.0.0.11", "t0", "t1", &none, true);
         assert_eq!(running["phase"], "Running");
         assert_eq!(running["containerStatuses"][0]["ready"], true);
         assert!(
@@ -994,7 +1210,7 @@ mod tests {
             ("exit 1, restarting", 1, true, None, "waiting"),
         ];
         for (name, code, restarting, phase, state) in cases {
-            let status = terminated_status(&pod(), None, code, "", "t2", 1, restarting);
+            let status = terminated_status(&pod(), None, code, "", "t2", &once, restarting);
             assert_eq!(status.get("phase").and_then(Value::as_str), phase, "{name}");
             assert!(
                 status["containerStatuses"][0]["state"].get(state).is_some(),
@@ -1002,10 +1218,117 @@ mod tests {
             );
         }
         // An exit never reported running is reported on top of the running status.
-        let exited = terminated_status(&pod(), Some(running.clone()), 0, "", "t2", 1, false);
+        let exited = terminated_status(&pod(), Some(running.clone()), 0, "", "t2", &once, false);
         assert_eq!(exited["podIP"], "10.64.1.2");
         assert_eq!(exited["startTime"], running["startTime"]);
         assert_eq!(exited["phase"], "Succeeded");
+    }
+
+    #[test]
+    fn a_crash_label_asks_for_crashes_beyond_those_had() {
+        let crashed: BTreeMap<String, u32> = [("worker".to_string(), 1)].into();
+        let cases = [
+            ("no label", json!({"app": "1"}), None),
+            (
+                "as many as had",
+                json!({"sim.capstan.dev/crash-worker": "1"}),
+                None,
+            ),
+            (
+                "one more",
+                json!({"sim.capstan.dev/crash-worker": "2"}),
+                Some("worker"),
+            ),
+            (
+                "another container",
+                json!({"sim.capstan.dev/crash-leader": "1"}),
+                Some("leader"),
+            ),
+            (
+                "not a count",
+                json!({"sim.capstan.dev/crash-leader": "yes"}),
+                None,
+            ),
+        ];
+        for (story, labels, expected) in cases {
+            let labels = labels.as_object().cloned().unwrap_or_default();
+            assert_eq!(
+                next_crash(&labels, &crashed).as_deref(),
+                expected,
+                "{story}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_crashed_container_restarts_alone_with_its_count_and_last_state() {
+        let mut pod = json!({"metadata": {"uid": "u1"}, "spec": {"containers": [
+            {"name": "a", "image": "a:v1"}, {"name": "b", "image": "b:v1"}]}});
+        pod["status"] = running_status(
+            &pod,
+            "10.64.1.2",
+            "10.0.0.11",
+            "t0",
+            "t0",
+            &Restarts::default(),
+            true,
+        );
+        let ready = |status: &Value| {
+            status["conditions"]
+                .as_array()
+                .expect("conditions")
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        };
+        assert!(
+            crashed_status(&pod, "c", 0, "t1").is_none(),
+            "no such container"
+        );
+
+        let crashed = crashed_status(&pod, "b", 0, "t1").expect("b crashed");
+        assert_eq!(crashed["phase"], "Running");
+        assert!(!ready(&crashed));
+        let b = &crashed["containerStatuses"][1];
+        assert_eq!(
+            (&b["ready"], &b["restartCount"]),
+            (&json!(false), &json!(0))
+        );
+        assert_eq!(
+            b["state"]["terminated"],
+            json!({"exitCode": 1, "reason": "Error", "startedAt": "t0", "finishedAt": "t1",
+                   "containerID": container_id(&pod, "b", 0)})
+        );
+        assert_eq!(
+            crashed["containerStatuses"][0],
+            pod["status"]["containerStatuses"][0]
+        );
+
+        pod["status"] = crashed;
+        let restarted = restarted_status(&pod, "b", 1, "t2").expect("b restarted");
+        assert!(ready(&restarted));
+        let b = &restarted["containerStatuses"][1];
+        assert_eq!(
+            (&b["ready"], &b["restartCount"], &b["state"]),
+            (
+                &json!(true),
+                &json!(1),
+                &json!({"running": {"startedAt": "t2"}})
+            )
+        );
+        assert_eq!(b["lastState"]["terminated"]["exitCode"], 1);
+        assert_ne!(
+            b["containerID"],
+            pod["status"]["containerStatuses"][1]["containerID"]
+        );
+        assert_eq!(restarted["containerStatuses"][0]["restartCount"], 0);
+        assert_eq!(
+            Restarts {
+                pod: 2,
+                crashed: [("b".to_string(), 1)].into()
+            }
+            .of("b"),
+            3
+        );
     }
 
     #[test]

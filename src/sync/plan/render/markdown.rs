@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::{context_line, forced_summary, phase_suffix, plural, pod_list, summary_line, versions};
+use super::{
+    context_line, forced_summary, leader_worker_set_text, phase_suffix, plural, pod_list,
+    summary_line, versions,
+};
 use crate::sync::plan::model::{CheckStatus, Plan};
 
 /// GitHub's limit on a comment's length, in characters (Atlantis splits its plans there).
@@ -32,6 +35,7 @@ fn document(plan: &Plan) -> String {
     warnings(plan, &mut out);
     objects(plan, &mut out);
     nodes(plan, &mut out);
+    leader_worker_sets(plan, &mut out);
     policy(plan, &mut out);
     diffs(plan, &mut out);
     out
@@ -107,9 +111,17 @@ fn nodes(plan: &Plan, out: &mut String) {
         }
         if let Some(drain) = &node.drain {
             let list = |pods: &[String]| pod_list(pods, |pod| format!("`{pod}`"));
+            let recreated = if drain.recreated_groups.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " LeaderWorkerSet groups recreated: {}.",
+                    list(&drain.recreated_groups)
+                )
+            };
             let _ = writeln!(
                 out,
-                "Drain evicts {}; a PodDisruptionBudget protects {}; forced: {}.\n",
+                "Drain evicts {}; a PodDisruptionBudget protects {}; forced: {}.{recreated}\n",
                 list(&drain.evicted),
                 list(&drain.protected),
                 forced_summary(drain)
@@ -135,6 +147,22 @@ fn campaigns(plan: &Plan, out: &mut String) {
             campaign.name,
             campaign.version,
             escape(&campaign.upgrade_at)
+        );
+    }
+}
+
+fn leader_worker_sets(plan: &Plan, out: &mut String) {
+    if plan.leader_worker_sets.is_empty() {
+        return;
+    }
+    out.push_str("\n#### LeaderWorkerSets\n\n");
+    for set in &plan.leader_worker_sets {
+        let _ = writeln!(
+            out,
+            "- `{}/{}`: {}",
+            set.namespace,
+            set.name,
+            escape(&leader_worker_set_text(set))
         );
     }
 }

@@ -7,7 +7,10 @@ mod text;
 pub use markdown::{COMMENT_LIMIT, render_markdown};
 pub use text::render_text;
 
-use super::model::{DrainPreview, NodeMove, Plan, PlannedCampaign};
+use super::model::{
+    DrainPreview, LeaderWorkerSetAction, LeaderWorkerSetChange, NodeMove, Plan, PlannedCampaign,
+    PlannedRollout,
+};
 
 /// How many node moves the summary line names before "and N more".
 const MOVES_NAMED: usize = 3;
@@ -21,8 +24,8 @@ pub fn render_json(plan: &Plan) -> String {
 }
 
 /// One line saying what the plan does: `2 to create, 1 to configure, 0 to prune; 1 node
-/// upgrade (worker-1: kmm-demo/my-kmod v1 → v2)`, `No changes.`, or the error count first
-/// when head would be rejected.
+/// upgrade (worker-1: kmm-demo/my-kmod v1 → v2); 1 LeaderWorkerSet rollout
+/// (inference/vllm)`, `No changes.`, or the error count first when head would be rejected.
 pub fn summary_line(plan: &Plan) -> String {
     let summary = &plan.summary;
     if summary.errors == 0 && !summary.has_changes {
@@ -56,7 +59,190 @@ pub fn summary_line(plan: &Plan) -> String {
             named.join(", ")
         ));
     }
+    let rollouts: Vec<String> = plan
+        .leader_worker_sets
+        .iter()
+        .filter(|set| set.change == LeaderWorkerSetAction::Rolls)
+        .map(|set| format!("{}/{}", set.namespace, set.name))
+        .collect();
+    if !rollouts.is_empty() {
+        let mut named: Vec<String> = rollouts.iter().take(MOVES_NAMED).cloned().collect();
+        if rollouts.len() > MOVES_NAMED {
+            named.push(format!("and {} more", rollouts.len() - MOVES_NAMED));
+        }
+        parts.push(format!(
+            "{} ({})",
+            plural(rollouts.len(), "LeaderWorkerSet rollout"),
+            named.join(", ")
+        ));
+    }
     parts.join("; ")
+}
+
+/// What happens to a LeaderWorkerSet's groups, in one line: `rolls groups 3..0, 1 at a
+/// time (maxUnavailable 1, maxSurge 0)`, `no rollout: only replicas 2 → 4 (groups 2..3
+/// created)`, `created with 4 groups`, `deleted with its 4 groups`.
+pub(super) fn leader_worker_set_text(set: &LeaderWorkerSetChange) -> String {
+    let groups = |count: Option<i32>| match count {
+        Some(count) => plural(usize::try_from(count).unwrap_or(0), "group"),
+        None => "its groups".to_string(),
+    };
+    match set.change {
+        LeaderWorkerSetAction::Created => format!("created with {}", groups(set.replicas.to)),
+        LeaderWorkerSetAction::Deleted => format!(
+            "deleted with {}",
+            match set.replicas.from {
+                Some(count) => format!("its {}", groups(Some(count))),
+                None => groups(None),
+            }
+        ),
+        LeaderWorkerSetAction::NoRollout => {
+            let fields: Vec<String> = set
+                .changed_fields
+                .iter()
+                .map(
+                    |field| match (field.as_str(), set.replicas.from, set.replicas.to) {
+                        ("replicas", Some(from), Some(to)) => {
+                            format!("replicas {from} → {to}{}", scaled_groups(from, to))
+                        }
+                        _ => field.clone(),
+                    },
+                )
+                .collect();
+            format!("no rollout: only {}", fields.join(", "))
+        }
+        LeaderWorkerSetAction::Rolls => match &set.rollout {
+            Some(rollout) => rollout_text(rollout, set.replicas.from, set.replicas.to),
+            None => "rolls (the order cannot be planned: see the warnings)".to_string(),
+        },
+    }
+}
+
+/// ` (groups 2..3 created)` or ` (group 2 deleted)` for a change of replicas.
+fn scaled_groups(from: i32, to: i32) -> String {
+    if to > from {
+        format!(" ({} created)", groups_of(&(from..to).collect::<Vec<_>>()))
+    } else if to < from {
+        format!(
+            " ({} deleted)",
+            groups_of(&(to..from).rev().collect::<Vec<_>>())
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// `rolls groups 3..0, 1 at a time (maxUnavailable 1, maxSurge 0)`, with the steps when
+/// they are not one group each, and the new, deleted, surge and held groups.
+fn rollout_text(rollout: &PlannedRollout, from: Option<i32>, to: Option<i32>) -> String {
+    let replicas = to.unwrap_or(0);
+    let extra =
+        |group: &i32| rollout.new_groups.contains(group) || rollout.surge_groups.contains(group);
+    let rolled: Vec<i32> = rollout
+        .order
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|group| !extra(group))
+        .collect();
+    let at_a_time = rollout
+        .order
+        .iter()
+        .map(|step| step.iter().filter(|group| !extra(group)).count())
+        .max()
+        .unwrap_or(0);
+    let budget = format!(
+        "(maxUnavailable {}, maxSurge {})",
+        rollout.max_unavailable, rollout.max_surge
+    );
+    let mut text = if rolled.is_empty() {
+        format!("new revision, no existing group rolls {budget}")
+    } else {
+        let pace = if at_a_time == 1 {
+            "1 at a time".to_string()
+        } else {
+            format!("up to {at_a_time} at a time")
+        };
+        format!("rolls {}, {pace} {budget}", groups_of(&rolled))
+    };
+    // One rolled group per step says it all; anything else is spelled out.
+    let one_by_one = rollout.order.iter().flatten().count() == rolled.len()
+        && rollout.order.iter().all(|step| step.len() == 1);
+    if !one_by_one {
+        let steps: Vec<String> = rollout
+            .order
+            .iter()
+            .map(|step| {
+                step.iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join("+")
+            })
+            .collect();
+        text.push_str(&format!(": {}", steps.join(" → ")));
+    }
+    if !rollout.new_groups.is_empty() {
+        text.push_str(&format!(
+            "; new {} on head's revision",
+            groups_of(&rollout.new_groups)
+        ));
+    }
+    if let Some(from) = from.filter(|from| *from > replicas) {
+        let deleted: Vec<i32> = (replicas..from)
+            .rev()
+            .filter(|group| !rollout.surge_groups.contains(group))
+            .collect();
+        if !deleted.is_empty() {
+            text.push_str(&format!("; {} deleted", groups_of(&deleted)));
+        }
+    }
+    if !rollout.surge_groups.is_empty() {
+        let surge = groups_of(&rollout.surge_groups);
+        if rollout.surge_remains {
+            text.push_str(&format!(
+                "; surge {surge} kept while the partition holds groups back"
+            ));
+        } else {
+            text.push_str(&format!("; surge {surge} deleted once done"));
+        }
+    }
+    let held = rollout.partition.min(replicas);
+    if held > 0 {
+        let held_groups: Vec<i32> = (0..held).rev().collect();
+        text.push_str(&format!(
+            "; partition {} keeps {} on the old revision",
+            rollout.partition,
+            groups_of(&held_groups)
+        ));
+    }
+    text
+}
+
+/// `group 3` or `groups 3..0`.
+fn groups_of(groups: &[i32]) -> String {
+    let noun = if groups.len() == 1 { "group" } else { "groups" };
+    format!("{noun} {}", range(groups))
+}
+
+/// Group indices as a range when they follow each other (`3..0`, `4..5`, `2`), else listed.
+fn range(groups: &[i32]) -> String {
+    match groups {
+        [] => "none".to_string(),
+        [one] => one.to_string(),
+        [first, .., last] => {
+            let step = if last > first { 1 } else { -1 };
+            let consecutive = groups.windows(2).all(|pair| pair[1] - pair[0] == step);
+            if consecutive {
+                format!("{first}..{last}")
+            } else {
+                groups
+                    .iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        }
+    }
 }
 
 /// `worker-1: kmm-demo/my-kmod v1 → v2`.

@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::{context_line, forced_summary, phase_suffix, plural, pod_list, summary_line, versions};
+use super::{
+    context_line, forced_summary, leader_worker_set_text, phase_suffix, plural, pod_list,
+    summary_line, versions,
+};
 use crate::sync::plan::model::{CheckStatus, ObjectAction, Plan};
 
 /// ANSI colours, or none.
@@ -76,6 +79,7 @@ pub fn render_text(plan: &Plan, color: bool) -> String {
     warnings(plan, paint, &mut out);
     objects(plan, paint, &mut out);
     nodes(plan, &mut out);
+    leader_worker_sets(plan, &mut out);
     policy(plan, paint, &mut out);
     diffs(plan, paint, &mut out);
     let _ = writeln!(out, "\n{} {}", paint.bold("Plan:"), summary_line(plan));
@@ -167,6 +171,13 @@ fn nodes(plan: &Plan, out: &mut String) {
                 list(&drain.protected)
             );
             let _ = writeln!(out, "       forced: {}", forced_summary(drain));
+            if !drain.recreated_groups.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "       LeaderWorkerSet groups recreated: {}",
+                    drain.recreated_groups.join(", ")
+                );
+            }
         }
         for step in &node.steps {
             let _ = writeln!(out, "       {}. {}", step.number, step.description);
@@ -188,6 +199,22 @@ fn campaigns(plan: &Plan, out: &mut String) {
              PDBForceDrainTimeout {} min + nodeDrain.expectedNodeDrainTime",
             campaign.name, campaign.version, campaign.upgrade_at, campaign.pdb_force_drain_timeout
         );
+    }
+}
+
+fn leader_worker_sets(plan: &Plan, out: &mut String) {
+    if plan.leader_worker_sets.is_empty() {
+        return;
+    }
+    out.push_str("\nLeaderWorkerSets:\n");
+    let names: Vec<String> = plan
+        .leader_worker_sets
+        .iter()
+        .map(|set| format!("{}/{}", set.namespace, set.name))
+        .collect();
+    let width = names.iter().map(String::len).max().unwrap_or(0);
+    for (name, set) in names.iter().zip(&plan.leader_worker_sets) {
+        let _ = writeln!(out, "  {name:width$}  {}", leader_worker_set_text(set));
     }
 }
 
