@@ -1169,3 +1169,43 @@ async fn sync_once_waits_for_the_example_vllm_to_run_and_names_a_stuck_rollout()
     );
     cluster.shutdown().await;
 }
+
+/// A container that restarts (its `restartCount` goes up, the pod stays Running) recreates
+/// its group under `RecreateGroupOnPodRestart`. The simulated kubelet's crash label makes
+/// one container of one pod exit once, as `kubectl exec ... kill 1` does on a real node.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_restart_recreates_the_group() {
+    common::requires_stand_in("kubelet's crash label");
+    let (cluster, client) = world().await;
+    let controller = LwsController::start(&client);
+    apply(
+        &client,
+        &lws("vllm", 1, 3, "registry.example/vllm:v1", json!({})),
+    )
+    .await;
+    wait_available(&client, "vllm", 1, 1).await;
+    let leader = pod(&client, "vllm-0").await.expect("leader").uid();
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .patch(
+            "vllm-0-2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"sim.capstan.dev/crash-vllm": "1"}}})),
+        )
+        .await
+        .expect("crash a container");
+    wait_event(
+        &client,
+        "vllm",
+        "RecreateGroup: Worker pod vllm-0-2 failed, deleted leader pod vllm-0 to recreate group 0",
+    )
+    .await;
+    common::wait_until("a new leader", async || {
+        pod(&client, "vllm-0")
+            .await
+            .is_some_and(|p| p.uid() != leader)
+    })
+    .await;
+    wait_available(&client, "vllm", 1, 1).await;
+    controller.stop().await;
+    cluster.shutdown().await;
+}

@@ -6,7 +6,7 @@
 //! fills the default, which also puts the default into the CRD schema; so code reading a
 //! decoded object never has to know the defaults.
 //!
-//! The CRD is upstream's (release v0.9.0) field for field, see `tests/upstream_fields.rs`:
+//! The CRD is upstream's (release v0.10.0) field for field, see `tests/upstream_fields.rs`:
 //! optional fields are declared `schemars(with = T)` because upstream's schema does not
 //! accept null for them, and fields of Kubernetes' types carry Kubernetes' list and map
 //! markers ([`crate::schema::kubernetes_markers`]), so server-side apply merges the
@@ -68,6 +68,7 @@ use crate::schema;
 pub struct LeaderWorkerSetSpec {
     /// Number of groups. Default 1.
     #[serde(default = "one")]
+    #[schemars(range(min = 0, max = 1_000_000))]
     pub replicas: i32,
 
     /// Templates and size of a group.

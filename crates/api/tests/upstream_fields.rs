@@ -1,5 +1,5 @@
 //! capstan's CRDs against those of the pinned upstream releases, field for field: `Module`
-//! and `NodeModulesConfig` against KMM v2.6.0, `LeaderWorkerSet` against LWS v0.9.0.
+//! and `NodeModulesConfig` against KMM v2.6.0, `LeaderWorkerSet` against LWS v0.10.0.
 //!
 //! `tests/upstream/*-fields.txt` list every field of upstream's CRDs (derived from the
 //! releases' `config/crd/bases/`, see their headers).
@@ -29,7 +29,7 @@ use kube::CustomResourceExt;
 
 const MODULE_FIELDS: &str = include_str!("upstream/kmm-v2.6.0-module-fields.txt");
 const NMC_FIELDS: &str = include_str!("upstream/kmm-v2.6.0-nodemodulesconfig-fields.txt");
-const LWS_CRD: &str = include_str!("upstream/lws-v0.9.0-leaderworkerset-fields.txt");
+const LWS_CRD: &str = include_str!("upstream/lws-v0.10.0-leaderworkerset-fields.txt");
 
 /// Field names whose values are of a Kubernetes type (`LocalObjectReference`, `Toleration`,
 /// `EnvVar`, `ResourceRequirements`, `VolumeMount`, `Volume`); the fields below them are
@@ -545,7 +545,7 @@ fn lws_crd_names_subresources_and_columns_are_upstreams() {
 }
 
 #[test]
-fn every_field_of_lws_v0_9_0_is_declared_as_upstream_declares_it() {
+fn every_field_of_lws_v0_10_0_is_declared_as_upstream_declares_it() {
     let theirs: BTreeMap<String, String> = upstream(LWS_CRD)
         .into_iter()
         .filter(|field| !field.path.starts_with('@'))

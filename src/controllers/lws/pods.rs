@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -25,8 +25,8 @@ use super::group::{
     self, Decision, LeaderFacts, LeaderSide, PodFacts, Role, WorkerOwnership, WorkerSet, WorkerSide,
 };
 use super::labels::{
-    GROUP_INDEX_LABEL, GROUP_KEY_LABEL, LEADER_NAME_ANNOTATION, NAME_LABEL,
-    RECREATE_GROUP_AFTER_START_ANNOTATION, REVISION_KEY_LABEL, WORKER_INDEX_LABEL,
+    EXCLUSIVE_KEY_ANNOTATION, GROUP_INDEX_LABEL, GROUP_KEY_LABEL, LEADER_NAME_ANNOTATION,
+    NAME_LABEL, RECREATE_GROUP_AFTER_START_ANNOTATION, REVISION_KEY_LABEL, WORKER_INDEX_LABEL,
 };
 use super::reconciler::{ensure_headless_service, event};
 use super::{facts, revision, statefulsets};
@@ -212,8 +212,30 @@ async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, kube::E
                     let Some(revision) = revision else {
                         return Ok(Action::requeue(REVISION_RECHECK));
                     };
-                    let set = statefulsets::worker(&pod, &lws, &revision)
+                    let mut set = statefulsets::worker(&pod, &lws, &revision)
                         .map_err(|message| kube::Error::Service(message.into()))?;
+                    if let Some(key) = lws.annotations().get(EXCLUSIVE_KEY_ANNOTATION) {
+                        // Exclusive placement: the workers follow the leader's topology
+                        // domain, known once the leader is scheduled (its binding
+                        // brings the pod back).
+                        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                            return Ok(Action::await_change());
+                        };
+                        let nodes: Api<Node> = Api::all(ctx.client.clone());
+                        let Some(node) = nodes.get_opt(&node).await? else {
+                            return Ok(Action::await_change());
+                        };
+                        let Some(value) = node.labels().get(key) else {
+                            return Err(kube::Error::Service(
+                                format!(
+                                    "node {} does not have topology label: {key}",
+                                    node.name_any()
+                                )
+                                .into(),
+                            ));
+                        };
+                        statefulsets::pin_to_topology(&mut set, key, value);
+                    }
                     let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
                     let params = PostParams {
                         field_manager: Some(managers::LWS.to_string()),

@@ -153,29 +153,19 @@ async fn reconcile(
         None => {
             let number = revision::next_number(&revisions);
             let key = (!leader_key.is_empty()).then_some(leader_key);
-            let created =
-                create_revision(&revisions_api, revision::new_revision(&lws, key, number)).await?;
             let note = if key.is_some() {
-                format!(
-                    "Creating missing revision with key {} for existing LeaderWorkerSet",
-                    facts::revision_key(&created)
-                )
+                missing_revision_note
             } else {
-                format!(
-                    "Creating revision with key {} for a newly created LeaderWorkerSet",
-                    facts::revision_key(&created)
-                )
+                new_revision_note
             };
-            event(
+            let created = create_revision(
                 ctx,
                 &lws_ref,
-                Some(&created),
-                false,
-                "CreatingRevision",
-                "Create",
+                &revisions_api,
+                revision::new_revision(&lws, key, number),
                 note,
             )
-            .await;
+            .await?;
             revisions.push(created.clone());
             created
         }
@@ -187,22 +177,14 @@ async fn reconcile(
     let lws_updated = updated.is_some();
     let current = match updated {
         Some(updated) => {
-            let created = create_revision(&revisions_api, updated).await?;
-            let note = format!(
-                "Creating revision with key {} for updated LWS",
-                facts::revision_key(&created)
-            );
-            event(
+            create_revision(
                 ctx,
                 &lws_ref,
-                Some(&created),
-                false,
-                "CreatingRevision",
-                "Create",
-                note,
+                &revisions_api,
+                updated,
+                updated_revision_note,
             )
-            .await;
-            created
+            .await?
         }
         None => current,
     };
@@ -372,17 +354,46 @@ async fn reconcile(
     Ok(Action::await_change())
 }
 
-/// Creates `revision`; one of the same name already there (this reconcile raced an earlier
-/// one whose watch event had not arrived) is read back instead.
+/// Creates `revision` and records it in an Event whose note `note` makes of its key; one
+/// of the same name already there (this reconcile raced an earlier one whose watch event
+/// had not arrived) is read back instead, and not recorded again.
 async fn create_revision(
+    ctx: &Context,
+    lws: &ObjectReference,
     api: &Api<ControllerRevision>,
     revision: ControllerRevision,
+    note: fn(&str) -> String,
 ) -> Result<ControllerRevision, kube::Error> {
     match api.create(&PostParams::default(), &revision).await {
-        Ok(created) => Ok(created),
+        Ok(created) => {
+            let note = note(facts::revision_key(&created));
+            event(
+                ctx,
+                lws,
+                Some(&created),
+                false,
+                "CreatingRevision",
+                "Create",
+                note,
+            )
+            .await;
+            Ok(created)
+        }
         Err(kube::Error::Api(status)) if status.code == 409 => api.get(&revision.name_any()).await,
         Err(err) => Err(err),
     }
+}
+
+fn new_revision_note(key: &str) -> String {
+    format!("Creating revision with key {key} for a newly created LeaderWorkerSet")
+}
+
+fn missing_revision_note(key: &str) -> String {
+    format!("Creating missing revision with key {key} for existing LeaderWorkerSet")
+}
+
+fn updated_revision_note(key: &str) -> String {
+    format!("Creating revision with key {key} for updated LWS")
 }
 
 /// The leader StatefulSet as the rolling update reads it.
