@@ -233,54 +233,36 @@ async fn reconcile(
             return Err(err);
         }
     };
-    for note in &parameters.events {
+    if leader.is_none() {
+        let note = format!("Created leader statefulset {name}");
         event(
             ctx,
             &lws_ref,
-            None::<&StatefulSet>,
+            Some(&current),
             false,
-            note.reason,
-            "Delete",
-            note.note.clone(),
+            "GroupsProgressing",
+            "Create",
+            note,
         )
         .await;
     }
-    match &leader {
-        None => {
-            let note = format!("Created leader statefulset {name}");
-            event(
-                ctx,
-                &lws_ref,
-                Some(&current),
-                false,
-                "GroupsProgressing",
-                "Create",
-                note,
-            )
-            .await;
-        }
-        Some(leader) if !lws_updated && parameters.partition != leader.partition => {
-            let note = if leader.partition - 1 == parameters.partition {
-                format!("Updating replica {}", parameters.partition)
-            } else {
-                format!(
-                    "Updating replicas {} to {} (inclusive)",
-                    parameters.partition,
-                    leader.partition - 1
-                )
-            };
-            event(
-                ctx,
-                &lws_ref,
-                Some(&current),
-                false,
-                "GroupsUpdating",
-                "Update",
-                note,
-            )
-            .await;
-        }
-        Some(_) => {}
+    for note in &parameters.events {
+        // Partition moves update groups; the other rolling events delete surge groups.
+        let action = if note.reason == rolling::GROUPS_UPDATING {
+            "Update"
+        } else {
+            "Delete"
+        };
+        event(
+            ctx,
+            &lws_ref,
+            Some(&current),
+            false,
+            note.reason,
+            action,
+            note.note.clone(),
+        )
+        .await;
     }
 
     if lws.spec.network_config_or_default().subdomain_policy == SubdomainPolicy::Shared {

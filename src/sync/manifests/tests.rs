@@ -1198,13 +1198,11 @@ fn a_leader_worker_set_name_must_be_a_dns_1035_label() {
 fn leader_worker_set_replicas_are_between_0_and_a_million() {
     assert_errors(
         &rejected(&lws_with("replicas: 2", "replicas: -1")),
-        &["l.yaml:5: spec.replicas: -1 is not allowed: replicas must be equal or greater than 0"],
+        &["l.yaml:5: spec.replicas: -1 is too small: must be at least 0"],
     );
     assert_errors(
         &rejected(&lws_with("replicas: 2", "replicas: 1000001")),
-        &[
-            "l.yaml:5: spec.replicas: 1000001 is not allowed: replicas must be equal or less than 1000000",
-        ],
+        &["l.yaml:5: spec.replicas: 1000001 is too large"],
     );
     load_all(&lws_with("replicas: 2", "replicas: 1000000")).unwrap();
 }
