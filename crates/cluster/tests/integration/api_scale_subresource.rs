@@ -332,7 +332,7 @@ async fn a_leader_worker_set_scales_through_its_crd_paths() {
         (
             422,
             &json!(
-                "LeaderWorkerSet.leaderworkerset.x-k8s.io \"vllm\" is invalid: .spec.replicas: Invalid value: -1: should be a non-negative integer"
+                "LeaderWorkerSet.leaderworkerset.x-k8s.io \"vllm\" is invalid: [spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0, .spec.replicas: Invalid value: -1: should be a non-negative integer]"
             )
         )
     );
