@@ -19,7 +19,7 @@
 //! | 4' | as 4 but the leader is already being deleted       | [`Decision::Nothing`] |
 //! | 5 | a worker                                              | [`Decision::Nothing`] |
 //! | 6 | a leader carrying the `leader-name` annotation        | [`Decision::MisplacedLeader`] |
-//! | 7 | a leader: `UniquePerReplica` wants its Service; then: being deleted, size 1, `LeaderReady` and not ready → no worker StatefulSet; no revision with its key → wait; its worker StatefulSet exists → nothing more; else create it | [`Decision::Leader`] |
+//! | 7 | a leader: `UniquePerReplica` wants its Service; then: being deleted, size 1, `LeaderReady` and not ready → no worker StatefulSet; its worker StatefulSet exists → nothing more; no revision with its key → wait; else create it | [`Decision::Leader`] |
 
 use std::collections::BTreeMap;
 
@@ -64,7 +64,8 @@ pub struct LeaderSide {
     pub misplaced: bool,
     /// Its `Ready` condition is True.
     pub ready: bool,
-    /// A revision with its key exists.
+    /// A revision with its key exists (looked up only when its worker StatefulSet does
+    /// not).
     pub revision_found: bool,
     /// Its worker StatefulSet (named as the pod) exists.
     pub worker_set_exists: bool,
@@ -167,10 +168,10 @@ pub fn decide(name: &str, facts: &PodFacts) -> Decision {
         || (facts.startup == StartupPolicy::LeaderReady && !leader.ready)
     {
         WorkerSet::Leave
-    } else if !leader.revision_found {
-        WorkerSet::WaitForRevision
     } else if leader.worker_set_exists {
         WorkerSet::Leave
+    } else if !leader.revision_found {
+        WorkerSet::WaitForRevision
     } else {
         WorkerSet::Create
     };
@@ -489,6 +490,15 @@ mod tests {
                 "7 an existing worker StatefulSet is never touched",
                 "lws-0",
                 with_leader(leader_pod(), |l| l.worker_set_exists = true),
+                leader_actions(false, WorkerSet::Leave),
+            ),
+            (
+                "7 an existing worker StatefulSet needs no revision looked up",
+                "lws-0",
+                with_leader(leader_pod(), |l| {
+                    l.worker_set_exists = true;
+                    l.revision_found = false;
+                }),
                 leader_actions(false, WorkerSet::Leave),
             ),
         ];

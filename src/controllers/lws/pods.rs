@@ -109,7 +109,15 @@ async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, kube::E
         return Ok(Action::await_change());
     };
     let leader_key = facts::revision_key(pod.as_ref()).to_string();
-    let revision = if facts::is_leader(&pod) && !leader_key.is_empty() {
+    // The revision matters only to create a worker StatefulSet: a leader whose set exists
+    // (nearly every change to a running leader) lists none.
+    let needs_revision = facts::is_leader(&pod)
+        && !leader_key.is_empty()
+        && shared
+            .sets
+            .get(&ObjectRef::new(&name).within(&namespace))
+            .is_none();
+    let revision = if needs_revision {
         let revisions: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &namespace);
         let listed = revisions
             .list(&ListParams::default().labels(&format!(

@@ -59,14 +59,10 @@ pub fn run(
     ctx: Arc<Context>,
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let (lwss, _) = caches.leader_worker_sets.reader();
-    let (sets, _) = caches.lws_stateful_sets.reader();
-    let (pods, _) = caches.lws_pods.reader();
-    let ready = [
-        caches.leader_worker_sets.reader().1,
-        caches.lws_stateful_sets.reader().1,
-        caches.lws_pods.reader().1,
-    ];
+    let (lwss, lwss_ready) = caches.leader_worker_sets.reader();
+    let (sets, sets_ready) = caches.lws_stateful_sets.reader();
+    let (pods, pods_ready) = caches.lws_pods.reader();
+    let ready = [lwss_ready, sets_ready, pods_ready];
     let lws_changes = caches.leader_worker_sets.subscribe();
     let set_changes = caches.lws_stateful_sets.subscribe();
     let pod_changes = caches.lws_pods.subscribe();
