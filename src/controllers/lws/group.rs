@@ -166,9 +166,8 @@ pub fn decide(name: &str, facts: &PodFacts) -> Decision {
     let worker_set = if leader.pod.deleting
         || facts.size == 1
         || (facts.startup == StartupPolicy::LeaderReady && !leader.ready)
+        || leader.worker_set_exists
     {
-        WorkerSet::Leave
-    } else if leader.worker_set_exists {
         WorkerSet::Leave
     } else if !leader.revision_found {
         WorkerSet::WaitForRevision
