@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # `capstan plan` for a pull request, as the GitHub Action of action.yml runs it
 # (docs/github-action.md): plans what merging the pull request does, appends the plan to
-# the step summary, sets the outputs has-changes and exit-code, and, when asked, comments
-# the plan on the pull request (updating the comments of an earlier run). Fails only when
-# the plan fails (head would be rejected, or capstan could not plan).
+# the step summary, sets the outputs has-changes and exit-code, sets the commit status
+# `capstan/plan` on the pull request's head commit with the plan's summary line, and, when
+# asked, comments the plan on the pull request (updating the comments of an earlier run).
+# Fails only when the plan fails (head would be rejected, or capstan could not plan).
 #
 # Reads: CAPSTAN_BIN (default capstan), CAPSTAN_REPO_PATH (default .), CAPSTAN_PATH,
-# CAPSTAN_BRANCH (default GITHUB_BASE_REF, else main), CAPSTAN_COMMENT (true|false),
-# GITHUB_TOKEN, and the variables GitHub sets: GITHUB_EVENT_PATH, GITHUB_REPOSITORY,
-# GITHUB_API_URL, GITHUB_STEP_SUMMARY, GITHUB_OUTPUT.
+# CAPSTAN_BRANCH (default GITHUB_BASE_REF, else main), CAPSTAN_COMMENT (true|false,
+# default false), CAPSTAN_STATUS (true|false, default true), GITHUB_TOKEN, and the
+# variables GitHub sets: GITHUB_EVENT_PATH, GITHUB_SHA, GITHUB_REPOSITORY, GITHUB_API_URL,
+# GITHUB_SERVER_URL, GITHUB_RUN_ID, GITHUB_STEP_SUMMARY, GITHUB_OUTPUT.
 set -euo pipefail
 
 capstan=${CAPSTAN_BIN:-capstan}
@@ -17,8 +19,11 @@ path=${CAPSTAN_PATH:-}
 branch=${CAPSTAN_BRANCH:-${GITHUB_BASE_REF:-}}
 branch=${branch:-main}
 comment=${CAPSTAN_COMMENT:-false}
+status=${CAPSTAN_STATUS:-true}
 api=${GITHUB_API_URL:-https://api.github.com}
 marker='<!-- capstan-plan -->'
+# The status's context, as Atlantis names its own `atlantis/plan`.
+status_context=capstan/plan
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -33,6 +38,20 @@ import json, sys
 event = json.load(open(sys.argv[1]))
 print((event.get("pull_request") or {}).get("number") or "")
 ' "$GITHUB_EVENT_PATH"
+}
+
+# The commit the status belongs to: the pull request's head (GITHUB_SHA is the merge
+# commit, which the pull request's page does not show), else GITHUB_SHA.
+head_sha() {
+  local sha=
+  if [[ -n ${GITHUB_EVENT_PATH:-} && -f $GITHUB_EVENT_PATH ]]; then
+    sha=$(python3 -c '
+import json, sys
+event = json.load(open(sys.argv[1]))
+print(((event.get("pull_request") or {}).get("head") or {}).get("sha") or "")
+' "$GITHUB_EVENT_PATH")
+  fi
+  printf '%s' "${sha:-${GITHUB_SHA:-}}"
 }
 
 # Makes the base branch's history available: a shallow checkout is deepened, and a
@@ -140,6 +159,44 @@ print(json.dumps({"body": sys.argv[2] + "\n" + open(sys.argv[1]).read()}))
 ' "$1" "$marker" >"$work/body.json"
 }
 
+# Writes the JSON body of the commit status: success when the plan ran (with changes or
+# without), failure when it did not or head would be rejected; the description is the
+# plan's summary line (the first line of its markdown, unescaped), cut to GitHub's 140
+# characters.
+status_body() {
+  local state=failure target_url=
+  if [[ $code == 0 || $code == 2 ]]; then
+    state=success
+  fi
+  if [[ -n ${GITHUB_RUN_ID:-} ]]; then
+    target_url=${GITHUB_SERVER_URL:-https://github.com}/$GITHUB_REPOSITORY/actions/runs/$GITHUB_RUN_ID
+  fi
+  python3 -c '
+import json, re, sys
+plan, state, code, context, target_url = sys.argv[1:6]
+with open(plan) as lines:
+    first = lines.readline().rstrip("\n")
+prefix = "**capstan plan**: "
+if first.startswith(prefix):
+    description = re.sub(r"\\(.)", r"\1", first[len(prefix):])
+    description = description.replace("&lt;", "<").replace("&gt;", ">")
+else:
+    description = "capstan plan failed (exit code %s)" % code
+if len(description) > 140:
+    description = description[:139] + "\u2026"
+body = {"state": state, "context": context, "description": description}
+if target_url:
+    body["target_url"] = target_url
+print(json.dumps(body))
+' "$work/plan.md" "$state" "$code" "$status_context" "$target_url" >"$work/status.json"
+}
+
+# Sets the commit status of the plan on the head commit.
+post_status() {
+  status_body || return 1
+  github POST "$api/repos/$GITHUB_REPOSITORY/statuses/$1" "$work/status.json" >/dev/null
+}
+
 # Updates the earlier comments with the parts, posts the parts beyond them, and deletes
 # earlier comments left over.
 post_comments() {
@@ -176,6 +233,14 @@ if [[ $comment == true ]]; then
     echo "::notice::not a pull request event: the plan is not commented"
   elif ! post_comments; then
     echo "::warning::the plan could not be commented on pull request #$pull_request"
+  fi
+fi
+if [[ $status == true ]]; then
+  sha=$(head_sha)
+  if [[ -z $sha || -z ${GITHUB_REPOSITORY:-} ]]; then
+    echo "::notice::no commit to set the status on: the plan's status is not set"
+  elif ! post_status "$sha"; then
+    echo "::warning::the commit status $status_context could not be set on $sha (the token needs statuses: write)"
   fi
 fi
 # 0: no changes, 2: changes; anything else is a failed plan.

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod controllers;
 pub mod crash;
+pub mod election;
 pub mod history;
 pub mod runtime;
 pub mod sync;

@@ -1,5 +1,5 @@
 //! What a capstan process needs from its environment: a client for the cluster a
-//! kubeconfig names, and the shutdown signals.
+//! kubeconfig names (or, in a pod, the pod's own cluster), and the shutdown signals.
 //!
 //! Shutdown is two-stage, as kubert's: the first SIGINT or SIGTERM asks capstan to
 //! drain (the sync in flight finishes its write and records its status, the controllers
@@ -22,6 +22,28 @@ pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .with_context(|| format!("using the kubeconfig {}", path.display()))?;
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Where a pod's service account token is mounted.
+const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// Whether this process runs in a Kubernetes pod: the kubelet sets
+/// `KUBERNETES_SERVICE_HOST` in every container and mounts the service account's token.
+/// Both are asked for, so that a shell that only exported the variable is not a pod.
+pub fn in_pod() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && std::path::Path::new(SERVICE_ACCOUNT_TOKEN).exists()
+}
+
+/// A client for the cluster this pod runs in, authenticated as its service account (the
+/// token file is re-read as the kubelet rotates it).
+pub async fn in_cluster_client() -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::incluster().context(
+        "in a pod without --kubeconfig: reading the in-cluster configuration (the service \
+         account token and KUBERNETES_SERVICE_HOST/PORT)",
+    )?;
     config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }

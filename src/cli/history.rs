@@ -40,18 +40,19 @@ pub enum Format {
 const EMBEDDED_KUBECONFIG: &str = ".capstan/kubeconfig";
 
 pub async fn run(args: HistoryArgs) -> anyhow::Result<i32> {
-    let path = match args.kubeconfig {
-        Some(path) => path,
+    let client = match args.kubeconfig {
+        Some(path) => client_for(&path).await?,
+        // `kubectl exec` into capstan's pod reads the history of the cluster it runs in.
+        None if crate::runtime::in_pod() => crate::runtime::in_cluster_client().await?,
         None => {
             let path = PathBuf::from(EMBEDDED_KUBECONFIG);
             anyhow::ensure!(
                 path.exists(),
                 "no --kubeconfig, and no {EMBEDDED_KUBECONFIG} of an embedded cluster here: pass --kubeconfig"
             );
-            path
+            client_for(&path).await?
         }
     };
-    let client = client_for(&path).await?;
     let by_node = args.node.is_some();
     let filter = Filter {
         node: args.node,

@@ -12,11 +12,12 @@ use tokio::sync::Notify;
 
 use crate::controllers::nmc::worker_pod::DEFAULT_WORKER_IMAGE;
 use crate::controllers::{self, Context, Selection};
-use crate::runtime::{client_for, shutdown_signal};
+use crate::election::{self, Leadership, LeaseOptions};
+use crate::runtime::{client_for, in_cluster_client, in_pod, shutdown_signal};
 use crate::sync::manifests::DriftPolicy;
 use crate::sync::metrics::Metrics;
 use crate::sync::run::{self, Outcome, SyncError, SyncOptions, Syncer, Wakers, describe_commit};
-use crate::sync::server::{self, ServerState};
+use crate::sync::server::{self, ServerState, Standby};
 use crate::sync::source::{Auth, Source};
 
 /// Exit code of `--once` when the cluster did not converge within `--timeout`.
@@ -84,9 +85,42 @@ pub struct SyncArgs {
     /// module-nmc, nmc, device-plugin, version-labels.
     #[arg(long, default_value = "all")]
     pub controllers: Selection,
-    /// The image of the kmod worker pods (capstan itself).
+    /// The image of the kmod worker pods (capstan's worker image).
     #[arg(long, default_value = DEFAULT_WORKER_IMAGE)]
     pub worker_image: String,
+    /// Sync and run the controllers only while holding a coordination.k8s.io/v1 Lease, so
+    /// that of several replicas one acts and the others stand by (docs/install.md).
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// The Lease's name (default: the --name of the GitSync, so each shard has its own).
+    #[arg(long, requires = "leader_elect")]
+    pub lease_name: Option<String>,
+    /// The Lease's namespace (default: the pod's, $POD_NAMESPACE, else capstan-system).
+    #[arg(long, requires = "leader_elect")]
+    pub lease_namespace: Option<String>,
+    /// How long the leader keeps the Lease without renewing it: a standby takes over this
+    /// long after the leader died. Whole seconds.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How long before the Lease expires the leader renews it. Whole seconds.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub lease_grace: Duration,
+}
+
+impl SyncArgs {
+    /// The Lease to hold before acting, with --leader-elect.
+    fn lease(&self) -> Option<LeaseOptions> {
+        self.leader_elect.then(|| LeaseOptions {
+            namespace: self
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(election::default_namespace),
+            name: self.lease_name.clone().unwrap_or_else(|| self.name.clone()),
+            identity: election::identity(),
+            duration: self.lease_duration,
+            grace: self.lease_grace,
+        })
+    }
 }
 
 /// Reads `30s`, `5m`, `1h30m`, `500ms`.
@@ -126,10 +160,18 @@ fn auth(args: &SyncArgs) -> anyhow::Result<Auth> {
     Ok(Auth::None)
 }
 
-/// The cluster to sync into: the kubeconfig's, or the embedded one, started loudly.
+/// The cluster to sync into: the kubeconfig's; in a pod, the pod's own; else the embedded
+/// one, started loudly.
 async fn connect(args: &SyncArgs) -> anyhow::Result<(kube::Client, Option<Embedded>)> {
     if let Some(path) = &args.kubeconfig {
         return Ok((client_for(path).await?, None));
+    }
+    if in_pod() {
+        anyhow::ensure!(
+            args.cluster_config.is_none(),
+            "--cluster-config configures the embedded cluster, which capstan never starts in a pod"
+        );
+        return Ok((in_cluster_client().await?, None));
     }
     let (client, cluster) = start_embedded(args).await?;
     Ok((client, Some(cluster)))
@@ -199,6 +241,7 @@ fn absolute(path: &std::path::Path) -> PathBuf {
 }
 
 pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
+    let lease = args.lease();
     let auth = auth(&args)?;
     let source = Source::open(
         &args.repo,
@@ -209,12 +252,29 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     )?;
     let (client, cluster) = connect(&args).await?;
     let metrics = Arc::new(Metrics::new());
-    let options = SyncOptions {
-        name: args.name.clone(),
-        drift: args.drift,
-        ..SyncOptions::default()
+    // A standby serves probes and webhooks too: the endpoints start before the election.
+    let endpoints = match args.once {
+        true => None,
+        false => Some(Endpoints::start(&args, metrics.clone(), &client, lease.is_some()).await?),
     };
-    let syncer = Syncer::start(client.clone(), source, options, metrics.clone())
+    let leadership = match &lease {
+        Some(options) => match lead(&client, options).await? {
+            Some(leadership) => Some(leadership),
+            None => {
+                if let Some(endpoints) = endpoints {
+                    endpoints.stop().await;
+                }
+                eprintln!("stopped before leading");
+                return Ok(0);
+            }
+        },
+        None => None,
+    };
+    if let Some(endpoints) = &endpoints {
+        endpoints.lead();
+    }
+    let keeper = leadership.map(keep);
+    let syncer = Syncer::start(client.clone(), source, options(&args), metrics.clone())
         .await
         .context("preparing the sync")?;
     {
@@ -244,17 +304,150 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     }
     let selection = args.controllers.clone();
     let running = tokio::spawn(async move { controllers::run(ctx, &selection).await });
-    let code = if args.once {
-        run_once(syncer, &client, &args.controllers, args.timeout).await
-    } else {
-        run_forever(&args, syncer, metrics).await?
+    let code = match endpoints {
+        None => run_once(syncer, &client, &args.controllers, args.timeout).await,
+        Some(endpoints) => run_forever(&args, syncer, &client, endpoints).await?,
     };
     stop_controllers.cancel();
     let _ = running.await;
+    if let Some(keeper) = keeper {
+        keeper.release().await;
+    }
     if let Some(cluster) = cluster {
         cluster.shutdown().await;
     }
     Ok(code)
+}
+
+fn options(args: &SyncArgs) -> SyncOptions {
+    SyncOptions {
+        name: args.name.clone(),
+        drift: args.drift,
+        ..SyncOptions::default()
+    }
+}
+
+/// Waits for the Lease; None when a shutdown signal came first.
+async fn lead(client: &kube::Client, options: &LeaseOptions) -> anyhow::Result<Option<Leadership>> {
+    eprintln!(
+        "waiting for the Lease {}/{} as {}",
+        options.namespace, options.name, options.identity
+    );
+    tokio::select! {
+        leadership = election::acquire(client.clone(), options) => {
+            let leadership = leadership?;
+            eprintln!("leading: holding the Lease {}/{} as {}", options.namespace, options.name, options.identity);
+            Ok(Some(leadership))
+        }
+        _ = shutdown_signal() => Ok(None),
+    }
+}
+
+/// The Lease held while this process acts. Losing it ends the process at once: another
+/// replica may already act, and two must never write the same step.
+struct Keeper {
+    release: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn keep(mut leadership: Leadership) -> Keeper {
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            _ = leadership.lost() => {
+                eprintln!("lost the Lease: exiting so that only the new leader acts");
+                std::process::exit(election::EXIT_LEASE_LOST);
+            }
+            _ = released => leadership.release().await,
+        }
+    });
+    Keeper { release, task }
+}
+
+impl Keeper {
+    /// Gives the Lease up once this process has stopped acting.
+    async fn release(self) {
+        let _ = self.release.send(());
+        let _ = self.task.await;
+        eprintln!("released the Lease");
+    }
+}
+
+/// The HTTP endpoints of a long-running sync, and what they share with it.
+struct Endpoints {
+    address: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+    shutdown: Arc<Notify>,
+    ready: Arc<AtomicBool>,
+    trigger: Arc<Notify>,
+    /// Set while a replica with --leader-elect waits for the Lease.
+    waiting: Option<Arc<AtomicBool>>,
+}
+
+impl Endpoints {
+    async fn start(
+        args: &SyncArgs,
+        metrics: Arc<Metrics>,
+        client: &kube::Client,
+        elected: bool,
+    ) -> anyhow::Result<Endpoints> {
+        let webhook_secret = match &args.webhook_secret_file {
+            Some(file) => Some(
+                std::fs::read_to_string(file)
+                    .with_context(|| format!("--webhook-secret-file {}", file.display()))?
+                    .trim()
+                    .as_bytes()
+                    .to_vec(),
+            ),
+            None => None,
+        };
+        let ready = Arc::new(AtomicBool::new(false));
+        let trigger = Arc::new(Notify::new());
+        let shutdown = Arc::new(Notify::new());
+        let waiting = elected.then(|| Arc::new(AtomicBool::new(true)));
+        let state = ServerState {
+            metrics,
+            ready: ready.clone(),
+            webhook_secret,
+            trigger: trigger.clone(),
+            branch: Some(args.branch.clone()),
+            standby: waiting.clone().map(|waiting| Standby {
+                waiting,
+                client: client.clone(),
+                sync_name: args.name.clone(),
+            }),
+        };
+        let server_shutdown = shutdown.clone();
+        let (address, task) = server::serve(args.listen, state, async move {
+            server_shutdown.notified().await;
+        })
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+        eprintln!(
+            "metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github"
+        );
+        Ok(Endpoints {
+            address,
+            task,
+            shutdown,
+            ready,
+            trigger,
+            waiting,
+        })
+    }
+
+    /// This replica leads from now on: readiness and webhooks are the leader's.
+    fn lead(&self) {
+        if let Some(waiting) = &self.waiting {
+            waiting.store(false, Ordering::Release);
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.notify_waiters();
+        let _ = self.task.await;
+        tracing::debug!(address = %self.address, "the endpoints stopped");
+    }
 }
 
 async fn run_once(
@@ -337,38 +530,18 @@ async fn wait_for_convergence(
 async fn run_forever(
     args: &SyncArgs,
     syncer: Syncer,
-    metrics: Arc<Metrics>,
+    client: &kube::Client,
+    endpoints: Endpoints,
 ) -> anyhow::Result<i32> {
-    let webhook_secret = match &args.webhook_secret_file {
-        Some(file) => Some(
-            std::fs::read_to_string(file)
-                .with_context(|| format!("--webhook-secret-file {}", file.display()))?
-                .trim()
-                .as_bytes()
-                .to_vec(),
-        ),
-        None => None,
-    };
-    let ready = Arc::new(AtomicBool::new(false));
-    let trigger = Arc::new(Notify::new());
-    let shutdown = Arc::new(Notify::new());
-    let state = ServerState {
-        metrics,
-        ready: ready.clone(),
-        webhook_secret,
-        trigger: trigger.clone(),
-        branch: Some(args.branch.clone()),
-    };
-    let server_shutdown = shutdown.clone();
-    let (address, server) = server::serve(args.listen, state, async move {
-        server_shutdown.notified().await;
-    })
-    .await
-    .with_context(|| format!("listening on {}", args.listen))?;
-    eprintln!(
-        "metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github"
-    );
-
+    let Endpoints {
+        shutdown,
+        ready,
+        trigger,
+        ..
+    } = &endpoints;
+    let (shutdown, ready, trigger) = (shutdown.clone(), ready.clone(), trigger.clone());
+    // Webhooks relayed by standbys, and requests made by hand, arrive on the GitSync.
+    let requests = crate::sync::request::watch(client.clone(), &args.name, trigger.clone());
     let local_git_dir = {
         let source = syncer.source();
         (!source.is_remote()).then(|| source.git_dir())
@@ -396,8 +569,8 @@ async fn run_forever(
         webhook: trigger,
     };
     run::follow(syncer, args.interval, wakers, stop_loop, ready, log_outcome).await;
-    shutdown.notify_waiters();
-    let _ = server.await;
+    requests.abort();
+    endpoints.stop().await;
     eprintln!("stopped");
     Ok(0)
 }

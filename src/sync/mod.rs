@@ -9,6 +9,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod plan;
 pub mod prune;
+pub mod request;
 pub mod run;
 pub mod server;
 pub mod source;

@@ -2,8 +2,11 @@
 //!
 //! - `GET /metrics`: the [`Metrics`] in OpenMetrics text;
 //! - `GET /healthz`: 200 while the process serves;
-//! - `GET /readyz`: 200 once the first sync attempt finished, 503 before;
-//! - `POST /hooks/github`: a signed GitHub webhook; a push makes the sync loop fetch at once.
+//! - `GET /readyz`: 200 once the first sync attempt finished, 503 before; on a standby
+//!   replica (`--leader-elect`) 200 while it waits for the Lease, ready to take over;
+//! - `POST /hooks/github`: a signed GitHub webhook; a push makes the sync loop fetch at once
+//!   (a standby relays it to the leader through the GitSync object, see
+//!   [`super::request`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -39,6 +42,27 @@ pub struct ServerState {
     /// The branch the sync follows; a push to any other branch is ignored. None: every push
     /// triggers a fetch.
     pub branch: Option<String>,
+    /// Present with leader election: whether this replica waits for the Lease, and how it
+    /// reaches the leader meanwhile.
+    pub standby: Option<Standby>,
+}
+
+/// A replica that may be a standby: a Service sends it probes and webhooks like the leader.
+pub struct Standby {
+    /// Set while the replica waits for the Lease; cleared for good once it leads.
+    pub waiting: Arc<AtomicBool>,
+    /// The cluster, to relay webhooks through the GitSync object.
+    pub client: kube::Client,
+    /// The GitSync the leader keeps (`--name`).
+    pub sync_name: String,
+}
+
+impl ServerState {
+    fn waiting_standby(&self) -> Option<&Standby> {
+        self.standby
+            .as_ref()
+            .filter(|standby| standby.waiting.load(Ordering::Acquire))
+    }
 }
 
 /// The routes above; any other path answers 404.
@@ -92,6 +116,11 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static str) {
+    // A standby is ready: it serves webhooks and takes over when the Lease frees. Were it
+    // not, a Deployment's rolling update would wait forever for its new standbys.
+    if state.waiting_standby().is_some() {
+        return (StatusCode::OK, "ok: standby, waiting for the Lease");
+    }
     if state.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ok")
     } else {
@@ -146,6 +175,9 @@ async fn github_webhook(
         }
         Ok(Delivery::Push { git_ref }) => {
             let git_ref = git_ref.as_deref().unwrap_or("-");
+            if let Some(standby) = state.waiting_standby() {
+                return relay(standby, delivery, git_ref).await;
+            }
             tracing::info!(delivery, git_ref, "GitHub push: fetching now");
             state.trigger.notify_one();
             (StatusCode::ACCEPTED, "sync triggered").into_response()
@@ -170,6 +202,34 @@ async fn github_webhook(
         Err(problem) => {
             tracing::warn!(delivery, event, problem, "unreadable GitHub webhook");
             (StatusCode::BAD_REQUEST, problem).into_response()
+        }
+    }
+}
+
+/// A standby hands a push to the leader through the cluster; when the cluster cannot be
+/// written GitHub is told to deliver again (503), the interval fetch catches up otherwise.
+async fn relay(standby: &Standby, delivery: &str, git_ref: &str) -> Response {
+    let value = match delivery {
+        "-" => jiff::Timestamp::now().to_string(),
+        delivery => delivery.to_string(),
+    };
+    match super::request::request(&standby.client, &standby.sync_name, &value).await {
+        Ok(super::request::Relayed::Written) => {
+            tracing::info!(delivery, git_ref, "GitHub push relayed to the leader");
+            (StatusCode::ACCEPTED, "sync requested from the leader").into_response()
+        }
+        Ok(super::request::Relayed::NoSyncYet) => (
+            StatusCode::ACCEPTED,
+            "no sync has run yet: the leader's first sync fetches the branch",
+        )
+            .into_response(),
+        Err(err) => {
+            tracing::warn!(delivery, %err, "relaying a GitHub push to the leader");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("this replica is a standby and could not reach the leader: {err}"),
+            )
+                .into_response()
         }
     }
 }
@@ -282,6 +342,7 @@ mod tests {
             webhook_secret: secret.map(<[u8]>::to_vec),
             trigger: trigger.clone(),
             branch: branch.map(str::to_string),
+            standby: None,
         });
         Fixture {
             app,

@@ -9,6 +9,7 @@ mod upgrade;
 mod action;
 mod cluster_cli;
 mod controllers_device_plugin;
+mod high_availability;
 mod kmm_loading;
 mod leaderworkersets;
 mod nodekeeper;

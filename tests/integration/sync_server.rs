@@ -36,6 +36,7 @@ async fn start() -> Running {
         webhook_secret: Some(SECRET.to_vec()),
         trigger: trigger.clone(),
         branch: Some("main".into()),
+        standby: None,
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let (address, task) = serve("127.0.0.1:0".parse().expect("address"), state, async {

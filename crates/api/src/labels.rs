@@ -77,6 +77,10 @@ pub const REVISION_ANNOTATION: &str = "capstan.dev/revision";
 /// Annotation beside [`REVISION_ANNOTATION`]: the pull request that commit merged or
 /// squashed; absent when it was not a pull request.
 pub const PULL_REQUEST_ANNOTATION: &str = "capstan.dev/pull-request";
+/// Annotation on a GitSync asking its leader to sync now, as Flux's
+/// `reconcile.fluxcd.io/requestedAt`: a standby replica relays a webhook through it, and
+/// `kubectl annotate --overwrite` works the same by hand. Its value only has to change.
+pub const SYNC_REQUESTED_AT_ANNOTATION: &str = "capstan.dev/requested-at";
 /// Label on history records: `Sync`, `Rejected` or `UpgradeStep`.
 pub const RECORD_TYPE_LABEL: &str = "capstan.dev/record-type";
 /// Label on history records: the full SHA of their commit.

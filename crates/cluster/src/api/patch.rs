@@ -203,15 +203,28 @@ impl Api {
             if options.check_types {
                 typed::check(resource, &applied)?;
             }
-            let applied_name = applied.at("/metadata/name").and_then(Value::as_str);
-            if applied_name != Some(name) {
+            let key = Self::key(resource, namespace, name);
+            let exists = self.store.get(&key).is_some();
+            let applied_name = applied
+                .at("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            // Upstream merges the configuration into the live object and then checks the
+            // name: a configuration without one takes the live object's. A new object
+            // has no name to take.
+            if applied_name.as_deref().is_some_and(|n| n != name)
+                || (applied_name.is_none() && !exists)
+            {
                 return Err(ApiError::bad_request(format!(
                     "the name of the object ({}) does not match the name on the URL ({name})",
-                    applied_name.unwrap_or("")
+                    applied_name.unwrap_or_default()
                 )));
             }
-            let key = Self::key(resource, namespace, name);
-            if self.store.get(&key).is_none() {
+            let mut applied = applied;
+            if applied_name.is_none() {
+                set_name(&mut applied, name);
+            }
+            if !exists {
                 return self.apply_create(resource, namespace, name, applied, options, &manager);
             }
             let applied = reset_fields(resource, applied, subresource);
@@ -562,5 +575,17 @@ mod tests {
         let (_, fast) = stored("fast");
         assert_eq!(fast["metadata"]["labels"], json!({"a": "b", "c": "d"}));
         assert_eq!(fast["status"]["message"], json!("later"));
+    }
+}
+
+/// Names a configuration that came without `metadata.name`.
+fn set_name(applied: &mut Value, name: &str) {
+    if let Some(object) = applied.as_object_mut() {
+        let metadata = object
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.insert("name".into(), Value::String(name.into()));
+        }
     }
 }

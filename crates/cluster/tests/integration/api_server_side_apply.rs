@@ -291,3 +291,42 @@ async fn a_create_owns_no_status_and_a_status_write_takes_nothing_from_it() {
     assert_eq!(agent["f:status"]["f:phase"], json!({}), "{agent}");
     assert_eq!(agent["f:status"]["f:podIP"], json!({}), "{agent}");
 }
+
+/// As kube-apiserver merges a configuration into the live object before it checks the
+/// name: one without `metadata.name` updates the object of the URL (kube-lease-manager
+/// renews Leases so), and cannot create one.
+#[tokio::test]
+async fn a_configuration_without_a_name_applies_to_the_object_of_the_url() {
+    let (_cluster, client) = common::start().await;
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let nameless = |data| json!({"apiVersion": "v1", "kind": "ConfigMap", "data": data});
+    let refused = maps
+        .patch(
+            "owned",
+            &apply("capstan"),
+            &Patch::Apply(nameless(json!({"a": "1"}))),
+        )
+        .await
+        .expect_err("nothing to take a name from");
+    assert!(
+        matches!(&refused, kube::Error::Api(status) if status.code == 400),
+        "{refused:?}"
+    );
+    maps.patch(
+        "owned",
+        &apply("capstan"),
+        &Patch::Apply(cm(json!({"a": "1"}))),
+    )
+    .await
+    .expect("create by apply");
+    let updated = maps
+        .patch(
+            "owned",
+            &apply("capstan"),
+            &Patch::Apply(nameless(json!({"a": "2"}))),
+        )
+        .await
+        .expect("apply without a name");
+    assert_eq!(updated.metadata.name.as_deref(), Some("owned"));
+    assert_eq!(updated.data.expect("data")["a"], "2");
+}
