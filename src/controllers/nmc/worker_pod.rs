@@ -36,8 +36,10 @@ use capstan_worker::run::DEFAULT_FIRMWARE_DIR;
 
 /// The image worker pods run when none is configured: the `capstan-worker` target of the
 /// Dockerfile, the `capstan` binary beside kmod's `modprobe`, running as root.
-pub const DEFAULT_WORKER_IMAGE: &str =
-    concat!("ghcr.io/capstan-dev/capstan-worker:v", env!("CARGO_PKG_VERSION"));
+pub const DEFAULT_WORKER_IMAGE: &str = concat!(
+    "ghcr.io/capstan-dev/capstan-worker:v",
+    env!("CARGO_PKG_VERSION")
+);
 
 /// The worker's container name, as upstream names it.
 pub const CONTAINER_NAME: &str = "worker";
