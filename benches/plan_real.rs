@@ -15,12 +15,12 @@ mod common;
 
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_cluster::sim::config::ClusterConfig;
-use capstan_real_cluster::{CACHE_ENV, ControlPlane};
+use capstan_real_cluster::ControlPlane;
 use capstan_testing::git::FleetRepo;
 use capstan_testing::manifests::{NAMESPACE, module};
 
@@ -192,28 +192,6 @@ fn median<T: PartialOrd + Copy>(values: &[T]) -> T {
     sorted[sorted.len() / 2]
 }
 
-/// kubectl of the API server's release, built (or found up to date) by
-/// `hack/real-cluster/build-kubectl`.
-fn kubectl() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/real-cluster/build-kubectl");
-    let built = Command::new(&script)
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .status();
-    if !built.is_ok_and(|s| s.success()) {
-        panic!(
-            "building kubectl failed; run `{}` (needs Go) and check its output",
-            script.display()
-        );
-    }
-    let cache = std::env::var_os(CACHE_ENV)
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("capstan")))
-        .or_else(|| std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/capstan")))
-        .expect("HOME is set");
-    cache.join("real-cluster/kubectl/kubectl")
-}
-
 fn capstan() -> Command {
     Command::new(env!("CARGO_BIN_EXE_capstan"))
 }
@@ -259,7 +237,7 @@ fn explain(what: &str, run: &Run) -> String {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let count = common::scale(OBJECTS).max(4 * NAMESPACES);
-    let kubectl = kubectl();
+    let kubectl = capstan_real_cluster::kubectl().expect("kubectl of the release");
     let kubectl_version = Command::new(&kubectl)
         .args(["version", "--client", "-o", "yaml"])
         .output()

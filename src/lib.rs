@@ -10,7 +10,9 @@
 pub mod cli;
 pub mod controllers;
 pub mod crash;
+pub mod deploy;
 pub mod election;
 pub mod history;
+pub mod rbac;
 pub mod runtime;
 pub mod sync;

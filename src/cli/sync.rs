@@ -251,6 +251,14 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
         auth,
     )?;
     let (client, cluster) = connect(&args).await?;
+    // A missing permission stops capstan here, named, rather than as a failure halfway
+    // through an upgrade.
+    let usage = crate::rbac::Usage {
+        controllers: &args.controllers,
+        once: args.once,
+        lease_namespace: lease.as_ref().map(|lease| lease.namespace.as_str()),
+    };
+    crate::rbac::check(&client, &usage).await?;
     let metrics = Arc::new(Metrics::new());
     // A standby serves probes and webhooks too: the endpoints start before the election.
     let endpoints = match args.once {
@@ -273,6 +281,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     if let Some(endpoints) = &endpoints {
         endpoints.lead();
     }
+    metrics.set_leader(true);
     let keeper = leadership.map(keep);
     let syncer = Syncer::start(client.clone(), source, options(&args), metrics.clone())
         .await

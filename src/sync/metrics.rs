@@ -80,6 +80,7 @@ pub struct Metrics {
     applied_at: Gauge<f64, std::sync::atomic::AtomicU64>,
     drift: Family<DriftLabels, Counter>,
     objects: Family<ActionLabels, Counter>,
+    leader: Gauge,
     controllers: Arc<UpgradeMetrics>,
 }
 
@@ -161,6 +162,12 @@ impl Metrics {
             "Objects written by sync runs, by action: created, configured or pruned",
             objects.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "capstan_leader",
+            "1 while this process syncs and runs the controllers, 0 while it stands by for the Lease",
+            leader.clone(),
+        );
         let controllers = Arc::new(UpgradeMetrics::default());
         controllers.register(&mut registry);
         // Creating a series is what declares it; the returned guard is not needed.
@@ -185,8 +192,15 @@ impl Metrics {
             applied_at,
             drift,
             objects,
+            leader,
             controllers,
         }
+    }
+
+    /// Whether this process acts (holds the Lease, or runs without `--leader-elect`): across
+    /// the replicas of one sync the sum is 1 but for the seconds of a takeover.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// The controllers' gauges, served with these: give them to the controllers' `Context`
@@ -309,6 +323,7 @@ mod tests {
                 "capstan_sync_objects_total{action=\"created\"} 0",
                 "capstan_sync_objects_total{action=\"configured\"} 0",
                 "capstan_sync_objects_total{action=\"pruned\"} 0",
+                "capstan_leader 0",
             ],
         );
         assert!(text.ends_with("# EOF\n"), "{text}");

@@ -29,15 +29,16 @@ use upgrade::{NS, label, module};
 const LEASE_SECONDS: u64 = 3;
 const WEBHOOK_SECRET: &str = "replicas-share-this";
 
-/// One replica: a `capstan sync` process with its own state dir and log.
-struct Replica {
+/// One replica: a `capstan sync` process with its own state dir and log, reading the
+/// kubeconfig and webhook secret of its folder ([`folder`]).
+pub struct Replica {
     name: &'static str,
     child: Child,
     log: PathBuf,
 }
 
 impl Replica {
-    fn start(dir: &Path, name: &'static str, repo: &Path) -> Replica {
+    pub fn start(dir: &Path, name: &'static str, repo: &Path) -> Replica {
         let log = dir.join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
@@ -67,11 +68,11 @@ impl Replica {
         Replica { name, child, log }
     }
 
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    async fn wait_for_line(&self, needle: &str) {
+    pub async fn wait_for_line(&self, needle: &str) {
         wait_until(&format!("{}: {needle:?}", self.name), async || {
             self.log().contains(needle)
         })
@@ -100,14 +101,14 @@ impl Replica {
             .map(str::to_string)
     }
 
-    fn signal(&self, signal: i32) {
+    pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on a child this test owns and has not reaped.
         let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
         assert_eq!(sent, 0, "signal {signal} to {}", self.name);
     }
 
     /// Waits for the process to end; its exit code (None: killed by a signal).
-    async fn exit_code(&mut self) -> Option<i32> {
+    pub async fn exit_code(&mut self) -> Option<i32> {
         let mut code = None;
         wait_until(&format!("{} exits", self.name), async || {
             match self.child.try_wait().expect("try_wait") {
@@ -131,7 +132,7 @@ impl Drop for Replica {
 }
 
 /// A test's folder: the kubeconfig and webhook secret the replicas share.
-fn folder(kubeconfig: &str) -> tempfile::TempDir {
+pub fn folder(kubeconfig: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     capstan_cluster::kubeconfig::write(&dir.path().join("kubeconfig"), kubeconfig)
         .expect("kubeconfig");
@@ -152,7 +153,7 @@ async fn holder(client: &kube::Client) -> Option<String> {
 
 /// Waits until one of `replicas` leads and the Lease names it; returns its index and how
 /// long that took.
-async fn new_leader(client: &kube::Client, replicas: &[&Replica]) -> (usize, Duration) {
+pub async fn new_leader(client: &kube::Client, replicas: &[&Replica]) -> (usize, Duration) {
     let started = Instant::now();
     let mut leader = None;
     wait_until("a replica leading", async || {
@@ -224,6 +225,18 @@ async fn one_replica_leads_a_standby_is_ready_relays_webhooks_and_takes_over_on_
         (200, "ok: standby, waiting for the Lease")
     );
     assert!(!second.leads(), "{}", second.log());
+    let leader = first.address().expect("the leader's address");
+    for (address, expected) in [
+        (&standby, "capstan_leader 0"),
+        (&leader, "capstan_leader 1"),
+    ] {
+        let (code, metrics) = http(address, "GET", "/metrics", &[], "").await;
+        assert_eq!(code, 200);
+        assert!(
+            metrics.lines().any(|l| l == expected),
+            "{expected}:\n{metrics}"
+        );
+    }
 
     // A push delivered to the standby reaches the leader through the GitSync.
     let push = r#"{"ref":"refs/heads/main","after":"0000000000000000000000000000000000000000"}"#;
@@ -270,7 +283,7 @@ async fn one_replica_leads_a_standby_is_ready_relays_webhooks_and_takes_over_on_
 
 /// The campaign of [`the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_recorded_twice_or_lost`]:
 /// my-kmod v2 due at once.
-fn campaign() -> String {
+pub fn campaign() -> String {
     format!(
         "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
          metadata: {{name: my-kmod-v2, namespace: {NS}}}\nspec:\n  type: OSD\n  \
@@ -319,7 +332,7 @@ async fn records(client: &kube::Client) -> Vec<HistoryRecord> {
         .collect()
 }
 
-async fn steps_of(client: &kube::Client, node: &str) -> Vec<String> {
+pub async fn steps_of(client: &kube::Client, node: &str) -> Vec<String> {
     let mut of_node: Vec<HistoryRecord> = records(client)
         .await
         .into_iter()
@@ -329,7 +342,7 @@ async fn steps_of(client: &kube::Client, node: &str) -> Vec<String> {
     upgrade::steps(&of_node)
 }
 
-async fn phase(client: &kube::Client) -> Option<UpgradePhase> {
+pub async fn phase(client: &kube::Client) -> Option<UpgradePhase> {
     let configs: Api<UpgradeConfig> = Api::namespaced(client.clone(), NS);
     let config = configs.get_opt("my-kmod-v2").await.expect("campaign")?;
     config

@@ -18,6 +18,7 @@ use futures::FutureExt as _;
 use http::{HeaderMap, Method, StatusCode, header};
 use serde_json::{Value, json};
 
+use super::access_review;
 use super::api::{
     Answer, Api, DeleteOptions, Deleted, ListOptions, PatchType, Propagation, WriteOptions,
 };
@@ -200,6 +201,20 @@ async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiE
             )
             .await
         }
+        Route::AccessReview => {
+            if parts.method != Method::POST {
+                return Err(ApiError::method_not_allowed(
+                    "selfsubjectaccessreviews are only created",
+                ));
+            }
+            let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+                .await
+                .map_err(|_| ApiError::request_too_large(MAX_BODY_BYTES))?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                &access_review::answer(&body)?,
+            ))
+        }
         Route::SimModuleHistory => {
             let simulation = server
                 .simulation
@@ -277,6 +292,8 @@ enum Route {
         version: String,
     },
     Object(Target),
+    /// `/apis/authorization.k8s.io/v1/selfsubjectaccessreviews` (see `access_review`).
+    AccessReview,
     /// `/sim/v1/nodes/<name>[/<operation>]`: simulated node operations.
     SimNode {
         name: String,
@@ -338,6 +355,12 @@ impl Route {
                 operation: Some((*operation).into()),
             }),
             ["sim", "v1", "module-history"] => Ok(Route::SimModuleHistory),
+            [
+                "apis",
+                "authorization.k8s.io",
+                "v1",
+                "selfsubjectaccessreviews",
+            ] => Ok(Route::AccessReview),
             ["api", version, rest @ ..] => Target::parse("", version, rest).map(Route::Object),
             ["apis", group, version, rest @ ..] => {
                 Target::parse(group, version, rest).map(Route::Object)

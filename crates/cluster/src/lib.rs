@@ -1,6 +1,7 @@
 //! The embedded cluster: a Kubernetes API server on loopback that the `kube` client and
 //! `kubectl` use like a real one, for capstan's default run and its tests.
 
+pub mod access_review;
 pub mod api;
 pub mod cli;
 pub mod defaults;

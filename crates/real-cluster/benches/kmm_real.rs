@@ -332,7 +332,14 @@ async fn start_controllers(
 /// Loads [`MODULES`] Modules onto `workers` nodes with `system`'s controllers.
 async fn run(system: System, workers: usize) -> anyhow::Result<Run> {
     let started = Instant::now();
-    let plane = ControlPlane::start_with(&fleet(workers), &Options { audit_writes: true }).await?;
+    let plane = ControlPlane::start_with(
+        &fleet(workers),
+        &Options {
+            audit_writes: true,
+            ..Options::default()
+        },
+    )
+    .await?;
     eprintln!(
         "{} x{workers}: control plane up in {:.0?}",
         system.name(),

@@ -48,18 +48,37 @@ pub struct Options {
     /// audit log, `audit.log` in [`ControlPlane::dir`]: who wrote (user and user agent),
     /// what, and the answer's code. Benchmarks count writes per client from it.
     pub audit_writes: bool,
+    /// Record every request of these users (reads too) in the same audit log: what a
+    /// ServiceAccount used of the permissions it was granted.
+    pub audit_users: Vec<String>,
 }
 
-/// The audit policy of [`Options::audit_writes`]: writes at the Metadata level, once each
-/// (when answered), nothing else.
-const AUDIT_WRITES_POLICY: &str = "apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-- level: Metadata
-  verbs: [create, update, patch, delete, deletecollection]
-- level: None
-";
+impl Options {
+    /// The audit policy: the users' requests, then writes, at the Metadata level, once
+    /// each (when answered); None when nothing is audited.
+    fn audit_policy(&self) -> Option<String> {
+        if !self.audit_writes && self.audit_users.is_empty() {
+            return None;
+        }
+        let mut policy =
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n"
+                .to_string();
+        if !self.audit_users.is_empty() {
+            let users: Vec<String> = self.audit_users.iter().map(|u| format!("{u:?}")).collect();
+            policy.push_str(&format!(
+                "- level: Metadata\n  users: [{}]\n",
+                users.join(", ")
+            ));
+        }
+        if self.audit_writes {
+            policy.push_str(
+                "- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
+            );
+        }
+        policy.push_str("- level: None\n");
+        Some(policy)
+    }
+}
 
 /// The built binaries.
 #[derive(Clone, Debug)]
@@ -103,6 +122,23 @@ impl Binaries {
     fn kwok_stages(&self) -> PathBuf {
         self.dir.join("kwok-stages")
     }
+}
+
+/// kubectl of the control plane's release: `hack/real-cluster/build-kubectl` builds it into
+/// the cache, or finds it up to date and builds nothing.
+pub fn kubectl() -> anyhow::Result<PathBuf> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/real-cluster/build-kubectl");
+    let output = std::process::Command::new(&script)
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{} failed (it needs Go):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(cache_dir().join("real-cluster/kubectl/kubectl"))
 }
 
 /// `$CAPSTAN_CACHE_DIR`, else `$XDG_CACHE_HOME/capstan`, else `~/.cache/capstan`.
@@ -181,9 +217,9 @@ impl ControlPlane {
             ],
         )?;
         let mut audit = Vec::new();
-        if options.audit_writes {
+        if let Some(text) = options.audit_policy() {
             let policy = root.join("audit-policy.yaml");
-            std::fs::write(&policy, AUDIT_WRITES_POLICY)?;
+            std::fs::write(&policy, text)?;
             audit = vec![
                 format!("--audit-policy-file={}", policy.display()),
                 format!("--audit-log-path={}", root.join("audit.log").display()),
@@ -341,7 +377,8 @@ impl ControlPlane {
         self.kubeconfig.clone()
     }
 
-    /// The API server's audit log, when started with [`Options::audit_writes`].
+    /// The API server's audit log, when started with [`Options::audit_writes`] or
+    /// [`Options::audit_users`].
     pub fn audit_log(&self) -> PathBuf {
         self.dir.path().join("audit.log")
     }

@@ -462,6 +462,18 @@ pub(super) fn apply_error(
     }
 }
 
+/// Names a configuration that came without `metadata.name`.
+fn set_name(applied: &mut Value, name: &str) {
+    if let Some(object) = applied.as_object_mut() {
+        let metadata = object
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.insert("name".into(), Value::String(name.into()));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,17 +587,5 @@ mod tests {
         let (_, fast) = stored("fast");
         assert_eq!(fast["metadata"]["labels"], json!({"a": "b", "c": "d"}));
         assert_eq!(fast["status"]["message"], json!("later"));
-    }
-}
-
-/// Names a configuration that came without `metadata.name`.
-fn set_name(applied: &mut Value, name: &str) {
-    if let Some(object) = applied.as_object_mut() {
-        let metadata = object
-            .entry("metadata")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Some(metadata) = metadata.as_object_mut() {
-            metadata.insert("name".into(), Value::String(name.into()));
-        }
     }
 }
