@@ -415,15 +415,7 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
         phase(&client).await == Some(UpgradePhase::Upgraded)
     })
     .await;
-    let expected = [
-        "cordoned",
-        "drained",
-        "device-plugin-stopped",
-        "old-module-unloaded",
-        "new-module-loaded",
-        "device-plugin-started",
-        "uncordoned",
-    ];
+    let expected = upgrade::DRAINED_STEPS;
     let (mut duplicated, mut lost) = (0, 0);
     for node in ["worker-1", "worker-2"] {
         let steps = steps_of(&client, node).await;

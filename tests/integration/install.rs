@@ -317,15 +317,7 @@ async fn capstan_runs_as_its_service_account_with_the_shipped_roles_and_two_repl
             && upgrade::at_rest(&client).await.is_ok()
     })
     .await;
-    let expected = [
-        "cordoned",
-        "drained",
-        "device-plugin-stopped",
-        "old-module-unloaded",
-        "new-module-loaded",
-        "device-plugin-started",
-        "uncordoned",
-    ];
+    let expected = upgrade::DRAINED_STEPS;
     for node in ["worker-1", "worker-2"] {
         assert_eq!(steps_of(&client, node).await, expected, "{node}");
     }

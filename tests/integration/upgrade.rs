@@ -24,6 +24,17 @@ pub const STEPS: [&str; 4] = [
     "device-plugin-started",
 ];
 
+/// A node's records under an UpgradeConfig campaign: its drain around the four steps.
+pub const DRAINED_STEPS: [&str; 7] = [
+    "cordoned",
+    "drained",
+    "device-plugin-stopped",
+    "old-module-unloaded",
+    "new-module-loaded",
+    "device-plugin-started",
+    "uncordoned",
+];
+
 /// Module kmm-demo/my-kmod at `version` (kernel module `my_kmod`), images and device
 /// plugin at the same version.
 pub fn module(version: &str) -> String {

@@ -171,15 +171,7 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     })
     .await;
 
-    let expected = [
-        "cordoned",
-        "drained",
-        "device-plugin-stopped",
-        "old-module-unloaded",
-        "new-module-loaded",
-        "device-plugin-started",
-        "uncordoned",
-    ];
+    let expected = upgrade::DRAINED_STEPS;
     let mut spans = Vec::new();
     for name in ["worker-1", "worker-2"] {
         let records = node_history(&client, name).await;
@@ -305,15 +297,7 @@ async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
     .await;
     assert_eq!(
         upgrade::steps(&node_history(&client, "worker-1").await),
-        [
-            "cordoned",
-            "drained",
-            "device-plugin-stopped",
-            "old-module-unloaded",
-            "new-module-loaded",
-            "device-plugin-started",
-            "uncordoned",
-        ]
+        upgrade::DRAINED_STEPS
     );
     assert!(!workload_left(&client, "worker-1").await);
     stop.cancel();
