@@ -39,9 +39,16 @@ pub struct Replica {
 
 impl Replica {
     pub fn start(dir: &Path, name: &'static str, repo: &Path) -> Replica {
+        Replica::armed(dir, name, repo, None)
+    }
+
+    /// A replica that kills itself with SIGKILL at a crash point (`<point>:<nth hit>`,
+    /// src/crash.rs).
+    pub fn armed(dir: &Path, name: &'static str, repo: &Path, crash: Option<&str>) -> Replica {
         let log = dir.join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_capstan"));
+        command
             .args(["sync", "--repo"])
             .arg(repo)
             .arg("--kubeconfig")
@@ -62,9 +69,11 @@ impl Replica {
             .env("POD_NAME", name)
             .env_remove(capstan::crash::CRASH_AT_VAR)
             .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("capstan sync starts");
+            .stderr(stderr);
+        if let Some(crash) = crash {
+            command.env(capstan::crash::CRASH_AT_VAR, crash);
+        }
+        let child = command.spawn().expect("capstan sync starts");
         Replica { name, child, log }
     }
 
@@ -456,4 +465,101 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
     );
     assert_eq!((duplicated, lost), (0, 0));
     drop(c);
+}
+
+/// The strategy records of `node`'s drains, by strategy.
+async fn strategies_of(client: &kube::Client, node: &str) -> Vec<String> {
+    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
+    let mut steps: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .expect("records")
+        .items
+        .into_iter()
+        .filter(|r| r.spec.type_ == RecordType::DrainStrategy)
+        .filter(|r| r.spec.node.as_deref() == Some(node))
+        .filter_map(|r| r.spec.step)
+        .collect();
+    steps.sort();
+    steps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_killed_between_a_drain_strategy_record_and_its_action_is_replaced_and_the_strategy_counts_once()
+ {
+    let (cluster, client) = common::start_default_simulated().await;
+    let mut repo = FleetRepo::new();
+    upgrade::commit_initial_fleet(&mut repo, &[]);
+    let dir = folder(&cluster.kubeconfig());
+
+    // Its second drain record is the first strategy's (its first, the cordon): it dies
+    // after writing it, before forcing the pod.
+    let mut a = Replica::armed(
+        dir.path(),
+        "replica-a",
+        repo.path(),
+        Some("drain.record.after:2"),
+    );
+    a.wait_for_line("leading: holding the Lease").await;
+    let b = Replica::start(dir.path(), "replica-b", repo.path());
+    b.wait_for_line("waiting for the Lease").await;
+    a.wait_for_line(" applied ").await;
+    upgrade::converged(&client).await;
+    // A workload pod an eviction cannot remove: its finalizer holds it, terminating.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+        "spec": {
+            "nodeName": "worker-1",
+            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+        },
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create the pod");
+
+    // The nodekeeper forces drains at once (timeOut 0).
+    repo.commit(
+        &[
+            (
+                "capstan.yaml",
+                Some("maxNodesInFlight: 1\nnodeDrain: {timeOut: 0, expectedNodeDrainTime: 0}\n"),
+            ),
+            ("module.yaml", Some(&module("v2"))),
+            ("campaign.yaml", Some(&campaign())),
+            ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
+        ],
+        "Merge pull request #2 from fleet/my-kmod-v2",
+    );
+    assert_eq!(a.exit_code().await, None, "{}", a.log());
+    assert!(
+        a.log().contains("crash point drain.record.after:2"),
+        "{}",
+        a.log()
+    );
+    let recorded = strategies_of(&client, "worker-1").await;
+    assert_eq!(
+        recorded.len(),
+        1,
+        "one strategy recorded before the kill: {recorded:?}"
+    );
+    let (_, took) = new_leader(&client, &[&b]).await;
+
+    wait_until("the campaign upgraded", async || {
+        phase(&client).await == Some(UpgradePhase::Upgraded)
+    })
+    .await;
+    assert!(pods.get_opt("held").await.expect("read").is_none());
+    assert_eq!(steps_of(&client, "worker-1").await, upgrade::DRAINED_STEPS);
+    let strategies = strategies_of(&client, "worker-1").await;
+    let mut distinct = strategies.clone();
+    distinct.dedup();
+    eprintln!(
+        "figure: takeover after a SIGKILL between a strategy's record and its action {:.1} s \
+         (Lease {LEASE_SECONDS} s); strategies recorded {strategies:?}",
+        took.as_secs_f64()
+    );
+    assert_eq!(strategies, distinct, "a strategy recorded twice");
+    assert!(strategies.contains(&recorded[0]), "{strategies:?}");
 }

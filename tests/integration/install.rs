@@ -135,6 +135,12 @@ const SHOWN_BY_TIMING: &[(&str, &str, &str, &str)] = &[
         "events",
         "an Event repeated within its series",
     ),
+    (
+        "get",
+        "capstan.dev",
+        "historyrecords",
+        "a new leader reading the time of a step recorded before it took over",
+    ),
 ];
 
 /// A LeaderWorkerSet of one group of two pods.

@@ -125,7 +125,6 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
         assert_eq!(record.spec.commit.sha, sha);
         assert_eq!(record.spec.commit.pull_request, Some(7));
     }
-    // One Event per step on the Node, however the restart fell.
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let node_events: Vec<Event> = events
         .list(&ListParams::default())
@@ -143,7 +142,10 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
                     == Some("v2")
         })
         .collect();
-    for step in &steps {
+    // The kill may fall between the last record before it and that record's Event: that
+    // Event may be missing (the new process finds the record written and moves on), never
+    // doubled; every other step has its one Event.
+    for (index, step) in steps.iter().enumerate() {
         let reason = match *step {
             "device-plugin-stopped" => "DevicePluginStopped",
             "old-module-unloaded" => "OldModuleUnloaded",
@@ -154,6 +156,10 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
             .iter()
             .filter(|e| e.reason.as_deref() == Some(reason))
             .count();
-        assert_eq!(count, 1, "{reason} Events on worker-1");
+        if index + 1 == steps_before_kill {
+            assert!(count <= 1, "{count} {reason} Events on worker-1");
+        } else {
+            assert_eq!(count, 1, "{reason} Events on worker-1");
+        }
     }
 }
