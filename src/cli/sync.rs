@@ -261,9 +261,10 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     crate::rbac::check(&client, &usage).await?;
     let metrics = Arc::new(Metrics::new());
     // A standby serves probes and webhooks too: the endpoints start before the election.
-    let endpoints = match args.once {
-        true => None,
-        false => Some(Endpoints::start(&args, metrics.clone(), &client, lease.is_some()).await?),
+    let endpoints = if args.once {
+        None
+    } else {
+        Some(Endpoints::start(&args, metrics.clone(), &client, lease.is_some()).await?)
     };
     let leadership = match &lease {
         Some(options) => match lead(&client, options).await? {
