@@ -116,6 +116,12 @@ impl Replica {
         assert_eq!(sent, 0, "signal {signal} to {}", self.name);
     }
 
+    /// SIGKILL, as a lost node or the OOM killer ends a pod: nothing is released.
+    pub async fn kill(mut self) {
+        self.signal(libc::SIGKILL);
+        assert_eq!(self.exit_code().await, None, "{}", self.log());
+    }
+
     /// Waits for the process to end; its exit code (None: killed by a signal).
     pub async fn exit_code(&mut self) -> Option<i32> {
         let mut code = None;
@@ -397,9 +403,7 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
     .await;
 
     // SIGKILL in the middle of the drain: nothing released, the Lease must expire.
-    let mut a = a;
-    a.signal(libc::SIGKILL);
-    assert_eq!(a.exit_code().await, None);
+    a.kill().await;
     let (_, mid_drain) = new_leader(&client, &[&b]).await;
     // What a Deployment does next: a new pod, a standby now.
     let c = Replica::start(dir.path(), "replica-c", repo.path());
@@ -415,9 +419,7 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
         steps_of(&client, "worker-2").await.len() >= 3
     })
     .await;
-    let mut b = b;
-    b.signal(libc::SIGKILL);
-    assert_eq!(b.exit_code().await, None);
+    b.kill().await;
     let (_, mid_upgrade) = new_leader(&client, &[&c]).await;
 
     wait_until("the campaign upgraded", async || {

@@ -310,9 +310,7 @@ async fn capstan_runs_as_its_service_account_with_the_shipped_roles_and_two_repl
         steps_of(&client, "worker-1").await.len() >= 3
     })
     .await;
-    let mut a = a;
-    a.signal(libc::SIGKILL);
-    assert_eq!(a.exit_code().await, None);
+    a.kill().await;
     let (_, took) = new_leader(&client, &[&b]).await;
     eprintln!(
         "figure: as its ServiceAccount, the standby led {:.1} s after the leader's SIGKILL",
