@@ -543,13 +543,11 @@ async fn run_forever(
     client: &kube::Client,
     endpoints: Endpoints,
 ) -> anyhow::Result<i32> {
-    let Endpoints {
-        shutdown,
-        ready,
-        trigger,
-        ..
-    } = &endpoints;
-    let (shutdown, ready, trigger) = (shutdown.clone(), ready.clone(), trigger.clone());
+    let (shutdown, ready, trigger) = (
+        endpoints.shutdown.clone(),
+        endpoints.ready.clone(),
+        endpoints.trigger.clone(),
+    );
     // Webhooks relayed by standbys, and requests made by hand, arrive on the GitSync.
     let requests = crate::sync::request::watch(client.clone(), &args.name, trigger.clone());
     let local_git_dir = {

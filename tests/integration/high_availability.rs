@@ -444,18 +444,7 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
     let events = events.list(&ListParams::default()).await.expect("events");
     for node in ["worker-1", "worker-2"] {
         for reason in ["OldModuleUnloaded", "NewModuleLoaded"] {
-            let count = events
-                .items
-                .iter()
-                .filter(|e| {
-                    e.involved_object.name.as_deref() == Some(node)
-                        && e.reason.as_deref() == Some(reason)
-                        && e.annotations()
-                            .get("capstan.dev/to-version")
-                            .map(String::as_str)
-                            == Some("v2")
-                })
-                .count();
+            let count = upgrade::step_events(&events.items, node, reason, "v2");
             assert!(count <= 1, "{node}: {count} {reason} Events");
         }
     }

@@ -714,18 +714,7 @@ impl Campaign<'_> {
                 "NewModuleLoaded",
                 "DevicePluginStarted",
             ] {
-                let count = events
-                    .items
-                    .iter()
-                    .filter(|e| {
-                        e.involved_object.name.as_deref() == Some(node)
-                            && e.reason.as_deref() == Some(reason)
-                            && e.annotations()
-                                .get("capstan.dev/to-version")
-                                .map(String::as_str)
-                                == Some("v2")
-                    })
-                    .count();
+                let count = upgrade::step_events(&events.items, node, reason, "v2");
                 match count {
                     0 => self.figures.events_missing += 1,
                     1 => {}

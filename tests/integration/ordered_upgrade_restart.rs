@@ -126,22 +126,11 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
         assert_eq!(record.spec.commit.pull_request, Some(7));
     }
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let node_events: Vec<Event> = events
+    let events = events
         .list(&ListParams::default())
         .await
         .expect("events")
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some("worker-1")
-                && e.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get("capstan.dev/to-version"))
-                    .map(String::as_str)
-                    == Some("v2")
-        })
-        .collect();
+        .items;
     // The kill may fall between the last record before it and that record's Event: that
     // Event may be missing (the new process finds the record written and moves on), never
     // doubled; every other step has its one Event.
@@ -152,10 +141,7 @@ async fn a_killed_capstan_resumes_the_upgrade_at_the_right_step() {
             "new-module-loaded" => "NewModuleLoaded",
             _ => "DevicePluginStarted",
         };
-        let count = node_events
-            .iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .count();
+        let count = upgrade::step_events(&events, "worker-1", reason, "v2");
         if index + 1 == steps_before_kill {
             assert!(count <= 1, "{count} {reason} Events on worker-1");
         } else {

@@ -7,9 +7,9 @@ pub mod driver;
 pub mod timeline;
 
 use capstan::controllers::{self, Selection};
-use capstan_api::labels::UPGRADE_ANNOTATION_PREFIX;
+use capstan_api::labels::{TO_VERSION_ANNOTATION, UPGRADE_ANNOTATION_PREFIX};
 use capstan_api::{HistoryRecord, RecordType};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Event, Node};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 
@@ -113,6 +113,22 @@ pub async fn step_records(client: &kube::Client, node: &str, version: &str) -> V
         .collect();
     records.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
     records
+}
+
+/// How many of `events` are about `node`'s move to `version` for `reason`
+/// (`OldModuleUnloaded`, ...).
+pub fn step_events(events: &[Event], node: &str, reason: &str, version: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(node)
+                && e.reason.as_deref() == Some(reason)
+                && e.annotations()
+                    .get(TO_VERSION_ANNOTATION)
+                    .map(String::as_str)
+                    == Some(version)
+        })
+        .count()
 }
 
 /// The steps of `records`, in their order.
