@@ -167,3 +167,6 @@ async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Ac
         .requeue
         .map_or_else(Action::await_change, Action::requeue))
 }
+
+#[cfg(test)]
+mod tests;

@@ -155,3 +155,6 @@ async fn reconcile(cached: Arc<Node>, shared: Arc<Shared>) -> Result<Action, kub
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
