@@ -138,7 +138,13 @@ pub fn kubectl() -> anyhow::Result<PathBuf> {
         script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    Ok(cache_dir().join("real-cluster/kubectl/kubectl"))
+    let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    anyhow::ensure!(
+        !path.is_empty(),
+        "{} printed no kubectl path",
+        script.display()
+    );
+    Ok(PathBuf::from(path))
 }
 
 /// `$CAPSTAN_CACHE_DIR`, else `$XDG_CACHE_HOME/capstan`, else `~/.cache/capstan`.

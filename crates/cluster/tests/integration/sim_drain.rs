@@ -359,14 +359,12 @@ async fn a_drain_waits_for_the_budget_and_then_empties_the_node() {
 
 /// `kubectl drain` itself against the embedded cluster: the same story as
 /// [`a_drain_waits_for_the_budget_and_then_empties_the_node`], checking that kubectl's
-/// own client finds the API it expects. Needs kubectl on PATH, so it runs when asked:
-/// `cargo test -p capstan-cluster --test integration sim_drain -- --ignored`.
+/// own client finds the API it expects. kubectl is the one of the real control plane's
+/// release, built with Go by `hack/real-cluster/build-kubectl` (which `hack/test` runs
+/// first; here it reuses that build).
 #[tokio::test]
-#[ignore = "runs kubectl drain: needs kubectl on PATH"]
 async fn kubectl_drain_respects_the_budget() {
-    let kubectl = which_kubectl().unwrap_or_else(|| {
-        panic!("kubectl not found on PATH: install it to run the kubectl drain check")
-    });
+    let kubectl = build_kubectl();
     let (cluster, client, target) = ready_to_drain().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
@@ -409,10 +407,18 @@ async fn kubectl_drain_respects_the_budget() {
     assert!(on(&web_pods(&client).await, &target).is_none());
 }
 
-fn which_kubectl() -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("kubectl"))
-            .find(|p| p.is_file())
-    })
+/// kubectl's path, from `hack/real-cluster/build-kubectl` (a no-op when it is built).
+fn build_kubectl() -> std::path::PathBuf {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../hack/real-cluster/build-kubectl");
+    let output = std::process::Command::new(&script)
+        .output()
+        .unwrap_or_else(|err| panic!("running {}: {err}", script.display()));
+    assert!(
+        output.status.success(),
+        "{} failed (it needs Go):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::path::PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }
