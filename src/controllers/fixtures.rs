@@ -68,6 +68,40 @@ impl Call {
     }
 }
 
+/// The merge commit of pull request #12, which the scenarios' `GitSync`s list as applied.
+pub const SHA_12: &str = "3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
+/// [`SHA_12`]'s `capstan.dev/revision`.
+pub const REVISION_12: &str = "main@sha1:3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
+
+/// [`SHA_12`] as a `GitSync` status and the history records name it.
+pub fn commit_12() -> Value {
+    serde_json::json!({
+        "sha": SHA_12,
+        "shortSha": "3cf3bea",
+        "revision": REVISION_12,
+        "author": "Ada",
+        "time": "2026-11-26T08:13:58Z",
+        "subject": "Move the fleet to v2 (#12)",
+        "pullRequest": 12,
+    })
+}
+
+/// A cache holding `objects`, as a watch's first listing fills it.
+pub fn store<K>(objects: Vec<K>) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    use kube::runtime::{reflector, watcher};
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
 /// The API server side of a [`client`].
 pub struct ApiServer(tower_test::mock::Handle<Request<Body>, Response<Body>>);
 

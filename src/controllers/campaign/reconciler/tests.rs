@@ -10,9 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::controllers::campaign::UPGRADING_RECHECK;
-use crate::controllers::fixtures::{self, Call};
+use crate::controllers::fixtures::{self, Call, store};
 use capstan_api::clock::ManualClock;
-use kube::runtime::{reflector, watcher};
 
 const NOW: &str = "2026-11-26T12:00:00Z";
 const STATUS: &str = "/apis/upgrade.managed.openshift.io/v1alpha1/namespaces/fleet/upgradeconfigs/my-kmod-v2/status?&fieldManager=capstan-campaigns";
@@ -29,20 +28,6 @@ fn campaign(upgrade_at: &str, entry: Value) -> Value {
                  "desired": {"version": "v2"}},
         "status": {"history": [entry]},
     })
-}
-
-fn store<K>(objects: Vec<K>) -> Store<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (store, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::InitApply(object));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    store
 }
 
 fn event() -> Call {
@@ -89,6 +74,7 @@ async fn reconcile_once(config: Value, calls: Vec<Call>) -> Outcome {
     }
 }
 
+/// v2's history entry, Pending.
 fn pending() -> Value {
     json!({"version": "v2", "phase": "Pending"})
 }

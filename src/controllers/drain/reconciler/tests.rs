@@ -9,14 +9,11 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::controllers::fixtures::{self, Call};
+use crate::controllers::fixtures::{self, Call, REVISION_12, SHA_12, commit_12};
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
-use kube::runtime::{reflector, watcher};
 
 const NOW: &str = "2026-11-26T12:00:00Z";
-const SHA_12: &str = "3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
-const REVISION_12: &str = "main@sha1:3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
 
 const NODE: &str = "/api/v1/nodes/worker-1";
 const PODS_ON_WORKER_1: &str = "/api/v1/pods?&fieldSelector=spec.nodeName%3Dworker-1";
@@ -76,18 +73,6 @@ fn git_sync() -> GitSync {
     }))
 }
 
-fn commit_12() -> Value {
-    json!({
-        "sha": SHA_12,
-        "shortSha": "3cf3bea",
-        "revision": REVISION_12,
-        "author": "Ada",
-        "time": "2026-11-26T08:13:58Z",
-        "subject": "Move the fleet to v2 (#12)",
-        "pullRequest": 12,
-    })
-}
-
 /// A running pod on worker-1 in `apps`, with `metadata` merged in.
 fn pod(name: &str, metadata: Value) -> Value {
     let mut pod = json!({
@@ -138,7 +123,12 @@ fn event() -> Call {
     .any_body()
 }
 
-/// The `drained` record of worker-1's drain, asked by #12.
+/// The creation of the `drained` record of worker-1's drain, asked by #12.
+fn post_drained_record() -> Call {
+    let record = drained_record();
+    Call::new("POST", RECORDS, Some(record.clone()), record)
+}
+
 fn drained_record() -> Value {
     json!({
         "apiVersion": "capstan.dev/v1alpha1",
@@ -191,13 +181,9 @@ async fn reconcile_once(node: Value, calls: Vec<Call>) -> Result<Action, kube::E
     let (client, server) = fixtures::client();
     let server = server.run(calls);
     let clock = ManualClock::new(NOW.parse().expect("a time"));
-    let (syncs, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    writer.apply_watcher_event(&watcher::Event::InitApply(git_sync()));
-    writer.apply_watcher_event(&watcher::Event::InitDone);
     let shared = Arc::new(Shared {
         ctx: Context::with_clock(client, Arc::new(clock), CancellationToken::new()),
-        syncs,
+        syncs: fixtures::store(vec![git_sync()]),
     });
     let result = reconcile(Arc::new(parse(node)), shared).await;
     server
@@ -287,13 +273,12 @@ async fn pods_already_terminating_are_waited_for_not_evicted_again() {
 #[tokio::test]
 async fn with_no_pod_left_to_move_the_drain_is_recorded_then_marked_done() {
     let node = worker_1(&draining());
-    let record = drained_record();
     let action = reconcile_once(
         node.clone(),
         vec![
             Call::get(NODE, node),
             pods(vec![daemon_pod(), finished_pod()]),
-            Call::new("POST", RECORDS, Some(record.clone()), record),
+            post_drained_record(),
             event(),
             mark_drained(),
         ],
@@ -306,13 +291,12 @@ async fn with_no_pod_left_to_move_the_drain_is_recorded_then_marked_done() {
 #[tokio::test]
 async fn a_drained_record_written_before_a_restart_gets_no_second_event() {
     let node = worker_1(&draining());
-    let record = drained_record();
     let action = reconcile_once(
         node.clone(),
         vec![
             Call::get(NODE, node),
             pods(vec![]),
-            Call::new("POST", RECORDS, Some(record.clone()), record).failing(409, "AlreadyExists"),
+            post_drained_record().failing(409, "AlreadyExists"),
             mark_drained(),
         ],
     )
@@ -324,13 +308,12 @@ async fn a_drained_record_written_before_a_restart_gets_no_second_event() {
 #[tokio::test]
 async fn a_node_changed_since_it_was_read_is_marked_on_the_next_look() {
     let node = worker_1(&draining());
-    let record = drained_record();
     let action = reconcile_once(
         node.clone(),
         vec![
             Call::get(NODE, node),
             pods(vec![]),
-            Call::new("POST", RECORDS, Some(record.clone()), record),
+            post_drained_record(),
             event(),
             mark_drained().failing(409, "Conflict"),
         ],

@@ -13,12 +13,12 @@ use k8s_openapi::api::core::v1::{
     NodeSystemInfo, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::runtime::{reflector, watcher};
+
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::controllers::fixtures::{self, Call};
+use crate::controllers::fixtures::{self, Call, store};
 use crate::controllers::nmc::WorkerPodPlan;
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::WorkerAction;
@@ -198,19 +198,6 @@ fn module_object() -> Module {
     object
 }
 
-/// A store holding `objects`, as a cache that listed them.
-fn filled<K>(objects: Vec<K>) -> Store<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
-{
-    let (store, mut writer) = reflector::store();
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::Apply(object));
-    }
-    store
-}
-
 /// What the caches hold when the reconcile runs.
 struct Cluster {
     node: Node,
@@ -255,10 +242,10 @@ impl Cluster {
         let nmc = Arc::new(self.nmc.clone());
         let data = Arc::new(Data {
             ctx,
-            nodes: filled(vec![self.node]),
-            modules: filled(self.modules),
-            nmcs: filled(vec![self.nmc]),
-            worker_pods: filled(self.pods),
+            nodes: store(vec![self.node]),
+            modules: store(self.modules),
+            nmcs: store(vec![self.nmc]),
+            worker_pods: store(self.pods),
             expectations: Arc::default(),
             own_writes: Arc::default(),
         });

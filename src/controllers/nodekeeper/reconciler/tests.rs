@@ -10,17 +10,13 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::controllers::fixtures::{self, Call};
+use crate::controllers::fixtures::{self, Call, REVISION_12, SHA_12, commit_12, store};
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION, UNSCHEDULABLE_TAINT};
-use kube::runtime::{reflector, watcher};
 
 const NOW: &str = "2026-11-26T12:00:00Z";
 /// 50 minutes before [`NOW`]: past `timeOut` 45, before the PDB wait 68.
 const CORDONED_AT: &str = "2026-11-26T11:10:00Z";
-
-const SHA_12: &str = "3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
-const REVISION_12: &str = "main@sha1:3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
 
 const NODE_EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events?";
 const RECORDS: &str = "/apis/capstan.dev/v1alpha1/namespaces/capstan-system/historyrecords?";
@@ -81,18 +77,6 @@ fn git_sync() -> GitSync {
     }))
 }
 
-fn commit_12() -> Value {
-    json!({
-        "sha": SHA_12,
-        "shortSha": "3cf3bea",
-        "revision": REVISION_12,
-        "author": "Ada",
-        "time": "2026-11-26T08:13:58Z",
-        "subject": "Move the fleet to v2 (#12)",
-        "pullRequest": 12,
-    })
-}
-
 /// A pod on worker-1 in `apps`.
 fn pod(name: &str, metadata: Value) -> Value {
     let mut pod = json!({
@@ -109,20 +93,6 @@ fn pod(name: &str, metadata: Value) -> Value {
 
 fn list(kind: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": items})
-}
-
-fn store<K>(objects: Vec<K>) -> Store<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (store, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::InitApply(object));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    store
 }
 
 /// Runs one reconcile of `node` (as cached) at [`NOW`] under `campaigns` against an API

@@ -11,11 +11,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::controllers::fixtures::{self, Call};
+use crate::controllers::fixtures::{self, Call, REVISION_12, SHA_12, commit_12, store};
 use crate::controllers::version_labels::{POLICY_RECHECK, UPGRADE_RECHECK};
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
-use kube::runtime::{reflector, watcher};
 
 const NOW: &str = "2026-11-21T10:14:13Z";
 
@@ -26,9 +25,6 @@ const READY: &str = "kmm.node.kubernetes.io/kmm-demo.my-kmod.ready";
 const VERSION_READY: &str = "kmm.node.kubernetes.io/kmm-demo.my-kmod.version.ready";
 const UPGRADE: &str = "capstan.dev/upgrade.kmm-demo.my-kmod";
 
-/// The commit of pull request #12, which moved worker-1 to v2; the `GitSync` lists it.
-const SHA_12: &str = "3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
-const REVISION_12: &str = "main@sha1:3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
 /// The commit of pull request #13, which moved worker-2 to v2.
 const REVISION_13: &str = "main@sha1:d37f9d0a1b2c3d4e5f60718293a4b5c6d7e8f901";
 
@@ -117,33 +113,6 @@ fn git_sync() -> GitSync {
             "policy": {"maxNodesInFlight": 1, "requirePullRequest": false},
         },
     }))
-}
-
-fn commit_12() -> Value {
-    json!({
-        "sha": SHA_12,
-        "shortSha": "3cf3bea",
-        "revision": REVISION_12,
-        "author": "Ada",
-        "time": "2026-11-21T10:13:58Z",
-        "subject": "Move worker-1 to v2 (#12)",
-        "pullRequest": 12,
-    })
-}
-
-/// A store holding `objects`, listed in full (as after a watch's first list).
-fn store<K>(objects: Vec<K>) -> Store<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (store, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::InitApply(object));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    store
 }
 
 /// The cluster as the controller's caches have it.
