@@ -104,6 +104,8 @@ fn pods(items: Vec<Value>) -> Call {
     )
 }
 
+/// The eviction of `name` in `apps`, as kube 5 sends it: its delete options under
+/// `delete_options`, a name the API server does not read (capstan sets none).
 fn evict(name: &str) -> Call {
     Call::new(
         "POST",
