@@ -360,8 +360,8 @@ async fn a_drain_waits_for_the_budget_and_then_empties_the_node() {
 /// `kubectl drain` itself against the embedded cluster: the same story as
 /// [`a_drain_waits_for_the_budget_and_then_empties_the_node`], checking that kubectl's
 /// own client finds the API it expects. kubectl is the one of the real control plane's
-/// release, built with Go by `hack/real-cluster/build-kubectl` (which `hack/test` runs
-/// first; here it reuses that build).
+/// release, built with Go by `hack/real-cluster/build-kubectl`: `hack/test` runs it first,
+/// so here it finds the build; run alone, this test builds it.
 #[tokio::test]
 async fn kubectl_drain_respects_the_budget() {
     let kubectl = build_kubectl();

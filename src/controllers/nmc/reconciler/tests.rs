@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{
     NodeSystemInfo, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
