@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use capstan_api::labels::SYNC_REQUESTED_AT_ANNOTATION;
 use capstan_api::upgrade_config::UpgradePhase;
-use capstan_api::{GitSync, HistoryRecord, RecordType, UpgradeConfig};
+use capstan_api::{GitSync, RecordType};
 use common::git::FleetRepo;
 use common::wait_until;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -298,14 +298,6 @@ async fn one_replica_leads_a_standby_is_ready_relays_webhooks_and_takes_over_on_
 
 /// The campaign of [`the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_recorded_twice_or_lost`]:
 /// my-kmod v2 due at once.
-pub fn campaign() -> String {
-    format!(
-        "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
-         metadata: {{name: my-kmod-v2, namespace: {NS}}}\nspec:\n  type: OSD\n  \
-         upgradeAt: \"2020-01-01T00:00:00Z\"\n  PDBForceDrainTimeout: 0\n  desired: {{version: v2}}\n"
-    )
-}
-
 async fn user_pod(client: &kube::Client, node: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -335,36 +327,9 @@ async fn blocking_budget(client: &kube::Client) {
         .expect("create the budget");
 }
 
-async fn records(client: &kube::Client) -> Vec<HistoryRecord> {
-    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
-    api.list(&ListParams::default())
-        .await
-        .expect("records")
-        .items
-        .into_iter()
-        .filter(|r| matches!(r.spec.type_, RecordType::Drain | RecordType::UpgradeStep))
-        .filter(|r| r.spec.to_version.as_deref() == Some("v2"))
-        .collect()
-}
-
+/// The steps `node` went through towards v2, drain included, oldest first.
 pub async fn steps_of(client: &kube::Client, node: &str) -> Vec<String> {
-    let mut of_node: Vec<HistoryRecord> = records(client)
-        .await
-        .into_iter()
-        .filter(|r| r.spec.node.as_deref() == Some(node))
-        .collect();
-    of_node.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
-    upgrade::steps(&of_node)
-}
-
-pub async fn phase(client: &kube::Client) -> Option<UpgradePhase> {
-    let configs: Api<UpgradeConfig> = Api::namespaced(client.clone(), NS);
-    let config = configs.get_opt("my-kmod-v2").await.expect("campaign")?;
-    config
-        .status
-        .as_ref()
-        .and_then(|status| status.history_for("v2"))
-        .map(|entry| entry.phase)
+    upgrade::steps(&upgrade::node_history(client, node).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -390,7 +355,10 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
     repo.commit(
         &[
             ("module.yaml", Some(&module("v2"))),
-            ("campaign.yaml", Some(&campaign())),
+            (
+                "campaign.yaml",
+                Some(&upgrade::campaign("2020-01-01T00:00:00Z")),
+            ),
             ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
             ("nodes/worker-2.yaml", Some(&label("worker-2", "v2"))),
         ],
@@ -423,7 +391,7 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
     let (_, mid_upgrade) = new_leader(&client, &[&c]).await;
 
     wait_until("the campaign upgraded", async || {
-        phase(&client).await == Some(UpgradePhase::Upgraded)
+        upgrade::campaign_phase(&client).await == Some(UpgradePhase::Upgraded)
     })
     .await;
     let expected = upgrade::DRAINED_STEPS;
@@ -460,12 +428,8 @@ async fn the_leader_killed_mid_drain_and_mid_upgrade_is_replaced_and_no_step_is_
 
 /// The strategy records of `node`'s drains, by strategy.
 async fn strategies_of(client: &kube::Client, node: &str) -> Vec<String> {
-    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
-    let mut steps: Vec<String> = api
-        .list(&ListParams::default())
+    let mut steps: Vec<String> = upgrade::records(client)
         .await
-        .expect("records")
-        .items
         .into_iter()
         .filter(|r| r.spec.type_ == RecordType::DrainStrategy)
         .filter(|r| r.spec.node.as_deref() == Some(node))
@@ -518,7 +482,10 @@ async fn the_leader_killed_between_a_drain_strategy_record_and_its_action_is_rep
                 Some("maxNodesInFlight: 1\nnodeDrain: {timeOut: 0, expectedNodeDrainTime: 0}\n"),
             ),
             ("module.yaml", Some(&module("v2"))),
-            ("campaign.yaml", Some(&campaign())),
+            (
+                "campaign.yaml",
+                Some(&upgrade::campaign("2020-01-01T00:00:00Z")),
+            ),
             ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
         ],
         "Merge pull request #2 from fleet/my-kmod-v2",
@@ -538,7 +505,7 @@ async fn the_leader_killed_between_a_drain_strategy_record_and_its_action_is_rep
     let (_, took) = new_leader(&client, &[&b]).await;
 
     wait_until("the campaign upgraded", async || {
-        phase(&client).await == Some(UpgradePhase::Upgraded)
+        upgrade::campaign_phase(&client).await == Some(UpgradePhase::Upgraded)
     })
     .await;
     assert!(pods.get_opt("held").await.expect("read").is_none());

@@ -10,7 +10,7 @@
 //! tests say so and pass (hack/test leaves them out of that run).
 
 use crate::common;
-use crate::high_availability::{Replica, campaign, folder, new_leader, phase, steps_of};
+use crate::high_availability::{Replica, folder, new_leader, steps_of};
 use crate::upgrade;
 
 use std::collections::BTreeSet;
@@ -299,7 +299,10 @@ async fn capstan_runs_as_its_service_account_with_the_shipped_roles_and_two_repl
     repo.commit(
         &[
             ("module.yaml", Some(&module("v2"))),
-            ("campaign.yaml", Some(&campaign())),
+            (
+                "campaign.yaml",
+                Some(&upgrade::campaign("2020-01-01T00:00:00Z")),
+            ),
             ("serve.yaml", Some(SERVE)),
             ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
             ("nodes/worker-2.yaml", Some(&label("worker-2", "v2"))),
@@ -317,7 +320,7 @@ async fn capstan_runs_as_its_service_account_with_the_shipped_roles_and_two_repl
         took.as_secs_f64()
     );
     wait_until("the campaign upgraded", async || {
-        phase(&client).await == Some(UpgradePhase::Upgraded)
+        upgrade::campaign_phase(&client).await == Some(UpgradePhase::Upgraded)
             && upgrade::at_rest(&client).await.is_ok()
     })
     .await;

@@ -19,12 +19,11 @@ use crate::upgrade;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use capstan_api::{HistoryRecord, RecordType};
+use capstan_api::HistoryRecord;
 use capstan_cluster::sim::config::ClusterConfig;
 use common::git::FleetRepo;
 use common::manifests::{NAMESPACE, module, node_label};
 use futures::StreamExt as _;
-use kube::api::{Api, ListParams};
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom as _;
 use rand::{Rng as _, SeedableRng as _};
@@ -169,15 +168,7 @@ fn planned(repo: &std::path::Path, head: &str) -> (BTreeMap<String, Move>, Vec<V
 
 /// Every `UpgradeStep` record, in the order the cluster stored them.
 async fn step_records(client: &kube::Client) -> Vec<HistoryRecord> {
-    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
-    let mut records: Vec<HistoryRecord> = api
-        .list(&ListParams::default())
-        .await
-        .expect("records")
-        .items
-        .into_iter()
-        .filter(|r| r.spec.type_ == RecordType::UpgradeStep)
-        .collect();
+    let mut records = upgrade::step_records_all(client).await;
     records.sort_by_key(|r| {
         r.metadata
             .resource_version

@@ -8,7 +8,8 @@ pub mod timeline;
 
 use capstan::controllers::{self, Selection};
 use capstan_api::labels::{TO_VERSION_ANNOTATION, UPGRADE_ANNOTATION_PREFIX};
-use capstan_api::{HistoryRecord, RecordType};
+use capstan_api::upgrade_config::UpgradePhase;
+use capstan_api::{HistoryRecord, RecordType, UpgradeConfig};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
@@ -90,16 +91,55 @@ pub fn label(node: &str, version: &str) -> String {
     crate::common::manifests::node_label(node, "my-kmod", version)
 }
 
-/// Every upgrade-step record.
-pub async fn step_records_all(client: &kube::Client) -> Vec<HistoryRecord> {
+/// Every history record, in the order the cluster lists them.
+pub async fn records(client: &kube::Client) -> Vec<HistoryRecord> {
     let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
     api.list(&ListParams::default())
         .await
         .expect("records")
         .items
+}
+
+/// Every upgrade-step record.
+pub async fn step_records_all(client: &kube::Client) -> Vec<HistoryRecord> {
+    records(client)
+        .await
         .into_iter()
         .filter(|r| r.spec.type_ == RecordType::UpgradeStep)
         .collect()
+}
+
+/// The campaign `my-kmod-v2` (in [`NS`]) rolling out v2, due at `upgrade_at` (RFC 3339).
+pub fn campaign(upgrade_at: &str) -> String {
+    format!(
+        "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
+         metadata: {{name: my-kmod-v2, namespace: {NS}}}\nspec:\n  type: OSD\n  \
+         upgradeAt: \"{upgrade_at}\"\n  PDBForceDrainTimeout: 0\n  desired: {{version: v2}}\n"
+    )
+}
+
+/// The phase of [`campaign`]'s history entry for v2.
+pub async fn campaign_phase(client: &kube::Client) -> Option<UpgradePhase> {
+    let configs: Api<UpgradeConfig> = Api::namespaced(client.clone(), NS);
+    let config = configs.get_opt("my-kmod-v2").await.expect("campaign")?;
+    config
+        .status
+        .as_ref()
+        .and_then(|status| status.history_for("v2"))
+        .map(|entry| entry.phase)
+}
+
+/// The drain and step records of `node` towards v2, oldest first.
+pub async fn node_history(client: &kube::Client, node: &str) -> Vec<HistoryRecord> {
+    let mut of_node: Vec<HistoryRecord> = records(client)
+        .await
+        .into_iter()
+        .filter(|r| matches!(r.spec.type_, RecordType::Drain | RecordType::UpgradeStep))
+        .filter(|r| r.spec.node.as_deref() == Some(node))
+        .filter(|r| r.spec.to_version.as_deref() == Some("v2"))
+        .collect();
+    of_node.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
+    of_node
 }
 
 /// The upgrade-step records of `node` towards `version`, oldest first.

@@ -7,27 +7,22 @@ use crate::common;
 use crate::upgrade;
 
 use capstan::controllers::{self, Context, Selection};
+use capstan_api::UpgradeConfig;
 use capstan_api::labels::{DRAIN_ANNOTATION, UNSCHEDULABLE_TAINT, UPGRADE_STATE_ANNOTATION};
 use capstan_api::upgrade_config::{ConditionStatus, UpgradePhase, condition_types};
-use capstan_api::{HistoryRecord, RecordType, UpgradeConfig};
 use common::git::FleetRepo;
 use common::wait_until;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use tokio_util::sync::CancellationToken;
 use upgrade::driver::{Capstan, Mode};
 use upgrade::{NS, label, module};
 
 /// The campaign rolling out my-kmod v2 at `upgrade_at`.
 fn campaign(upgrade_at: jiff::Timestamp) -> String {
-    format!(
-        "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
-         metadata: {{name: my-kmod-v2, namespace: {NS}}}\nspec:\n  type: OSD\n  \
-         upgradeAt: \"{}\"\n  PDBForceDrainTimeout: 0\n  desired: {{version: v2}}\n",
-        upgrade_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    )
+    upgrade::campaign(&upgrade_at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// Whole seconds from now (manifests write `upgradeAt` to the second).
@@ -78,33 +73,6 @@ async fn workload_left(client: &kube::Client, node: &str) -> bool {
         .is_some()
 }
 
-async fn phase(client: &kube::Client) -> Option<UpgradePhase> {
-    let configs: Api<UpgradeConfig> = Api::namespaced(client.clone(), NS);
-    let config = configs.get_opt("my-kmod-v2").await.expect("campaign")?;
-    config
-        .status
-        .as_ref()
-        .and_then(|status| status.history_for("v2"))
-        .map(|entry| entry.phase)
-}
-
-/// The drain and step records of `node` towards v2, oldest first.
-async fn node_history(client: &kube::Client, node: &str) -> Vec<HistoryRecord> {
-    let api: Api<HistoryRecord> = Api::namespaced(client.clone(), "capstan-system");
-    let mut records: Vec<HistoryRecord> = api
-        .list(&ListParams::default())
-        .await
-        .expect("records")
-        .items
-        .into_iter()
-        .filter(|r| matches!(r.spec.type_, RecordType::Drain | RecordType::UpgradeStep))
-        .filter(|r| r.spec.node.as_deref() == Some(node))
-        .filter(|r| r.spec.to_version.as_deref() == Some("v2"))
-        .collect();
-    records.sort_by(|a, b| a.spec.time.cmp(&b.spec.time));
-    records
-}
-
 fn cordoned(node: &Node) -> bool {
     let spec = node.spec.clone().unwrap_or_default();
     spec.unschedulable == Some(true)
@@ -147,7 +115,7 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
 
     // Held: the campaign waits for upgradeAt, nothing moves, nothing is drained.
     wait_until("the campaign pending", async || {
-        phase(&client).await == Some(UpgradePhase::Pending)
+        upgrade::campaign_phase(&client).await == Some(UpgradePhase::Pending)
     })
     .await;
     if jiff::Timestamp::now() < upgrade_at {
@@ -155,26 +123,29 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
         for name in ["worker-1", "worker-2"] {
             let node = nodes.get(name).await.expect("node");
             assert!(!cordoned(&node), "{name} is cordoned before upgradeAt");
-            assert!(node_history(&client, name).await.is_empty(), "{name}");
+            assert!(
+                upgrade::node_history(&client, name).await.is_empty(),
+                "{name}"
+            );
         }
     }
 
     wait_until("the campaign upgrading", async || {
         matches!(
-            phase(&client).await,
+            upgrade::campaign_phase(&client).await,
             Some(UpgradePhase::Upgrading | UpgradePhase::Upgraded)
         )
     })
     .await;
     wait_until("the campaign upgraded", async || {
-        phase(&client).await == Some(UpgradePhase::Upgraded)
+        upgrade::campaign_phase(&client).await == Some(UpgradePhase::Upgraded)
     })
     .await;
 
     let expected = upgrade::DRAINED_STEPS;
     let mut spans = Vec::new();
     for name in ["worker-1", "worker-2"] {
-        let records = node_history(&client, name).await;
+        let records = upgrade::node_history(&client, name).await;
         assert_eq!(upgrade::steps(&records), expected, "{name}");
         for record in &records {
             assert_eq!(
@@ -209,7 +180,7 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     assert!(spans[0].1 <= spans[1].0, "{spans:?}");
     // worker-3 was not part of the campaign.
     assert!(workload_left(&client, "worker-3").await);
-    assert!(node_history(&client, "worker-3").await.is_empty());
+    assert!(upgrade::node_history(&client, "worker-3").await.is_empty());
 
     let configs: Api<UpgradeConfig> = Api::namespaced(client.clone(), NS);
     let config = configs.get("my-kmod-v2").await.expect("campaign");
@@ -277,7 +248,7 @@ async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
     syncer.sync().await.expect("sync");
     wait_until(
         "worker-1 cordoned, its drain held by the budget",
-        async || node_history(&client, "worker-1").await.len() == 1,
+        async || upgrade::node_history(&client, "worker-1").await.len() == 1,
     )
     .await;
     assert!(workload_left(&client, "worker-1").await);
@@ -292,11 +263,11 @@ async fn a_restart_during_a_drain_resumes_it_and_records_each_step_once() {
         .await
         .expect("delete the budget");
     wait_until("the campaign upgraded", async || {
-        phase(&client).await == Some(UpgradePhase::Upgraded)
+        upgrade::campaign_phase(&client).await == Some(UpgradePhase::Upgraded)
     })
     .await;
     assert_eq!(
-        upgrade::steps(&node_history(&client, "worker-1").await),
+        upgrade::steps(&upgrade::node_history(&client, "worker-1").await),
         upgrade::DRAINED_STEPS
     );
     assert!(!workload_left(&client, "worker-1").await);
