@@ -68,6 +68,18 @@ impl Call {
     }
 }
 
+/// The creation of an Event in `namespace` (`default` for a cluster-scoped object's), its
+/// body not compared: it carries a random name and the wall-clock time.
+pub fn event(namespace: &str) -> Call {
+    Call::new(
+        "POST",
+        format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events?"),
+        None,
+        serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event"}),
+    )
+    .any_body()
+}
+
 /// The merge commit of pull request #12, which the scenarios' `GitSync`s list as applied.
 pub const SHA_12: &str = "3cf3bea1c2d4e5f60718293a4b5c6d7e8f901234";
 /// [`SHA_12`]'s `capstan.dev/revision`.

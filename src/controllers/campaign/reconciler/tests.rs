@@ -15,7 +15,6 @@ use capstan_api::clock::ManualClock;
 
 const NOW: &str = "2026-11-26T12:00:00Z";
 const STATUS: &str = "/apis/upgrade.managed.openshift.io/v1alpha1/namespaces/fleet/upgradeconfigs/my-kmod-v2/status?&fieldManager=capstan-campaigns";
-const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/fleet/events?";
 
 /// The campaign for v2, due at `upgrade_at`, its history entry `entry`.
 fn campaign(upgrade_at: &str, entry: Value) -> Value {
@@ -28,16 +27,6 @@ fn campaign(upgrade_at: &str, entry: Value) -> Value {
                  "desired": {"version": "v2"}},
         "status": {"history": [entry]},
     })
-}
-
-fn event() -> Call {
-    Call::new(
-        "POST",
-        EVENTS,
-        None,
-        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event"}),
-    )
-    .any_body()
 }
 
 /// What one reconcile returned, and the gauges it leaves.
@@ -101,7 +90,10 @@ async fn a_pending_campaign_past_upgrade_at_starts_with_muo_first_step_and_an_ev
     let due = campaign("2026-11-26T11:00:00Z", pending());
     let outcome = reconcile_once(
         due.clone(),
-        vec![Call::new("PATCH", STATUS, Some(started), due), event()],
+        vec![
+            Call::new("PATCH", STATUS, Some(started), due),
+            fixtures::event("fleet"),
+        ],
     )
     .await;
     assert_eq!(
@@ -170,7 +162,10 @@ async fn no_node_started_within_the_window_fails_the_campaign_and_drops_the_drai
     let late = campaign("2026-11-26T09:00:00Z", upgrading);
     let outcome = reconcile_once(
         late.clone(),
-        vec![Call::new("PATCH", STATUS, Some(failed), late), event()],
+        vec![
+            Call::new("PATCH", STATUS, Some(failed), late),
+            fixtures::event("fleet"),
+        ],
     )
     .await;
     assert_eq!(outcome.action.expect("reconciled"), Action::await_change());

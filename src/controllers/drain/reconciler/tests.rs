@@ -18,7 +18,6 @@ const NOW: &str = "2026-11-26T12:00:00Z";
 const NODE: &str = "/api/v1/nodes/worker-1";
 const PODS_ON_WORKER_1: &str = "/api/v1/pods?&fieldSelector=spec.nodeName%3Dworker-1";
 const RECORDS: &str = "/apis/capstan.dev/v1alpha1/namespaces/capstan-system/historyrecords?";
-const NODE_EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events?";
 const NODE_PATCH: &str = "/api/v1/nodes/worker-1?&fieldManager=capstan-drain";
 
 fn parse<K: DeserializeOwned>(value: Value) -> K {
@@ -113,16 +112,6 @@ fn evict(name: &str) -> Call {
         Some(json!({"delete_options": null, "metadata": {"name": name}})),
         json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
     )
-}
-
-fn event() -> Call {
-    Call::new(
-        "POST",
-        NODE_EVENTS,
-        None,
-        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event"}),
-    )
-    .any_body()
 }
 
 /// The creation of the `drained` record of worker-1's drain, asked by #12.
@@ -281,7 +270,7 @@ async fn with_no_pod_left_to_move_the_drain_is_recorded_then_marked_done() {
             Call::get(NODE, node),
             pods(vec![daemon_pod(), finished_pod()]),
             post_drained_record(),
-            event(),
+            fixtures::event("default"),
             mark_drained(),
         ],
     )
@@ -316,7 +305,7 @@ async fn a_node_changed_since_it_was_read_is_marked_on_the_next_look() {
             Call::get(NODE, node),
             pods(vec![]),
             post_drained_record(),
-            event(),
+            fixtures::event("default"),
             mark_drained().failing(409, "Conflict"),
         ],
     )

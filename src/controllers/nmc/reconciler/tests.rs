@@ -257,12 +257,6 @@ impl Cluster {
     }
 }
 
-/// The Event the recorder creates in `namespace`.
-fn event(namespace: &str) -> Call {
-    let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events?");
-    Call::new("POST", path, None, json!({})).any_body()
-}
-
 /// The deletion of the worker pod with UID `uid`, that one only.
 fn delete_worker(uid: &str) -> Call {
     let body = json!({"preconditions": {"uid": uid}});
@@ -328,7 +322,7 @@ async fn a_succeeded_loader_is_recorded_then_deleted_and_the_node_labelled() {
                 json!({}),
             ),
             // ModuleLoaded on the Node.
-            event("default"),
+            fixtures::event("default"),
         ])
         .await;
     assert_eq!(action, Action::await_change());
@@ -353,8 +347,8 @@ async fn a_failed_loader_is_counted_deleted_and_reported_on_the_node_and_module(
             Call::new("PATCH", NMC_PATH, Some(annotation), nmc_answer("11")),
             delete_worker("pod-1"),
             // WorkerFailed on the Node, then on the Module.
-            event("default"),
-            event("kmm-demo"),
+            fixtures::event("default"),
+            fixtures::event("kmm-demo"),
         ])
         .await;
     assert_eq!(action, Action::await_change());

@@ -18,7 +18,6 @@ const NOW: &str = "2026-11-26T12:00:00Z";
 /// 50 minutes before [`NOW`]: past `timeOut` 45, before the PDB wait 68.
 const CORDONED_AT: &str = "2026-11-26T11:10:00Z";
 
-const NODE_EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events?";
 const RECORDS: &str = "/apis/capstan.dev/v1alpha1/namespaces/capstan-system/historyrecords?";
 const PODS_ON_WORKER_1: &str = "/api/v1/pods?&fieldSelector=spec.nodeName%3Dworker-1";
 const PDBS: &str = "/apis/policy/v1/poddisruptionbudgets?";
@@ -120,16 +119,6 @@ async fn reconcile_once(
     (result, metrics.node_drain_timeout("worker-1"))
 }
 
-fn event() -> Call {
-    Call::new(
-        "POST",
-        NODE_EVENTS,
-        None,
-        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event"}),
-    )
-    .any_body()
-}
-
 /// The history record of `strategy` on worker-1, asked by #12.
 fn strategy_record(name: &str, strategy: &str, message: &str) -> Value {
     json!({
@@ -213,10 +202,10 @@ async fn past_the_drain_timeout_a_held_pod_is_recorded_deleted_and_stripped() {
             Call::get(PODS_ON_WORKER_1, list("PodList", vec![cache, agent])),
             Call::get(PDBS, list("PodDisruptionBudgetList", vec![])),
             post_record(&delete_record()),
-            event(),
+            fixtures::event("default"),
             delete_pod("cache"),
             post_record(&stripped),
-            event(),
+            fixtures::event("default"),
             strip_pod("cache"),
         ],
     )
@@ -257,7 +246,7 @@ async fn a_pod_gone_before_its_deletion_is_no_error() {
             ),
             Call::get(PDBS, list("PodDisruptionBudgetList", vec![])),
             post_record(&delete_record()),
-            event(),
+            fixtures::event("default"),
             delete_pod("cache").failing(404, "NotFound"),
         ],
     )
@@ -313,7 +302,7 @@ async fn a_failed_deletion_stops_the_pass_and_leaves_the_metric() {
             Call::get(PODS_ON_WORKER_1, list("PodList", two)),
             Call::get(PDBS, list("PodDisruptionBudgetList", vec![])),
             post_record(&record).any_body(),
-            event(),
+            fixtures::event("default"),
             delete_pod("cache").failing(500, "InternalError"),
         ],
     )

@@ -28,8 +28,6 @@ const UPGRADE: &str = "capstan.dev/upgrade.kmm-demo.my-kmod";
 /// The commit of pull request #13, which moved worker-2 to v2.
 const REVISION_13: &str = "main@sha1:d37f9d0a1b2c3d4e5f60718293a4b5c6d7e8f901";
 
-const NODE_EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events?";
-const MODULE_EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/kmm-demo/events?";
 const RECORDS: &str = "/apis/capstan.dev/v1alpha1/namespaces/capstan-system/historyrecords";
 
 fn parse<K: DeserializeOwned>(value: Value) -> K {
@@ -162,16 +160,6 @@ fn patch_node(name: &str, body: Value) -> Call {
         Some(body),
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}),
     )
-}
-
-fn event(path: &str) -> Call {
-    Call::new(
-        "POST",
-        path,
-        None,
-        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event"}),
-    )
-    .any_body()
 }
 
 /// The history record of a step of worker-1's move from v1 to v2, asked by #12.
@@ -307,8 +295,8 @@ async fn a_node_whose_device_plugin_stopped_confirms_it_records_step_1_and_unloa
                 no_pods,
             ),
             post_record(&record),
-            event(NODE_EVENTS),
-            event(MODULE_EVENTS),
+            fixtures::event("default"),
+            fixtures::event("kmm-demo"),
             patch_node(
                 "worker-1",
                 json!({"metadata": {
@@ -375,7 +363,7 @@ async fn a_node_waiting_for_a_slot_keeps_its_labels_and_says_so_once() {
                     "annotations": {UPGRADE: waiting_its_turn()},
                 }}),
             ),
-            event(NODE_EVENTS),
+            fixtures::event("default"),
         ],
     )
     .await;
@@ -448,8 +436,8 @@ async fn a_node_whose_new_device_plugin_runs_records_step_4_and_drops_its_upgrad
         vec![
             get_node(&worker_1),
             post_record(&record),
-            event(NODE_EVENTS),
-            event(MODULE_EVENTS),
+            fixtures::event("default"),
+            fixtures::event("kmm-demo"),
             patch_node(
                 "worker-1",
                 json!({"metadata": {"resourceVersion": "7", "annotations": {UPGRADE: null}}}),
