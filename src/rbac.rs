@@ -138,12 +138,14 @@ const CAPSTAN: &str = "capstan.dev";
 const UPGRADE: &str = "upgrade.managed.openshift.io";
 const LWS: &str = "leaderworkerset.x-k8s.io";
 const EVENTS: &str = "events.k8s.io";
+const RESOURCE: &str = "resource.k8s.io";
 
 const SYNC: Part = Part::Sync;
 const HISTORY: Part = Part::History;
 const MODULE_NMC: Part = Part::Controller(ControllerName::ModuleNmc);
 const NMC: Part = Part::Controller(ControllerName::Nmc);
 const DEVICE_PLUGIN: Part = Part::Controller(ControllerName::DevicePlugin);
+const DRA: Part = Part::Controller(ControllerName::Dra);
 const VERSION_LABELS: Part = Part::Controller(ControllerName::VersionLabels);
 const CAMPAIGNS: Part = Part::Controller(ControllerName::Campaigns);
 const DRAIN: Part = Part::Controller(ControllerName::Drain);
@@ -380,6 +382,14 @@ pub const NEEDS: &[Need] = &[
     ),
     need(
         MODULE_NMC,
+        CORE,
+        "namespaces",
+        &["patch"],
+        "labels a namespace that holds Modules kmm.node.k8s.io/contains-modules, as upstream KMM",
+        "src/controllers/module_nmc/reconciler.rs",
+    ),
+    need(
+        MODULE_NMC,
         KMM,
         "nodemodulesconfigs",
         &["list", "watch", "create", "patch"],
@@ -447,8 +457,8 @@ pub const NEEDS: &[Need] = &[
         NMC,
         CORE,
         "pods",
-        &["list", "watch", "create", "delete"],
-        "runs the worker pods that load and unload the modules",
+        &["list", "watch", "create", "patch", "delete"],
+        "runs the worker pods that load and unload the modules, and removes upstream KMM's finalizer from those it created",
         "src/controllers/caches.rs, src/controllers/nmc/reconciler.rs",
     ),
     need(
@@ -508,6 +518,95 @@ pub const NEEDS: &[Need] = &[
         "publishes an Event for each device-plugin DaemonSet created or deleted",
         "src/controllers/device_plugin/reconciler.rs",
     ),
+    need(
+        DEVICE_PLUGIN,
+        CORE,
+        "pods",
+        &["list", "watch", "patch"],
+        "watches the device-plugin pods and removes the node-labeler finalizer of a deleted one once its node's label is settled",
+        "src/controllers/caches.rs, src/controllers/device_plugin/ready_label/reconciler.rs",
+    ),
+    need(
+        DEVICE_PLUGIN,
+        CORE,
+        "nodes",
+        &["patch"],
+        "writes the device-plugin-ready labels of the nodes where a device-plugin pod is ready",
+        "src/controllers/device_plugin/ready_label/reconciler.rs",
+    ),
+    // ---- dra ----
+    need(
+        DRA,
+        CORE,
+        "nodes",
+        WATCH,
+        "counts the nodes each DRA driver runs on",
+        "src/controllers/caches.rs",
+    ),
+    need(
+        DRA,
+        CORE,
+        "nodes",
+        &["patch"],
+        "sets and removes the dra-ready label of a node while a DRA driver pod is ready there",
+        "src/controllers/dra/reconciler.rs",
+    ),
+    need(
+        DRA,
+        CORE,
+        "pods",
+        WATCH,
+        "watches the DRA driver pods",
+        "src/controllers/caches.rs",
+    ),
+    need(
+        DRA,
+        KMM,
+        "modules",
+        WATCH,
+        "watches the Modules",
+        "src/controllers/caches.rs",
+    ),
+    need(
+        DRA,
+        KMM,
+        "modules/status",
+        &["patch"],
+        "writes the Module's status.dra",
+        "src/controllers/dra/reconciler.rs",
+    ),
+    need(
+        DRA,
+        KMM,
+        "modules/finalizers",
+        &["update"],
+        "makes DaemonSets their Module owns with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)",
+        "src/controllers/dra.rs",
+    ),
+    need(
+        DRA,
+        APPS,
+        "daemonsets",
+        &["list", "watch", "create", "patch", "delete"],
+        "applies (server-side, creating) and deletes the DRA driver DaemonSets",
+        "src/controllers/caches.rs, src/controllers/dra/reconciler.rs",
+    ),
+    need(
+        DRA,
+        RESOURCE,
+        "deviceclasses",
+        &["list", "watch", "create", "patch", "delete"],
+        "applies (server-side, creating) and deletes the DeviceClasses of spec.dra.deviceClasses",
+        "src/controllers/caches.rs, src/controllers/dra/reconciler.rs",
+    ),
+    need(
+        DRA,
+        EVENTS,
+        "events",
+        EVENT_WRITES,
+        "publishes an Event for each DRA driver DaemonSet created or deleted, and for DeviceClasses it cannot manage",
+        "src/controllers/dra/reconciler.rs",
+    ),
     // ---- version-labels ----
     need(
         VERSION_LABELS,
@@ -538,7 +637,7 @@ pub const NEEDS: &[Need] = &[
         CORE,
         "pods",
         WATCH,
-        "watches the device-plugin pods, whose end on a node an upgrade step waits for",
+        "watches the device-plugin and DRA driver pods, whose end on a node an upgrade step waits for",
         "src/controllers/caches.rs, src/controllers/version_labels/reconciler.rs",
     ),
     need(

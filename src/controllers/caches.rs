@@ -27,6 +27,7 @@ use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::DeviceClass;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -62,6 +63,11 @@ where
     /// Watched as [`Lean`]: what `L` leaves out, which nothing reads, is never decoded.
     api: Api<Lean<K, L>>,
     config: watcher::Config,
+    /// For a kind not every cluster serves: its `group/version` and plural, looked up in
+    /// discovery before the watch starts.
+    optional: Option<(&'static str, &'static str)>,
+    /// Whether the cluster serves the kind; known once the cache is ready.
+    served: Arc<AtomicBool>,
 }
 
 impl<K, L> Cache<K, L>
@@ -82,7 +88,28 @@ where
             wanted: AtomicBool::new(false),
             api,
             config,
+            optional: None,
+            served: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// A cache of a kind the cluster may not serve (`group/version` and plural): when
+    /// discovery does not list it, nothing is watched, the cache is ready and empty, and
+    /// [`Cache::served`] says so.
+    fn optional(
+        api: Api<Lean<K, L>>,
+        config: watcher::Config,
+        api_version: &'static str,
+        plural: &'static str,
+    ) -> Cache<K, L> {
+        let mut cache = Cache::new(api, config);
+        cache.optional = Some((api_version, plural));
+        cache
+    }
+
+    /// Whether the cluster serves the kind; meaningful once the cache is ready.
+    pub fn served(&self) -> Arc<AtomicBool> {
+        self.served.clone()
     }
 
     /// A stream of every object the watch applies or deletes from now on (after the start,
@@ -119,12 +146,27 @@ where
             return;
         };
         let store = self.store.clone();
+        let optional = self.optional;
+        let served = self.served.clone();
+        let client: Client = self.api.clone().into();
         let mut events = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
             .map_ok(whole)
             .reflect(writer)
             .boxed();
         tasks.spawn(async move {
+            if let Some((api_version, plural)) = optional
+                && !serves(&client, api_version, plural).await
+            {
+                tracing::info!(
+                    api_version,
+                    plural,
+                    "not served by the cluster; not watched"
+                );
+                served.store(false, Ordering::Relaxed);
+                ready.send_replace(true);
+                return;
+            }
             // What the store held when a relist began: what the relist does not bring back
             // was deleted meanwhile, and subscribers are told so.
             let mut before_relist: Vec<Arc<K>> = Vec::new();
@@ -168,6 +210,21 @@ where
     }
 }
 
+/// Whether discovery lists `plural` in `api_version`; a failed lookup (the group is not
+/// served: 404) counts as not served.
+async fn serves(client: &Client, api_version: &str, plural: &str) -> bool {
+    match client.list_api_group_resources(api_version).await {
+        Ok(list) => list
+            .resources
+            .iter()
+            .any(|resource| resource.name == plural),
+        Err(err) => {
+            tracing::debug!(%err, api_version, "discovery");
+            false
+        }
+    }
+}
+
 /// A watch event of `Lean` objects as one of the objects themselves.
 fn whole<K, L>(event: watcher::Event<Lean<K, L>>) -> watcher::Event<K> {
     match event {
@@ -193,6 +250,13 @@ pub struct Caches {
     pub daemon_sets: Cache<DaemonSet>,
     /// The device-plugin pods, in every namespace.
     pub device_plugin_pods: Cache<Pod>,
+    /// The DRA driver DaemonSets, in every namespace.
+    pub dra_daemon_sets: Cache<DaemonSet>,
+    /// The DRA driver pods, in every namespace.
+    pub dra_pods: Cache<Pod>,
+    /// The DeviceClasses labelled for a Module, where the cluster serves
+    /// `resource.k8s.io/v1` (Kubernetes 1.34 and later).
+    pub device_classes: Cache<DeviceClass>,
     /// The `GitSync`s in `capstan-system`: the ordered-upgrade policies.
     pub syncs: Cache<GitSync>,
     /// Every `UpgradeConfig`: the upgrade campaigns.
@@ -219,6 +283,11 @@ impl Caches {
             labels::ROLE_LABEL,
             labels::DEVICE_PLUGIN_ROLE
         ));
+        let dra_drivers = watcher::Config::default().labels(&format!(
+            "{}={}",
+            labels::ROLE_LABEL,
+            labels::DRA_ROLE
+        ));
         let lws_members = watcher::Config::default().labels(lws::labels::NAME_LABEL);
         Caches {
             nodes: Cache::new(Api::all(client.clone()), watcher::Config::default()),
@@ -227,6 +296,14 @@ impl Caches {
             worker_pods: Cache::new(Api::all(client.clone()), worker_pods),
             daemon_sets: Cache::new(Api::all(client.clone()), device_plugins.clone()),
             device_plugin_pods: Cache::new(Api::all(client.clone()), device_plugins),
+            dra_daemon_sets: Cache::new(Api::all(client.clone()), dra_drivers.clone()),
+            dra_pods: Cache::new(Api::all(client.clone()), dra_drivers),
+            device_classes: Cache::optional(
+                Api::all(client.clone()),
+                watcher::Config::default().labels(labels::MODULE_NAME_LABEL),
+                "resource.k8s.io/v1",
+                "deviceclasses",
+            ),
             syncs: Cache::new(
                 Api::namespaced(client.clone(), SYSTEM_NAMESPACE),
                 watcher::Config::default(),
@@ -248,6 +325,9 @@ impl Caches {
         self.worker_pods.start(&mut self.tasks);
         self.daemon_sets.start(&mut self.tasks);
         self.device_plugin_pods.start(&mut self.tasks);
+        self.dra_daemon_sets.start(&mut self.tasks);
+        self.dra_pods.start(&mut self.tasks);
+        self.device_classes.start(&mut self.tasks);
         self.syncs.start(&mut self.tasks);
         self.upgrade_configs.start(&mut self.tasks);
         self.leader_worker_sets.start(&mut self.tasks);

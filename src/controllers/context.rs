@@ -34,7 +34,7 @@ pub struct Context {
     pub worker_image: String,
     /// capstan's Event recorder, on [`Context::clock`].
     pub recorder: Recorder,
-    /// The `upgradeoperator_*` gauges the controllers set.
+    /// The gauges the controllers set: `upgradeoperator_*` and upstream KMM's `kmm_*`.
     pub metrics: Arc<UpgradeMetrics>,
 }
 

@@ -37,28 +37,33 @@
 //! Upstream uses the Module's selector only for Modules without a module loader; keeping it
 //! for the others stops the device plugin on a node leaving the selector before the module
 //! is unloaded there.
+//!
+//! Its pods carry the finalizer `kmm.node.kubernetes.io/node-labeler`, as upstream's: the
+//! [`ready_label`] labeller sets `kmm.node.kubernetes.io/<ns>.<name>.device-plugin-ready` on
+//! a node while a pod is ready there, and the finalizer keeps a deleted pod until its node
+//! has lost that label.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
-use k8s_openapi::api::core::v1::{
-    Container, HostPathVolumeSource, PodSpec, PodTemplateSpec, SecurityContext, Volume, VolumeMount,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{HostPathVolumeSource, PodSpec, Volume, VolumeMount};
 use kube::Resource;
-use serde_json::Value;
 use thiserror::Error;
 
+use super::module_daemon_sets::{
+    container, has_labels, is_applied, node_selector, non_empty, non_empty_list, owned_daemon_set,
+    schedules_nothing, status_counts,
+};
 use super::module_nmc::ModuleFacts;
 use super::node::NodeFacts;
-use capstan_api::canonical::{digest, sha256_hex};
+use capstan_api::canonical::sha256_hex;
 use capstan_api::labels::{
-    APPLIED_DIGEST_ANNOTATION, DEVICE_PLUGIN_ROLE, KUBELET_DEVICE_PLUGINS_PATH,
-    KUBELET_DEVICE_PLUGINS_VOLUME, LABEL_NAME_MAX, LabelError, MODULE_NAME_LABEL, ModuleKey,
-    ROLE_LABEL, validate_label_value,
+    DEVICE_PLUGIN_ROLE, KUBELET_DEVICE_PLUGINS_PATH, KUBELET_DEVICE_PLUGINS_VOLUME, LABEL_NAME_MAX,
+    LabelError, ModuleKey, NODE_LABELER_FINALIZER, validate_label_value,
 };
-use capstan_api::module::{DaemonSetStatus, DevicePluginContainerSpec, DevicePluginSpec};
+use capstan_api::module::{DaemonSetStatus, DevicePluginSpec};
 
+pub mod ready_label;
 pub mod reconciler;
 
 /// What every device-plugin DaemonSet name starts with after the Module's name, as
@@ -207,7 +212,9 @@ pub fn decide(
 }
 
 /// `status.devicePlugin` of the Module: `nodesMatchingSelectorNumber` counts the nodes
-/// its selector targets (whatever their state, as `status.moduleLoader` does),
+/// its selector targets whose taints `spec.tolerations` tolerate (without the pressure
+/// tolerations the module loader adds, as upstream's `GetNumTargetedNodes`), whatever
+/// their state,
 /// `desiredNumber` and `availableNumber` add up `desiredNumberScheduled` and
 /// `numberAvailable` of its device-plugin DaemonSets (every version). All zero for a
 /// Module without `devicePlugin`.
@@ -223,40 +230,17 @@ pub fn plugin_status<'a>(
     if module.object.spec.device_plugin.is_none() {
         return DaemonSetStatus::default();
     }
-    let targeted = nodes
-        .into_iter()
-        .filter(|node| module.targets(node))
-        .count();
-    let (mut desired, mut available) = (0i64, 0i64);
-    for status in existing
+    let owned = existing
         .iter()
-        .filter(|ds| belongs_to(&module.key, ds))
-        .filter_map(|ds| ds.status.as_ref())
-    {
-        desired += i64::from(status.desired_number_scheduled);
-        available += i64::from(status.number_available.unwrap_or(0));
-    }
-    let count = |n: i64| i32::try_from(n).unwrap_or(i32::MAX);
-    DaemonSetStatus {
-        nodes_matching_selector_number: count(i64::try_from(targeted).unwrap_or(i64::MAX)),
-        desired_number: count(desired),
-        available_number: count(available),
-    }
+        .copied()
+        .filter(|ds| belongs_to(&module.key, ds));
+    status_counts(module, nodes, owned)
 }
 
 /// True when `ds` is a device-plugin DaemonSet of the Module `key`: in its namespace, with
 /// the device-plugin role and the Module's name label.
 pub fn belongs_to(key: &ModuleKey, ds: &DaemonSet) -> bool {
-    let label = |name: &str| {
-        ds.metadata
-            .labels
-            .as_ref()
-            .and_then(|labels| labels.get(name))
-            .map(String::as_str)
-    };
-    ds.metadata.namespace.as_deref() == Some(key.namespace())
-        && label(ROLE_LABEL) == Some(DEVICE_PLUGIN_ROLE)
-        && label(MODULE_NAME_LABEL) == Some(key.name())
+    has_labels(&ds.metadata, DEVICE_PLUGIN_ROLE, key)
 }
 
 /// The version a device-plugin DaemonSet of `key` runs: its version-device-plugin label,
@@ -298,18 +282,12 @@ pub fn daemon_set_name(key: &ModuleKey, version: Option<&str>) -> String {
 /// its pods' labels: the device-plugin role, the Module's name and, with a version, the
 /// version-device-plugin label naming it (as upstream labels versioned device plugins).
 pub fn daemon_set_labels(key: &ModuleKey, version: Option<&str>) -> BTreeMap<String, String> {
-    let mut labels = BTreeMap::from([
-        (ROLE_LABEL.to_string(), DEVICE_PLUGIN_ROLE.to_string()),
-        (MODULE_NAME_LABEL.to_string(), key.name().to_string()),
-    ]);
-    if let Some(version) = version {
-        labels.insert(key.version_device_plugin_label(), version.to_string());
-    }
-    labels
+    super::module_daemon_sets::daemon_set_labels(DEVICE_PLUGIN_ROLE, key, version)
 }
 
 /// The wanted device-plugin DaemonSet of the Module for `version`, owned by the Module and
-/// annotated with the digest of its content (see [`APPLIED_DIGEST_ANNOTATION`]).
+/// annotated with the digest of its content (see
+/// [`capstan_api::labels::APPLIED_DIGEST_ANNOTATION`]).
 ///
 /// Fails when the version cannot be a label value or the Module has no uid.
 pub fn daemon_set(
@@ -335,44 +313,16 @@ pub fn daemon_set(
     owner.block_owner_deletion = Some(true);
     let spec = &module.object.spec;
     let plugin = spec.device_plugin.clone().unwrap_or_default();
-    let labels = daemon_set_labels(key, version);
-    let mut node_selector = spec.selector.clone();
-    if spec.module_loader.is_some() {
-        node_selector.insert(key.ready_label(), String::new());
-        if let Some(version) = version {
-            node_selector.insert(key.version_device_plugin_label(), version.to_string());
-        }
-    }
-    let mut ds = DaemonSet {
-        metadata: ObjectMeta {
-            name: Some(daemon_set_name(key, version)),
-            namespace: Some(key.namespace().to_string()),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(DaemonSetSpec {
-            selector: LabelSelector {
-                match_labels: Some(labels.clone()),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod_spec(&plugin, spec, node_selector)),
-            },
-            ..DaemonSetSpec::default()
-        }),
-        status: None,
-    };
-    let content = serde_json::to_value(&ds).unwrap_or(Value::Null);
-    ds.metadata.annotations = Some(BTreeMap::from([(
-        APPLIED_DIGEST_ANNOTATION.to_string(),
-        digest(&content),
-    )]));
-    Ok(ds)
+    Ok(owned_daemon_set(
+        daemon_set_name(key, version),
+        key,
+        daemon_set_labels(key, version),
+        owner,
+        // A deleted pod stays until its node's device-plugin-ready label is settled (see
+        // `ready_label`).
+        Some(vec![NODE_LABELER_FINALIZER.to_string()]),
+        pod_spec(&plugin, spec, node_selector(key, spec, version)),
+    ))
 }
 
 /// The device plugin pod: upstream's template, from `spec.devicePlugin` and the Module.
@@ -394,16 +344,22 @@ fn pod_spec(
         }),
         ..Volume::default()
     };
+    // The kubelet's directory is mounted after the Module's own mounts.
+    let mut plugin_container = container(&plugin.container, CONTAINER_NAME);
+    let mounts: Vec<VolumeMount> = plugin
+        .container
+        .volume_mounts
+        .iter()
+        .cloned()
+        .chain([kubelet_mount])
+        .collect();
+    plugin_container.volume_mounts = non_empty_list(&mounts);
     PodSpec {
         init_containers: plugin
             .init_container
             .as_ref()
-            .map(|init| vec![container(init, INIT_CONTAINER_NAME, None)]),
-        containers: vec![container(
-            &plugin.container,
-            CONTAINER_NAME,
-            Some(kubelet_mount),
-        )],
+            .map(|init| vec![container(init, INIT_CONTAINER_NAME)]),
+        containers: vec![plugin_container],
         priority_class_name: Some(PRIORITY_CLASS.to_string()),
         image_pull_secrets: module.image_repo_secret.clone().map(|secret| vec![secret]),
         node_selector: Some(node_selector),
@@ -417,80 +373,6 @@ fn pod_spec(
         tolerations: non_empty_list(&module.tolerations),
         ..PodSpec::default()
     }
-}
-
-/// A privileged container from the Module's spec, with `preset` mounted after its own
-/// volume mounts.
-fn container(
-    spec: &DevicePluginContainerSpec,
-    name: &str,
-    preset: Option<VolumeMount>,
-) -> Container {
-    let mounts: Vec<VolumeMount> = spec.volume_mounts.iter().cloned().chain(preset).collect();
-    Container {
-        name: name.to_string(),
-        image: Some(spec.image.clone()),
-        command: non_empty_list(&spec.command),
-        args: non_empty_list(&spec.args),
-        env: non_empty_list(&spec.env),
-        image_pull_policy: non_empty(&spec.image_pull_policy),
-        resources: spec.resources.clone(),
-        security_context: Some(SecurityContext {
-            privileged: Some(true),
-            ..SecurityContext::default()
-        }),
-        volume_mounts: non_empty_list(&mounts),
-        ..Container::default()
-    }
-}
-
-/// Unset fields stay out of the applied object, as the Module leaves them out.
-fn non_empty(value: &str) -> Option<String> {
-    (!value.is_empty()).then(|| value.to_string())
-}
-
-fn non_empty_list<T: Clone>(values: &[T]) -> Option<Vec<T>> {
-    (!values.is_empty()).then(|| values.to_vec())
-}
-
-/// True when applying `wanted` would change nothing in `live`: every field `wanted` sets
-/// has the same value there (the server adds defaults and status of its own), including the
-/// digest annotation, which changes when `wanted` stops setting a field.
-fn is_applied(wanted: &DaemonSet, live: &DaemonSet) -> bool {
-    match (serde_json::to_value(wanted), serde_json::to_value(live)) {
-        (Ok(wanted), Ok(live)) => covers(&live, &wanted),
-        _ => false,
-    }
-}
-
-/// True when `live` holds every field of `wanted` with the same value; lists must have the
-/// same length, their items compared in order.
-fn covers(live: &Value, wanted: &Value) -> bool {
-    match (wanted, live) {
-        (Value::Object(wanted), Value::Object(live)) => wanted
-            .iter()
-            .all(|(field, value)| live.get(field).is_some_and(|have| covers(have, value))),
-        (Value::Array(wanted), Value::Array(live)) => {
-            wanted.len() == live.len()
-                && wanted
-                    .iter()
-                    .zip(live)
-                    .all(|(want, have)| covers(have, want))
-        }
-        _ => wanted == live,
-    }
-}
-
-/// True when the DaemonSet's status, observed at its current generation, shows no node
-/// that should run its pod, runs it, or runs it though it should not.
-fn schedules_nothing(ds: &DaemonSet) -> bool {
-    let generation = ds.metadata.generation.unwrap_or(0);
-    ds.status.as_ref().is_some_and(|status| {
-        status.observed_generation.unwrap_or(0) >= generation
-            && status.desired_number_scheduled == 0
-            && status.current_number_scheduled == 0
-            && status.number_misscheduled == 0
-    })
 }
 
 /// The step for a DaemonSet that must go, unless it is already going.
@@ -550,10 +432,11 @@ mod tests {
     use k8s_openapi::api::apps::v1::DaemonSetStatus as AppsStatus;
     use k8s_openapi::api::core::v1::EnvVar;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
-    use capstan_api::module::Module;
+    use capstan_api::labels::{APPLIED_DIGEST_ANNOTATION, MODULE_NAME_LABEL, ROLE_LABEL};
+    use capstan_api::module::{DevicePluginContainerSpec, Module};
 
     const UID: &str = "4f1c2a9e-0000-4000-8000-000000000001";
 
@@ -958,7 +841,10 @@ mod tests {
                 "spec": {
                     "selector": {"matchLabels": labels},
                     "template": {
-                        "metadata": {"labels": labels},
+                        "metadata": {
+                            "labels": labels,
+                            "finalizers": ["kmm.node.kubernetes.io/node-labeler"],
+                        },
                         "spec": {
                             "containers": [{
                                 "name": "device-plugin",

@@ -61,6 +61,9 @@ pub mod labels {
     /// On pod templates: whether the leader belongs to a subgroup.
     pub const SUBGROUP_POLICY_TYPE_ANNOTATION: &str =
         "leaderworkerset.sigs.k8s.io/subgroup-policy-type";
+    /// On worker pod templates: `"true"` when the group's leader pod requests TPUs.
+    pub const LEADER_REQUESTS_TPUS_ANNOTATION: &str =
+        "leaderworkerset.sigs.k8s.io/leader-requests-tpus";
     /// On an LWS: recreate a group only once all its pods started, whatever the restart policy.
     pub const RECREATE_GROUP_AFTER_START_ANNOTATION: &str =
         "leaderworkerset.sigs.k8s.io/experimental-recreate-group-after-start";

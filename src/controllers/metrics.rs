@@ -4,13 +4,24 @@
 //! | family | labels | set by | 1 when |
 //! | --- | --- | --- | --- |
 //! | `upgradeoperator_node_drain_timeout` | `node_name` | the nodekeeper | the node's drain failed while it upgrades |
-//! | `upgradeoperator_upgradeconfig_validation_failed` | `upgradeconfig_name` | the campaigns | the `UpgradeConfig` is not valid |
+//! | `upgradeoperator_upgradeconfig_validation_failed` | `upgradeconfig_name` | the sync | the `UpgradeConfig` is in a rejected head commit |
 //! | `upgradeoperator_upgrade_window_breached` | `upgradeconfig_name` | the campaigns | the campaign missed its upgrade window |
 //!
 //! Each is 0 otherwise, once set; as MUO's gauge vectors, a family shows once it has a
-//! series. One [`UpgradeMetrics`] is shared by the controllers of a
-//! process (on their `Context`) and registered in the registry `capstan sync` serves at
-//! `/metrics` ([`UpgradeMetrics::register`]).
+//! series. As MUO drops them when its `UpgradeConfig` is gone, the two campaign series of
+//! an `UpgradeConfig` that left Git are dropped ([`UpgradeMetrics::retain_campaigns`]),
+//! and every drain series once no campaign is Upgrading. One [`UpgradeMetrics`] is shared
+//! by the controllers of a process (on their `Context`) and registered in the registry
+//! `capstan sync` serves at `/metrics` ([`UpgradeMetrics::register`]).
+//!
+//! Beside them, [`UpgradeMetrics::kmm`] holds upstream KMM's `kmm_*` gauges
+//! ([`KmmMetrics`]), with its names and labels, which the device-plugin controller sets from
+//! the Modules as upstream's device-plugin reconciler does ([`KmmGauges::of`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use capstan_api::module::{ModprobeArgs, Module};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -33,6 +44,11 @@ pub struct UpgradeMetrics {
     node_drain_timeout: Family<NodeLabels, Gauge>,
     validation_failed: Family<UpgradeConfigLabels, Gauge>,
     window_breached: Family<UpgradeConfigLabels, Gauge>,
+    /// The `upgradeconfig_name`s with a series in either campaign family: a family cannot
+    /// list its series. Held while those families are written, so none is left unnamed.
+    campaigns: Arc<Mutex<BTreeSet<String>>>,
+    /// Upstream KMM's `kmm_*` gauges, registered with these.
+    pub kmm: KmmMetrics,
 }
 
 impl UpgradeMetrics {
@@ -53,6 +69,7 @@ impl UpgradeMetrics {
             "1 when an upgrade campaign did not start a node within its upgrade window",
             self.window_breached.clone(),
         );
+        self.kmm.register(registry);
     }
 
     /// `upgradeoperator_node_drain_timeout{node_name=node}` = 1.
@@ -85,6 +102,8 @@ impl UpgradeMetrics {
     /// `upgradeoperator_upgradeconfig_validation_failed{upgradeconfig_name=name}`: 1 when
     /// `failed`, else 0.
     pub fn set_upgradeconfig_validation_failed(&self, name: &str, failed: bool) {
+        let mut campaigns = self.campaigns();
+        campaigns.insert(name.to_string());
         self.validation_failed
             .get_or_create(&config_labels(name))
             .set(i64::from(failed));
@@ -100,6 +119,8 @@ impl UpgradeMetrics {
     /// `upgradeoperator_upgrade_window_breached{upgradeconfig_name=name}`: 1 when
     /// `breached`, else 0.
     pub fn set_upgrade_window_breached(&self, name: &str, breached: bool) {
+        let mut campaigns = self.campaigns();
+        campaigns.insert(name.to_string());
         self.window_breached
             .get_or_create(&config_labels(name))
             .set(i64::from(breached));
@@ -110,6 +131,194 @@ impl UpgradeMetrics {
         self.window_breached
             .get(&config_labels(name))
             .map(|gauge| gauge.get())
+    }
+
+    /// Drops the `upgradeoperator_upgradeconfig_validation_failed` and
+    /// `upgradeoperator_upgrade_window_breached` series of every `UpgradeConfig` not named
+    /// in `names`: one that is gone must not keep its alert firing.
+    pub fn retain_campaigns(&self, names: &BTreeSet<String>) {
+        let mut campaigns = self.campaigns();
+        campaigns.retain(|name| {
+            let keep = names.contains(name);
+            if !keep {
+                let labels = config_labels(name);
+                self.validation_failed.remove(&labels);
+                self.window_breached.remove(&labels);
+            }
+            keep
+        });
+    }
+
+    fn campaigns(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.campaigns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The labels of `kmm_modprobe_args`, as upstream names them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+#[allow(non_snake_case)] // Upstream's label name.
+struct ModprobeArgsLabels {
+    name: String,
+    namespace: String,
+    modprobeArgs: String,
+}
+
+/// The labels of `kmm_modprobe_raw_args`, as upstream names them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+#[allow(non_snake_case)] // Upstream's label name.
+struct ModprobeRawArgsLabels {
+    name: String,
+    namespace: String,
+    modprobeRawArgs: String,
+}
+
+/// What upstream KMM's `kmm_*` gauges say of a set of Modules.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KmmGauges {
+    /// `kmm_module_num`: the Modules.
+    pub modules: i64,
+    /// `kmm_in_cluster_build_num`: Modules with a module loader that declares a `build`
+    /// (its container's or a kernel mapping's).
+    pub in_cluster_build: i64,
+    /// `kmm_in_cluster_sign_num`: Modules with a module loader that declares a `sign`.
+    pub in_cluster_sign: i64,
+    /// `kmm_device_plugin_num`: Modules with a `devicePlugin`.
+    pub device_plugin: i64,
+    /// `kmm_modprobe_args`: `(namespace, name)` of each Module whose modprobe sets `args`,
+    /// with its load arguments joined by commas.
+    pub modprobe_args: BTreeMap<(String, String), String>,
+    /// `kmm_modprobe_raw_args`: the same for `rawArgs`.
+    pub modprobe_raw_args: BTreeMap<(String, String), String>,
+}
+
+impl KmmGauges {
+    /// The gauges of `modules`, counted as upstream's `setKMMOMetrics`: a Module declaring
+    /// both `build` and `sign` on its container counts for both; otherwise each also counts
+    /// when one of its kernel mappings declares it.
+    pub fn of<'a>(modules: impl IntoIterator<Item = &'a Module>) -> KmmGauges {
+        let mut gauges = KmmGauges::default();
+        for module in modules {
+            gauges.modules += 1;
+            gauges.device_plugin += i64::from(module.spec.device_plugin.is_some());
+            let Some(loader) = &module.spec.module_loader else {
+                continue;
+            };
+            let container = &loader.container;
+            let mappings = &container.kernel_mappings;
+            let build = container.build.is_some() || mappings.iter().any(|m| m.build.is_some());
+            let sign = container.sign.is_some() || mappings.iter().any(|m| m.sign.is_some());
+            gauges.in_cluster_build += i64::from(build);
+            gauges.in_cluster_sign += i64::from(sign);
+            let id = (
+                module.metadata.namespace.clone().unwrap_or_default(),
+                module.metadata.name.clone().unwrap_or_default(),
+            );
+            let joined = |args: &ModprobeArgs| args.load.join(",");
+            if let Some(args) = &container.modprobe.args {
+                gauges.modprobe_args.insert(id.clone(), joined(args));
+            }
+            if let Some(args) = &container.modprobe.raw_args {
+                gauges.modprobe_raw_args.insert(id, joined(args));
+            }
+        }
+        gauges
+    }
+}
+
+/// Upstream KMM's `kmm_*` gauges (v2.6.0's `internal/metrics`), but `kmm_preflight_num`:
+/// capstan has no `PreflightValidation` kind. Cheap to share: updates are atomic.
+#[derive(Clone, Debug, Default)]
+pub struct KmmMetrics {
+    modules: Gauge,
+    in_cluster_build: Gauge,
+    in_cluster_sign: Gauge,
+    device_plugin: Gauge,
+    modprobe_args: Family<ModprobeArgsLabels, Gauge>,
+    modprobe_raw_args: Family<ModprobeRawArgsLabels, Gauge>,
+    /// The series of the two args families, which a family cannot list. Held while they are
+    /// written.
+    args_series: Arc<Mutex<(Vec<ModprobeArgsLabels>, Vec<ModprobeRawArgsLabels>)>>,
+}
+
+impl KmmMetrics {
+    /// Adds the gauges to `registry`, with upstream's names and help.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "kmm_module_num",
+            "Number of existing KMMO Modules",
+            self.modules.clone(),
+        );
+        registry.register(
+            "kmm_in_cluster_build_num",
+            "Number of existing KMMO Modules with in-cluster Build defined",
+            self.in_cluster_build.clone(),
+        );
+        registry.register(
+            "kmm_in_cluster_sign_num",
+            "Number of existing KMMO Modules with in-cluster Sign defined",
+            self.in_cluster_sign.clone(),
+        );
+        registry.register(
+            "kmm_device_plugin_num",
+            "Number of existing KMMO Modules with DevicePlugin defined",
+            self.device_plugin.clone(),
+        );
+        registry.register(
+            "kmm_modprobe_args",
+            "for a given kernel version, describe which modprobe args used (if at all)",
+            self.modprobe_args.clone(),
+        );
+        registry.register(
+            "kmm_modprobe_raw_args",
+            "for a given kernel version, describe which modprobe raw args used (if at all)",
+            self.modprobe_raw_args.clone(),
+        );
+    }
+
+    /// Sets every gauge to `gauges`. An args series is 1, as upstream's; the series of a
+    /// Module that is gone, or whose arguments changed, is dropped.
+    pub fn set(&self, gauges: &KmmGauges) {
+        self.modules.set(gauges.modules);
+        self.in_cluster_build.set(gauges.in_cluster_build);
+        self.in_cluster_sign.set(gauges.in_cluster_sign);
+        self.device_plugin.set(gauges.device_plugin);
+        let args: Vec<ModprobeArgsLabels> = gauges
+            .modprobe_args
+            .iter()
+            .map(|((namespace, name), args)| ModprobeArgsLabels {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                modprobeArgs: args.clone(),
+            })
+            .collect();
+        let raw_args: Vec<ModprobeRawArgsLabels> = gauges
+            .modprobe_raw_args
+            .iter()
+            .map(|((namespace, name), args)| ModprobeRawArgsLabels {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                modprobeRawArgs: args.clone(),
+            })
+            .collect();
+        let mut series = self
+            .args_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for gone in series.0.iter().filter(|labels| !args.contains(labels)) {
+            self.modprobe_args.remove(gone);
+        }
+        for gone in series.1.iter().filter(|labels| !raw_args.contains(labels)) {
+            self.modprobe_raw_args.remove(gone);
+        }
+        for labels in &args {
+            self.modprobe_args.get_or_create(labels).set(1);
+        }
+        for labels in &raw_args {
+            self.modprobe_raw_args.get_or_create(labels).set(1);
+        }
+        *series = (args, raw_args);
     }
 }
 
@@ -141,7 +350,7 @@ mod tests {
     fn the_gauges_read_as_muo_names_them() {
         let metrics = UpgradeMetrics::default();
         // As MUO's gauge vectors, a family shows once it has a series.
-        assert_eq!(encode(&metrics), "# EOF\n");
+        assert!(!encode(&metrics).contains("upgradeoperator_"));
         metrics.set_node_drain_timeout("worker-1");
         metrics.reset_node_drain_timeout("worker-2");
         metrics.set_upgradeconfig_validation_failed("managed-upgrade-config", true);
@@ -171,5 +380,188 @@ mod tests {
         );
         metrics.clear_node_drain_timeouts();
         assert_eq!(metrics.node_drain_timeout("worker-1"), None);
+    }
+
+    fn kmm_module(name: &str, loader: serde_json::Value, device_plugin: bool) -> Module {
+        let mut spec = serde_json::json!({"selector": {}});
+        if !loader.is_null() {
+            spec["moduleLoader"] = serde_json::json!({"container": loader});
+        }
+        if device_plugin {
+            spec["devicePlugin"] = serde_json::json!({"container": {"image": "dp:v1"}});
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kmm.sigs.x-k8s.io/v1beta1", "kind": "Module",
+            "metadata": {"name": name, "namespace": "kmm-demo"},
+            "spec": spec,
+        }))
+        .expect("a Module")
+    }
+
+    /// A module loader container: `extra` merged into a plain one.
+    fn loader(extra: serde_json::Value) -> serde_json::Value {
+        let mut container = serde_json::json!({
+            "modprobe": {"moduleName": "my_kmod"},
+            "kernelMappings": [{"regexp": "^.+$", "containerImage": "kmod:${KERNEL_FULL_VERSION}"}],
+        });
+        if let (Some(container), serde_json::Value::Object(extra)) =
+            (container.as_object_mut(), extra)
+        {
+            container.extend(extra);
+        }
+        container
+    }
+
+    #[test]
+    fn kmm_gauges_count_the_modules_as_upstream() {
+        let build = serde_json::json!({"dockerfileConfigMap": {"name": "dockerfile"}});
+        let sign =
+            serde_json::json!({"keySecret": {"name": "key"}, "certSecret": {"name": "cert"}});
+        let mapping = |field: &str, value: &serde_json::Value| {
+            serde_json::json!({"kernelMappings": [
+                {"literal": "6.0.15", "containerImage": "kmod:v1"},
+                {"regexp": "^.+$", "containerImage": "kmod:v1", field: value},
+            ]})
+        };
+        // (name, Modules, modules, build, sign, device plugin)
+        let rows = [
+            ("none", vec![], (0, 0, 0, 0)),
+            (
+                "a plain Module",
+                vec![kmm_module("a", loader(serde_json::json!({})), false)],
+                (1, 0, 0, 0),
+            ),
+            (
+                "a device plugin without a module loader",
+                vec![kmm_module("a", serde_json::Value::Null, true)],
+                (1, 0, 0, 1),
+            ),
+            (
+                "build and sign on the container",
+                vec![kmm_module(
+                    "a",
+                    loader(serde_json::json!({"build": build, "sign": sign})),
+                    true,
+                )],
+                (1, 1, 1, 1),
+            ),
+            (
+                "build on a kernel mapping",
+                vec![kmm_module("a", loader(mapping("build", &build)), false)],
+                (1, 1, 0, 0),
+            ),
+            (
+                "sign on the container, build on a mapping",
+                vec![kmm_module(
+                    "a",
+                    loader(serde_json::json!({
+                        "sign": sign,
+                        "kernelMappings": [{"regexp": "^.+$", "containerImage": "kmod:v1", "build": build}],
+                    })),
+                    false,
+                )],
+                (1, 1, 1, 0),
+            ),
+            (
+                "three Modules",
+                vec![
+                    kmm_module("a", loader(mapping("sign", &sign)), true),
+                    kmm_module("b", loader(serde_json::json!({})), true),
+                    kmm_module("c", serde_json::Value::Null, false),
+                ],
+                (3, 0, 1, 2),
+            ),
+        ];
+        for (name, modules, (count, build, sign, device_plugin)) in rows {
+            let gauges = KmmGauges::of(&modules);
+            assert_eq!(
+                (
+                    gauges.modules,
+                    gauges.in_cluster_build,
+                    gauges.in_cluster_sign,
+                    gauges.device_plugin
+                ),
+                (count, build, sign, device_plugin),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn kmm_gauges_read_as_upstream_names_them_and_drop_what_went() {
+        let metrics = UpgradeMetrics::default();
+        let args = |load: &[&str], raw: Option<&[&str]>| {
+            let mut modprobe = serde_json::json!({"moduleName": "my_kmod", "args": {"load": load}});
+            if let Some(raw) = raw {
+                modprobe["rawArgs"] = serde_json::json!({"load": raw});
+            }
+            loader(serde_json::json!({"modprobe": modprobe}))
+        };
+        let modules = [
+            kmm_module("a", args(&["-v", "debug=1"], None), true),
+            kmm_module("b", args(&[], Some(&["/opt/lib/modules/b.ko"])), false),
+            kmm_module("c", loader(serde_json::json!({})), false),
+        ];
+        metrics.kmm.set(&KmmGauges::of(&modules));
+        let text = encode(&metrics);
+        for line in [
+            "kmm_module_num 3",
+            "kmm_in_cluster_build_num 0",
+            "kmm_in_cluster_sign_num 0",
+            "kmm_device_plugin_num 1",
+            "kmm_modprobe_args{name=\"a\",namespace=\"kmm-demo\",modprobeArgs=\"-v,debug=1\"} 1",
+            "kmm_modprobe_args{name=\"b\",namespace=\"kmm-demo\",modprobeArgs=\"\"} 1",
+            "kmm_modprobe_raw_args{name=\"b\",namespace=\"kmm-demo\",modprobeRawArgs=\"/opt/lib/modules/b.ko\"} 1",
+            "# TYPE kmm_module_num gauge",
+            "# HELP kmm_device_plugin_num Number of existing KMMO Modules with DevicePlugin defined.",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("name=\"c\""), "{text}");
+
+        // a's arguments change and b goes: their old series go with them.
+        let modules = [kmm_module("a", args(&["-v"], None), true)];
+        metrics.kmm.set(&KmmGauges::of(&modules));
+        let text = encode(&metrics);
+        assert!(
+            text.lines().any(|l| l
+                == "kmm_modprobe_args{name=\"a\",namespace=\"kmm-demo\",modprobeArgs=\"-v\"} 1")
+        );
+        assert!(!text.contains("debug=1"), "{text}");
+        assert!(!text.contains("name=\"b\""), "{text}");
+        assert!(text.lines().any(|l| l == "kmm_module_num 1"), "{text}");
+    }
+
+    #[test]
+    fn the_campaign_series_of_an_upgrade_config_that_left_are_dropped() {
+        let metrics = UpgradeMetrics::default();
+        for name in ["a", "b"] {
+            metrics.set_upgradeconfig_validation_failed(name, true);
+            metrics.set_upgrade_window_breached(name, true);
+        }
+        metrics.set_upgradeconfig_validation_failed("c", false);
+        metrics.retain_campaigns(&BTreeSet::from(["b".to_string(), "d".to_string()]));
+        for gone in ["a", "c"] {
+            assert_eq!(
+                metrics.upgradeconfig_validation_failed(gone),
+                None,
+                "{gone}"
+            );
+            assert_eq!(metrics.upgrade_window_breached(gone), None, "{gone}");
+        }
+        assert_eq!(metrics.upgradeconfig_validation_failed("b"), Some(1));
+        assert_eq!(metrics.upgrade_window_breached("b"), Some(1));
+        // A name kept without a series gets none.
+        assert_eq!(metrics.upgradeconfig_validation_failed("d"), None);
+        assert!(!encode(&metrics).contains("\"a\""));
+        // A campaign that comes back is reported again.
+        metrics.set_upgrade_window_breached("a", false);
+        assert_eq!(metrics.upgrade_window_breached("a"), Some(0));
+        metrics.retain_campaigns(&BTreeSet::new());
+        assert_eq!(metrics.upgrade_window_breached("a"), None);
+        assert_eq!(metrics.upgrade_window_breached("b"), None);
     }
 }

@@ -12,6 +12,9 @@
 //!   statuses to record, which worker pods to delete and create, and the ready labels.
 //! - [`device_plugin`]: per Module, its device-plugin DaemonSets (one per version during an
 //!   ordered upgrade) and the Module's `status.devicePlugin` counts.
+//! - [`dra`]: per Module, its DRA driver DaemonSets (one per version, as the device
+//!   plugin's), its DeviceClasses, the nodes' dra-ready labels and `status.dra`.
+//! - [`module_daemon_sets`]: what those two share about the DaemonSets they run for a Module.
 //! - [`kernel_mapping`]: which kmod image and settings a Module uses on a kernel.
 //! - [`node`]: the facts about a node both controllers decide on.
 //! - [`version_labels`]: the ordered upgrade of seed 002: per node and versioned Module, the
@@ -36,6 +39,7 @@ pub mod campaign;
 pub mod context;
 pub mod converge;
 pub mod device_plugin;
+pub mod dra;
 pub mod drain;
 pub mod failures;
 #[cfg(test)]
@@ -43,6 +47,7 @@ pub mod fixtures;
 pub mod kernel_mapping;
 pub mod lws;
 pub mod metrics;
+pub mod module_daemon_sets;
 pub mod module_nmc;
 pub mod nmc;
 pub mod node;
@@ -62,6 +67,8 @@ pub enum ControllerName {
     Nmc,
     /// Device-plugin DaemonSets.
     DevicePlugin,
+    /// DRA driver DaemonSets and DeviceClasses.
+    Dra,
     /// The ordered-upgrade version-label state machine.
     VersionLabels,
     /// `UpgradeConfig` campaigns: their status history and phases.
@@ -76,10 +83,11 @@ pub enum ControllerName {
 
 impl ControllerName {
     /// Every controller, in the order they start.
-    pub const ALL: [ControllerName; 8] = [
+    pub const ALL: [ControllerName; 9] = [
         ControllerName::ModuleNmc,
         ControllerName::Nmc,
         ControllerName::DevicePlugin,
+        ControllerName::Dra,
         ControllerName::VersionLabels,
         ControllerName::Campaigns,
         ControllerName::Drain,
@@ -93,6 +101,7 @@ impl ControllerName {
             ControllerName::ModuleNmc => "module-nmc",
             ControllerName::Nmc => "nmc",
             ControllerName::DevicePlugin => "device-plugin",
+            ControllerName::Dra => "dra",
             ControllerName::VersionLabels => "version-labels",
             ControllerName::Campaigns => "campaigns",
             ControllerName::Drain => "drain",
@@ -194,6 +203,9 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
             ControllerName::DevicePlugin => {
                 tasks.spawn(device_plugin::reconciler::run(ctx, &caches));
             }
+            ControllerName::Dra => {
+                tasks.spawn(dra::reconciler::run(ctx, &caches));
+            }
             ControllerName::VersionLabels => {
                 tasks.spawn(version_labels::reconciler::run(ctx, &caches));
             }
@@ -248,7 +260,7 @@ mod tests {
         }
         assert_eq!(
             Selection::all().to_string(),
-            "module-nmc,nmc,device-plugin,version-labels,campaigns,drain,nodekeeper,lws"
+            "module-nmc,nmc,device-plugin,dra,version-labels,campaigns,drain,nodekeeper,lws"
         );
     }
 }

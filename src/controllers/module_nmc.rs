@@ -8,9 +8,9 @@
 //! | case | action |
 //! | --- | --- |
 //! | Module being deleted | remove the entry |
+//! | Module without `moduleLoader` | nothing: what is loaded stays loaded |
 //! | node not targeted by the selector | remove the entry |
-//! | node tainted (`NoSchedule`/`NoExecute`, the cordon aside) and the Module does not tolerate it | remove the entry |
-//! | Module without `moduleLoader` | remove the entry |
+//! | node tainted (`NoSchedule`/`NoExecute`, the cordon aside) and the Module does not tolerate it, its pressure tolerations included | remove the entry |
 //! | no kernel mapping for the node's kernel | remove the entry (nothing when there is none) |
 //! | `version` unset | set the entry |
 //! | `version` set, version-worker-pod label equal | set the entry |
@@ -34,6 +34,9 @@ use super::node::{NodeFacts, labels_match};
 use capstan_api::labels::{LabelError, ModuleKey};
 use capstan_api::module::{DaemonSetStatus, Module};
 use capstan_api::nmc::{NodeModuleSpec, NodeModulesConfig};
+
+/// The ServiceAccount of a Module's worker pods when its `moduleLoader` names none.
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
 
 /// A Module with its checked key, as this controller decides on it.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,9 +68,10 @@ impl ModuleFacts {
     }
 
     /// True when the Module's selector matches the node and the Module tolerates the node's
-    /// taints (the cordon's aside: see [`NodeFacts::targetable`]), whatever the node's state.
+    /// taints (the cordon's aside: see [`NodeFacts::targetable`]) with its
+    /// [`Module::loader_tolerations`], whatever the node's state.
     pub fn targets(&self, node: &NodeFacts) -> bool {
-        self.selects(&node.labels) && node.targetable(&self.object.spec.tolerations)
+        self.selects(&node.labels) && node.targetable(&self.object.loader_tolerations())
     }
 
     /// True when the Module's selector matches a node with these labels.
@@ -104,7 +108,8 @@ pub enum EntryWhy {
     ModuleDeleted,
     /// The Module's selector does not match the node.
     NotTargeted,
-    /// The Module has no `moduleLoader`.
+    /// The Module has no `moduleLoader`: upstream returns before choosing nodes, so the
+    /// entries already written stay and nothing is loaded or unloaded.
     NoModuleLoader,
     /// No kernel mapping covers the node's kernel.
     NoKernelMapping,
@@ -140,13 +145,16 @@ pub fn decide(
     if module.deleting() {
         return Ok(without_entry(EntryWhy::ModuleDeleted));
     }
+    let spec = &module.object.spec;
+    let Some(loader) = &spec.module_loader else {
+        return Ok(NmcEntryDecision {
+            action: EntryAction::Unchanged,
+            why: EntryWhy::NoModuleLoader,
+        });
+    };
     if !module.targets(node) {
         return Ok(without_entry(EntryWhy::NotTargeted));
     }
-    let spec = &module.object.spec;
-    let Some(loader) = &spec.module_loader else {
-        return Ok(without_entry(EntryWhy::NoModuleLoader));
-    };
     let Some(config) =
         kernel_mapping::resolve(&module.key, &loader.container, &node.kernel_version)?
     else {
@@ -167,9 +175,14 @@ pub fn decide(
     let entry = NodeModuleSpec {
         name: module.key.name().to_string(),
         namespace: module.key.namespace().to_string(),
-        service_account_name: loader.service_account_name.clone(),
+        // Upstream names the ServiceAccount the worker pod gets anyway.
+        service_account_name: if loader.service_account_name.is_empty() {
+            DEFAULT_SERVICE_ACCOUNT.to_string()
+        } else {
+            loader.service_account_name.clone()
+        },
         image_repo_secret: spec.image_repo_secret.clone(),
-        tolerations: spec.tolerations.clone(),
+        tolerations: module.object.loader_tolerations(),
         version: loader.container.version.clone(),
         config,
     };
@@ -210,18 +223,19 @@ pub fn held(nmc: &NodeModulesConfig, key: &ModuleKey) -> Held {
 }
 
 /// `status.moduleLoader` of the Module, as upstream counts it: `nodesMatchingSelectorNumber`
-/// is the nodes the selector targets (whatever their state), `desiredNumber` the NMCs with an
-/// entry for the Module, `availableNumber` those whose status config equals the entry's.
-/// `node_labels` holds the labels of every node. The controller keeps these counts up to
-/// date from each change instead ([`tally::Tally`]); this is their definition.
+/// is the nodes the Module targets ([`ModuleFacts::targets`]: selected, and their taints
+/// tolerated, whatever their state), `desiredNumber` the NMCs with an entry for the Module,
+/// `availableNumber` those whose status config equals the entry's. `nodes` holds every
+/// node. The controller keeps these counts up to date from each change instead
+/// ([`tally::Tally`]); this is their definition.
 pub fn loader_status<'a>(
     module: &ModuleFacts,
-    node_labels: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+    nodes: impl IntoIterator<Item = &'a NodeFacts>,
     nmcs: impl IntoIterator<Item = &'a NodeModulesConfig>,
 ) -> DaemonSetStatus {
-    let targeted = node_labels
+    let targeted = nodes
         .into_iter()
-        .filter(|labels| module.selects(labels))
+        .filter(|node| module.targets(node))
         .count();
     let (mut desired, mut available) = (0, 0);
     for nmc in nmcs {
@@ -305,6 +319,7 @@ mod tests {
                 }),
                 device_plugin: None,
                 image_rebuild_trigger_generation: None,
+                ..ModuleSpec::default()
             },
         );
         object.metadata.namespace = Some("kmm-demo".to_string());
@@ -344,7 +359,7 @@ mod tests {
             namespace: "kmm-demo".to_string(),
             service_account_name: "kmm-worker".to_string(),
             image_repo_secret: module.object.spec.image_repo_secret.clone(),
-            tolerations: module.object.spec.tolerations.clone(),
+            tolerations: module.object.loader_tolerations(),
             version: module.object.version().unwrap_or("").to_string(),
             config: ModuleConfig {
                 kernel_version: kernel.to_string(),
@@ -408,6 +423,14 @@ mod tests {
                 capstan_api::labels::UNSCHEDULABLE_TAINT,
                 "NoSchedule",
             )],
+            ..gpu_node()
+        };
+        let memory_pressure = NodeFacts {
+            taints: vec![taint("node.kubernetes.io/memory-pressure", "NoSchedule")],
+            ..gpu_node()
+        };
+        let pressure_no_execute = NodeFacts {
+            taints: vec![taint("node.kubernetes.io/disk-pressure", "NoExecute")],
             ..gpu_node()
         };
         let mut tolerant = module("");
@@ -555,11 +578,32 @@ mod tests {
                 want: ("unchanged", EntryWhy::ModuleDeleted, None),
             },
             Row {
-                name: "Module without moduleLoader -> entry deleted",
-                module: without_loader,
+                name: "upstream: Module without moduleLoader -> entry kept",
+                module: without_loader.clone(),
                 node: gpu_node(),
+                current: Some(unversioned_entry.clone()),
+                want: ("unchanged", EntryWhy::NoModuleLoader, None),
+            },
+            Row {
+                name: "upstream: Module without moduleLoader, node left the selector -> entry kept",
+                module: without_loader,
+                node: node(KERNEL, &[("role", "cpu")]),
+                current: Some(unversioned_entry.clone()),
+                want: ("unchanged", EntryWhy::NoModuleLoader, None),
+            },
+            Row {
+                name: "upstream: the kubelet's memory-pressure taint -> still targeted",
+                module: unversioned.clone(),
+                node: memory_pressure,
+                current: Some(unversioned_entry.clone()),
+                want: ("unchanged", EntryWhy::Unversioned, None),
+            },
+            Row {
+                name: "a pressure taint with NoExecute is not tolerated -> not targeted",
+                module: unversioned.clone(),
+                node: pressure_no_execute,
                 current: Some(unversioned_entry),
-                want: ("remove", EntryWhy::NoModuleLoader, None),
+                want: ("remove", EntryWhy::NotTargeted, None),
             },
         ];
         for row in rows {
@@ -581,6 +625,22 @@ mod tests {
         let decision = decide(&module, &node, None).unwrap();
         let want = entry(&module, "registry.example/my-kmod:lit", KERNEL);
         assert_eq!(decision.action, EntryAction::Set(Box::new(want)));
+    }
+
+    #[test]
+    fn an_entry_without_a_service_account_names_the_default_one() {
+        let mut module = module("");
+        if let Some(loader) = Arc::make_mut(&mut module.object)
+            .spec
+            .module_loader
+            .as_mut()
+        {
+            loader.service_account_name = String::new();
+        }
+        let EntryAction::Set(entry) = decide(&module, &gpu_node(), None).unwrap().action else {
+            panic!("an entry is set");
+        };
+        assert_eq!(entry.service_account_name, "default");
     }
 
     #[test]
@@ -651,6 +711,18 @@ mod tests {
         }
     }
 
+    /// A `gpu` node with one taint.
+    fn tainted(key: &str, effect: &str) -> NodeFacts {
+        NodeFacts {
+            taints: vec![k8s_openapi::api::core::v1::Taint {
+                key: key.into(),
+                effect: effect.into(),
+                ..Default::default()
+            }],
+            ..gpu_node()
+        }
+    }
+
     #[test]
     fn module_loader_status_counts() {
         let module = module("");
@@ -685,6 +757,8 @@ mod tests {
                 ..node(KERNEL, &[("role", "gpu")])
             },
             node(KERNEL, &[("role", "cpu")]),
+            tainted("dedicated", "NoSchedule"),
+            tainted("node.kubernetes.io/memory-pressure", "NoSchedule"),
         ];
         let nmcs = [
             nmc("loaded", Some("a"), Some("a")),
@@ -694,9 +768,10 @@ mod tests {
             nmc("other-module-only", None, None),
         ];
         assert_eq!(
-            loader_status(&module, nodes.iter().map(|n| &n.labels), &nmcs),
+            loader_status(&module, &nodes, &nmcs),
             DaemonSetStatus {
-                nodes_matching_selector_number: 2,
+                // Ready or not, under pressure or not; the tainted one is not targeted.
+                nodes_matching_selector_number: 3,
                 desired_number: 3,
                 available_number: 1,
             }

@@ -68,7 +68,8 @@ use super::node::NodeFacts;
 use capstan_api::clock::rfc3339;
 use capstan_api::labels::{
     LabelError, MODULE_NAME_LABEL, ModuleKey, ModuleLabel, WORKER_ACTION_LABEL,
-    WORKER_CONFIG_ANNOTATION, WORKER_MODULE_VERSION_ANNOTATION, WorkerAction,
+    WORKER_CONFIG_ANNOTATION, WORKER_MODULE_VERSION_ANNOTATION, WORKER_POD_FINALIZER,
+    WORKER_TOLERATIONS_ANNOTATION, WorkerAction, is_deprecated_ready_label,
 };
 use capstan_api::nmc::{ModuleConfig, NodeModuleSpec, NodeModuleStatus, NodeModulesConfig};
 use capstan_worker::config as worker_config;
@@ -121,6 +122,9 @@ pub struct WorkerPod {
     pub phase: PodPhase,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// `metadata.finalizers` holds upstream KMM's worker-pod finalizer: upstream KMM
+    /// created the pod, and nothing but this controller will remove the finalizer now.
+    pub upstream_finalizer: bool,
     /// The config in its `worker-config` annotation, or why it cannot be read.
     pub config: Result<ModuleConfig, String>,
     /// Its `worker-module-version` annotation.
@@ -129,7 +133,10 @@ pub struct WorkerPod {
     pub service_account_name: String,
     /// The first of `spec.imagePullSecrets`.
     pub image_repo_secret: Option<LocalObjectReference>,
-    /// `spec.tolerations`.
+    /// The tolerations the controller gave it: its `worker-tolerations` annotation, as
+    /// upstream reads them back; `spec.tolerations` for a pod without one. The spec also
+    /// holds what admission added (the `not-ready` and `unreachable` tolerations of
+    /// `DefaultTolerationSeconds`), which are no choice of the Module's.
     pub tolerations: Vec<Toleration>,
     /// When its last container ended.
     pub finished_at: Option<Timestamp>,
@@ -207,6 +214,12 @@ impl WorkerPod {
             action,
             phase,
             deleting: pod.metadata.deletion_timestamp.is_some(),
+            upstream_finalizer: pod
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == WORKER_POD_FINALIZER),
             config,
             version: annotation(WORKER_MODULE_VERSION_ANNOTATION)
                 .cloned()
@@ -217,7 +230,10 @@ impl WorkerPod {
             image_repo_secret: spec
                 .and_then(|s| s.image_pull_secrets.as_ref())
                 .and_then(|secrets| secrets.first().cloned()),
-            tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
+            tolerations: annotation(WORKER_TOLERATIONS_ANNOTATION)
+                .and_then(|text| serde_saphyr::from_str::<Vec<Toleration>>(text).ok())
+                .or_else(|| spec.and_then(|s| s.tolerations.clone()))
+                .unwrap_or_default(),
             finished_at: status
                 .and_then(|s| s.container_statuses.as_ref())
                 .into_iter()
@@ -307,6 +323,10 @@ pub struct NmcDecision {
     pub status: Option<Vec<NodeModuleStatus>>,
     /// The NMC's worker failures, when they change. Written before any pod is deleted.
     pub failures: Option<WorkerFailures>,
+    /// Worker pods to free of upstream KMM's finalizer first: those to delete and those
+    /// being deleted already that upstream KMM created. Without it they stay Terminating,
+    /// and their names, which new worker pods take, stay taken.
+    pub release: Vec<PodRelease>,
     /// Worker pods to delete; none already being deleted.
     pub delete: Vec<PodDeletion>,
     /// Worker pods to create now.
@@ -347,6 +367,16 @@ pub struct PodDeletion {
     pub module: ModuleKey,
     /// Why it goes.
     pub reason: DeleteReason,
+}
+
+/// A worker pod to free of upstream KMM's finalizer ([`WORKER_POD_FINALIZER`]). Removing
+/// it from a pod of the same name created since, which has none, changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRelease {
+    /// Its namespace (the Module's).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
 }
 
 /// Why a worker pod is deleted.
@@ -770,7 +800,8 @@ impl<'a> Pass<'a> {
 
     /// `<ns>.<name>.ready` (and `.version.ready` = the loaded version) on the node when the
     /// spec's config is loaded in this boot and no unloader is at work; removed when the
-    /// module is not loaded or the node cannot run it; left alone while it changes.
+    /// module is not loaded or the node cannot run it; left alone while it changes. The
+    /// deprecated `kmm.node.kubernetes.io/<name>.ready` labels are always removed.
     fn ready_labels(&mut self, specs: &BTreeMap<ModuleKey, &NodeModuleSpec>) {
         let node = self.node;
         let statuses: BTreeMap<ModuleKey, &NodeModuleStatus> = self
@@ -818,6 +849,14 @@ impl<'a> Pass<'a> {
             if !readings.is_empty() && readings.iter().all(|key| !known.contains(key)) {
                 wanted.insert(label.clone(), None);
             }
+        }
+        // Left by KMM releases before namespaced Modules; upstream removes them too.
+        for label in node
+            .labels
+            .keys()
+            .filter(|key| is_deprecated_ready_label(key))
+        {
+            wanted.insert(label.clone(), None);
         }
         let changes = &mut self.decision.node_labels;
         for (label, value) in wanted {
@@ -962,6 +1001,12 @@ impl<'a> Pass<'a> {
     fn delete(&mut self, pod: &'a WorkerPod, reason: DeleteReason) {
         self.leaving
             .insert((pod.module.namespace().to_string(), pod.name.clone()));
+        if pod.upstream_finalizer {
+            self.decision.release.push(PodRelease {
+                namespace: pod.module.namespace().to_string(),
+                name: pod.name.clone(),
+            });
+        }
         // A pod being deleted was read by an earlier pass, and goes without another word.
         if pod.deleting {
             return;
@@ -1109,6 +1154,7 @@ mod tests {
             action,
             phase,
             deleting: false,
+            upstream_finalizer: false,
             config: Ok(config(image, KERNEL)),
             version: image.to_string(),
             service_account_name: "kmm-worker".to_string(),
@@ -1482,6 +1528,79 @@ mod tests {
         WorkerPod {
             deleting: true,
             ..pod
+        }
+    }
+
+    /// `pod` as upstream KMM creates it, with its finalizer.
+    fn from_upstream(pod: WorkerPod) -> WorkerPod {
+        WorkerPod {
+            upstream_finalizer: true,
+            ..pod
+        }
+    }
+
+    #[test]
+    fn pods_upstream_kmm_created_are_released_before_they_go() {
+        let released = vec![PodRelease {
+            namespace: "kmm-demo".to_string(),
+            name: "kmm-worker-node-1-my-kmod".to_string(),
+        }];
+        // (case, spec, status, pod, released, deleted)
+        let cases = [
+            (
+                "succeeded loader: recorded, released, deleted",
+                vec![spec("v1", KERNEL)],
+                vec![],
+                from_upstream(pod(Load, Succeeded, "v1")),
+                released.clone(),
+                vec![DeleteReason::Succeeded],
+            ),
+            (
+                "pending loader of a module gone: released, deleted",
+                vec![],
+                vec![],
+                from_upstream(pod(Load, Pending, "v1")),
+                released.clone(),
+                vec![DeleteReason::UnwantedLoader],
+            ),
+            (
+                "finished pod being deleted already: released only",
+                vec![spec("v1", KERNEL)],
+                vec![status("v1", KERNEL, BOOT)],
+                being_deleted(from_upstream(pod(Load, Succeeded, "v1"))),
+                released.clone(),
+                vec![],
+            ),
+            (
+                "running loader: left to finish, finalizer kept",
+                vec![spec("v1", KERNEL)],
+                vec![],
+                from_upstream(pod(Load, Running, "v1")),
+                vec![],
+                vec![],
+            ),
+            (
+                "capstan's own pod: nothing to release",
+                vec![spec("v1", KERNEL)],
+                vec![],
+                pod(Load, Succeeded, "v1"),
+                vec![],
+                vec![DeleteReason::Succeeded],
+            ),
+        ];
+        for (case, spec, status, pod, release, delete) in cases {
+            let decision = decide(&NmcInput {
+                node: &node(),
+                spec: &spec,
+                status: &status,
+                pods: &[pod],
+                nmc_labels: &NO_LABELS,
+                failures: &WorkerFailures::default(),
+                now: now(),
+            });
+            assert_eq!(decision.release, release, "{case}: released");
+            let deleted: Vec<DeleteReason> = decision.delete.iter().map(|d| d.reason).collect();
+            assert_eq!(deleted, delete, "{case}: deleted");
         }
     }
 
@@ -2094,6 +2213,21 @@ mod tests {
                 ..label_row("already labelled -> nothing to write")
             },
             LabelRow {
+                spec: vec![spec("v1", KERNEL)],
+                status: vec![status("v1", KERNEL, BOOT)],
+                labels: vec![
+                    (ready(), ""),
+                    (version_ready(), "v1"),
+                    ("kmm.node.kubernetes.io/my-kmod.ready".to_string(), ""),
+                    ("kmm.node.kubernetes.io/gone.ready".to_string(), ""),
+                ],
+                remove: vec![
+                    "kmm.node.kubernetes.io/my-kmod.ready".to_string(),
+                    "kmm.node.kubernetes.io/gone.ready".to_string(),
+                ],
+                ..label_row("deprecated <name>.ready labels -> removed, namespaced ones kept")
+            },
+            LabelRow {
                 spec: vec![NodeModuleSpec {
                     version: String::new(),
                     ..spec("v1", KERNEL)
@@ -2350,6 +2484,49 @@ mod tests {
                 }),
                 ..pod(Load, Succeeded, "v1")
             }
+        );
+
+        // Upstream KMM's pods carry its finalizer, among others perhaps.
+        let mut upstreams = object.clone();
+        upstreams.metadata.finalizers = Some(vec![
+            "example.com/other".to_string(),
+            WORKER_POD_FINALIZER.to_string(),
+        ]);
+        assert!(WorkerPod::from_pod(&upstreams).unwrap().upstream_finalizer);
+
+        // The tolerations are those the controller chose, as its annotation says, not those
+        // admission added to the spec.
+        let chosen =
+            "- key: node.kubernetes.io/memory-pressure\n  operator: Exists\n  effect: NoSchedule\n";
+        let mut annotated = object.clone();
+        annotated
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(
+                WORKER_TOLERATIONS_ANNOTATION.to_string(),
+                chosen.to_string(),
+            );
+        annotated.spec.get_or_insert_default().tolerations = Some(vec![Toleration {
+            key: Some("node.kubernetes.io/not-ready".to_string()),
+            operator: Some("Exists".to_string()),
+            effect: Some("NoExecute".to_string()),
+            toleration_seconds: Some(300),
+            ..Toleration::default()
+        }]);
+        let tolerations = WorkerPod::from_pod(&annotated).unwrap().tolerations;
+        assert_eq!(
+            tolerations
+                .iter()
+                .map(|t| t.key.as_deref().unwrap_or_default())
+                .collect::<Vec<_>>(),
+            ["node.kubernetes.io/memory-pressure"]
+        );
+        annotated.metadata.annotations = object.metadata.annotations.clone();
+        let tolerations = WorkerPod::from_pod(&annotated).unwrap().tolerations;
+        assert_eq!(
+            tolerations[0].key.as_deref(),
+            Some("node.kubernetes.io/not-ready")
         );
 
         let broken = worker_pod_object(

@@ -10,7 +10,7 @@
 //! | node | campaigns | cordon | `disableDrainStrategies` | decision |
 //! | --- | --- | --- | --- | --- |
 //! | labelled `node-role.kubernetes.io/master` (any value) | - | - | - | nothing (a node labelled only `control-plane` is reconciled) |
-//! | - | none Upgrading | - | - | nothing |
+//! | - | none Upgrading | - | - | drop every node's metric (MUO resets the vector when an upgrade ends, fails or its `UpgradeConfig` is gone) |
 //! | gone | some Upgrading | - | - | reset its metric |
 //! | - | some Upgrading | not cordoned | - | reset its metric |
 //! | - | some Upgrading | cordoned | true | no strategy; failed = `start + timeOut < now` (never with no start); metric; look again in 1 min |
@@ -187,6 +187,9 @@ pub struct DrainPass {
 pub enum Decision {
     /// Nothing; no look again until a change.
     Nothing,
+    /// No campaign is Upgrading: drop every node's metric, which only a drain under one
+    /// sets; no look again until a change.
+    ClearMetrics,
     /// Reset the node's metric; no look again until a change.
     Reset,
     /// Read the node afresh, its pods and the PodDisruptionBudgets, and decide again.
@@ -200,8 +203,13 @@ pub enum Decision {
 /// The decision for one reconcile of `inputs.node` at `now`.
 pub fn decide(inputs: &Inputs, now: Timestamp) -> Decision {
     let node = inputs.node;
-    if node.master || !inputs.campaigns.upgrading {
+    if node.master {
         return Decision::Nothing;
+    }
+    // Every node is reconciled when a campaign changes, so the last one to stop Upgrading
+    // (Upgraded, Failed or deleted) takes down every alert its drains raised.
+    if !inputs.campaigns.upgrading {
+        return Decision::ClearMetrics;
     }
     if node.gone || !node.cordon.cordoned {
         return Decision::Reset;
@@ -343,8 +351,31 @@ mod tests {
         );
         let rows: Vec<Row> = vec![
             (
-                "no campaign Upgrading (MUO: phase Pending): the node is not looked at",
+                "no campaign Upgrading (MUO: phase Pending, or the upgrade over): every \
+                 node's metric dropped, the node not looked at",
                 cordoned(10),
+                idle,
+                &off,
+                None,
+                Decision::ClearMetrics,
+            ),
+            (
+                "no campaign Upgrading, a node gone: every node's metric dropped",
+                NodeFacts {
+                    gone: true,
+                    ..cordoned(600)
+                },
+                idle,
+                &on,
+                None,
+                Decision::ClearMetrics,
+            ),
+            (
+                "no campaign Upgrading, a master node: left alone",
+                NodeFacts {
+                    master: true,
+                    ..cordoned(600)
+                },
                 idle,
                 &off,
                 None,

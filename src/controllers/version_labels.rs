@@ -18,9 +18,9 @@
 //! | 8 | present | != M | missing | remove W (guarded) |
 //!
 //! Any other combination is left alone, as upstream leaves it. The two guards: W is removed
-//! only when no device-plugin pod of the module remains on the node, in any phase
-//! ([`Guard::DevicePluginPodRemains`]); W is set only once the node has lost the module's
-//! `.ready` label, i.e. the old version is unloaded ([`Guard::ModuleStillLoaded`]).
+//! only when no device-plugin or DRA driver pod of the module remains on the node, in any
+//! phase ([`Guard::DevicePluginPodRemains`]); W is set only once the node has lost the
+//! module's `.ready` label, i.e. the old version is unloaded ([`Guard::ModuleStillLoaded`]).
 //!
 //! [`decide`] adds what capstan adds around the table:
 //!
@@ -83,12 +83,14 @@ pub struct VersionLabels {
 }
 
 impl VersionLabels {
-    /// The labels of `key` among a node's `labels`.
+    /// The labels of `key` among a node's `labels`. A label with an empty value names no
+    /// version and counts as missing, as upstream reads it.
     pub fn of(key: &ModuleKey, labels: &BTreeMap<String, String>) -> VersionLabels {
+        let version = |label: String| labels.get(&label).filter(|v| !v.is_empty()).cloned();
         VersionLabels {
-            module: labels.get(&key.version_module_label()).cloned(),
-            worker_pod: labels.get(&key.version_worker_pod_label()).cloned(),
-            device_plugin: labels.get(&key.version_device_plugin_label()).cloned(),
+            module: version(key.version_module_label()),
+            worker_pod: version(key.version_worker_pod_label()),
+            device_plugin: version(key.version_device_plugin_label()),
         }
     }
 
@@ -114,7 +116,8 @@ pub enum LabelWrite {
 /// What holds a W write back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Guard {
-    /// W is to be removed, but a device-plugin pod of the module is still on the node.
+    /// W is to be removed, but a device-plugin or DRA driver pod of the module is still on
+    /// the node.
     DevicePluginPodRemains,
     /// W is to be set, but the node still has the module's `.ready` label.
     ModuleStillLoaded,
@@ -288,13 +291,14 @@ pub struct NodeModuleFacts {
     pub module_loaded: bool,
     /// The node's `.version.ready` label for the module.
     pub loaded_version: Option<String>,
-    /// A device-plugin pod of the module is on the node, in any phase, not yet gone.
+    /// A device-plugin or DRA driver pod of the module is on the node, in any phase, not yet
+    /// gone.
     pub device_plugin_pod_remains: bool,
-    /// A device-plugin pod of the module runs on the node (phase `Running`, not being
-    /// deleted).
+    /// A device-plugin or DRA driver pod of the module runs on the node (phase `Running`,
+    /// not being deleted).
     pub device_plugin_running: bool,
-    /// The Module has a device plugin; without one, the device-plugin steps are reached as
-    /// soon as D is written.
+    /// The Module has a device plugin or a DRA driver; without either, the device-plugin
+    /// steps are reached as soon as D is written.
     pub has_device_plugin: bool,
     /// The upgrade kept in the node's annotation.
     pub progress: Option<Progress>,
@@ -1254,6 +1258,70 @@ mod tests {
         for (labels, want) in cases {
             assert_eq!(pending_move(&labels), want, "{labels:?}");
         }
+    }
+
+    #[test]
+    fn an_empty_version_label_counts_as_missing() {
+        use LabelWrite::*;
+        use TableAction::*;
+        let key = ModuleKey::new("kmm-demo", "my-kmod").unwrap();
+        let node = |m: Option<&str>, w: Option<&str>, d: Option<&str>| {
+            let mut labels = BTreeMap::from([("role".to_string(), "gpu".to_string())]);
+            for (label, value) in [
+                (key.version_module_label(), m),
+                (key.version_worker_pod_label(), w),
+                (key.version_device_plugin_label(), d),
+            ] {
+                if let Some(value) = value {
+                    labels.insert(label, value.to_string());
+                }
+            }
+            VersionLabels::of(&key, &labels)
+        };
+        // (scenario, labels on the node, row, action with no .ready and no pod, move)
+        let rows = [
+            (
+                "M empty alone: an unlabelled node",
+                node(Some(""), None, None),
+                Some(1),
+                Nothing,
+                None,
+            ),
+            (
+                "M emptied while W and D name v1: the device plugin goes (row 2)",
+                node(Some(""), Some("v1"), Some("v1")),
+                Some(2),
+                Write(RemoveDevicePlugin),
+                Some((v("v1"), None)),
+            ),
+            (
+                "M emptied, D gone: the module is unloaded (row 3)",
+                node(Some(""), Some("v1"), None),
+                Some(3),
+                Write(RemoveWorkerPod),
+                Some((v("v1"), None)),
+            ),
+            (
+                "W and D empty under M: row 4, W is set",
+                node(Some("v2"), Some(""), Some("")),
+                Some(4),
+                Write(SetWorkerPod("v2".into())),
+                Some((None, v("v2"))),
+            ),
+            (
+                "every label empty: nothing",
+                node(Some(""), Some(""), Some("")),
+                Some(1),
+                Nothing,
+                None,
+            ),
+        ];
+        for (scenario, labels, row, action, moves) in rows {
+            assert_eq!(table_row(&labels), row, "{scenario}");
+            assert_eq!(label_action(&labels, false, false), action, "{scenario}");
+            assert_eq!(pending_move(&labels), moves, "{scenario}");
+        }
+        assert!(node(Some(""), Some(""), Some("")).is_empty());
     }
 
     fn open() -> Gate {

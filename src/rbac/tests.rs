@@ -107,7 +107,7 @@ fn the_shipped_cluster_role_grants_what_the_code_uses_and_no_more() {
         ("", "pods/eviction", Some("create")),
         ("", "pods/finalizers", Some("update")),
         ("", "services", Some("get,create")),
-        ("", "namespaces", Some("get,list")),
+        ("", "namespaces", Some("get,list,patch")),
         ("apps", "daemonsets", Some("list,watch,create,patch,delete")),
         ("apps", "statefulsets", Some("get,list,watch,create,patch")),
         (
@@ -254,6 +254,19 @@ fn what_a_selection_needs() {
         Some("create")
     );
     assert_eq!(verbs_of(&drain, "", "pods").as_deref(), Some("list"));
+    // The device-plugin-ready labeller: its pods' finalizer and their nodes' label.
+    let device_plugin = rules_for(&selection("device-plugin"));
+    assert_eq!(
+        verbs_of(&device_plugin, "", "pods").as_deref(),
+        Some("list,watch,patch")
+    );
+    for resource in ["pods", "nodes"] {
+        let parts = parts_needing(&selection("device-plugin"), "", resource);
+        assert!(
+            parts.contains(&("device-plugin", vec!["list", "watch", "patch"])),
+            "{resource}: {parts:?}"
+        );
+    }
     // --once adds nothing to every controller: each controller lists what it checks.
     let all = Selection::all();
     let usage = |once| Usage {

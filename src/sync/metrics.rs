@@ -12,8 +12,8 @@
 //! | `capstan_drift_objects_total` | counter | `kind`, `action` |
 //! | `capstan_sync_objects_total` | counter | `action` |
 //!
-//! The controllers' `upgradeoperator_*` gauges ([`UpgradeMetrics`]) are registered here too,
-//! so one `/metrics` serves both.
+//! The controllers' `upgradeoperator_*` and `kmm_*` gauges ([`UpgradeMetrics`]) are
+//! registered here too, so one `/metrics` serves them all.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

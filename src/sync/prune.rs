@@ -7,12 +7,13 @@
 //!
 //! An object is deleted only while capstan still manages it (its field manager holds
 //! fields of it): an object recreated or taken over by someone else is left in place and
-//! reported.
+//! reported. A Namespace that still holds Modules waits, in the inventory, until they are
+//! unloaded and gone.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::apply::{ApplyError, stage_of};
@@ -22,6 +23,9 @@ use super::inventory::{id_of, stamped_by};
 use super::manifests::ObjectId;
 use capstan_api::InventoryEntry;
 use capstan_api::managers;
+
+/// The API version of KMM's Modules.
+const MODULE_API_VERSION: &str = "kmm.sigs.x-k8s.io/v1beta1";
 
 /// What pruning did to one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +38,9 @@ pub enum Pruned {
     Gone,
     /// Left in place, with the reason.
     Kept(String),
+    /// Not deleted yet, with the reason: it stays in the inventory, and a later sync
+    /// deletes it.
+    Waiting(String),
 }
 
 /// Prunes `leftovers` (inventory entries no longer in Git); a released Node carries the
@@ -115,6 +122,18 @@ async fn prune_one(
             managers::SYNC
         )));
     }
+    if entry.api_version == "v1" && entry.kind == "Namespace" {
+        let modules = modules_in(client, kinds, &entry.name)
+            .await
+            .map_err(failed)?;
+        if !modules.is_empty() {
+            return Ok(Pruned::Waiting(format!(
+                "not deleted yet: its Modules {} are still being unloaded, and their \
+                 unloader pods could not be created in a namespace being deleted",
+                modules.join(", ")
+            )));
+        }
+    }
     match api.delete(&entry.name, &DeleteParams::background()).await {
         Ok(_) => Ok(Pruned::Deleted),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Pruned::Gone),
@@ -123,4 +142,26 @@ async fn prune_one(
             source,
         }),
     }
+}
+
+/// The Modules still in namespace `namespace` (being deleted or not), by name.
+///
+/// A Module's finalizer is released once its module is unloaded from every node, which
+/// takes worker pods in the Module's namespace; a namespace being deleted refuses new pods,
+/// so deleting it first would leave the module loaded and the namespace terminating for
+/// ever (upstream KMM's webhook refuses such a deletion for the same reason).
+async fn modules_in(
+    client: &kube::Client,
+    kinds: &ClusterKinds,
+    namespace: &str,
+) -> Result<Vec<String>, kube::Error> {
+    let Some(api) = kinds.api(client, MODULE_API_VERSION, "Module", Some(namespace)) else {
+        return Ok(Vec::new());
+    };
+    let modules = api.list_metadata(&ListParams::default()).await?;
+    Ok(modules
+        .items
+        .into_iter()
+        .map(|module| format!("{namespace}/{}", module.metadata.name.unwrap_or_default()))
+        .collect())
 }

@@ -32,6 +32,7 @@ use super::metrics::Metrics;
 use super::prune::{self, Pruned};
 use super::source::{CommitInfo, Source, SourceError};
 use super::status;
+use crate::controllers::metrics::UpgradeMetrics;
 use crate::history::recorder::Recorder;
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::{MAX_RUNS, SYSTEM_NAMESPACE};
@@ -470,6 +471,7 @@ impl Syncer {
             report.changes.push(change(action.as_str(), id));
         }
         let mut pruned_ids = BTreeSet::new();
+        let mut waiting = Vec::new();
         if !written.interrupted && !leftovers.is_empty() {
             if desired.settings.prune {
                 let pruned = prune::prune(
@@ -493,6 +495,10 @@ impl Syncer {
                         Pruned::Released => report.changes.push(change("released", &id)),
                         Pruned::Gone => {}
                         Pruned::Kept(reason) => report.kept.push((id.clone(), reason)),
+                        Pruned::Waiting(reason) => {
+                            waiting.push(id.clone());
+                            report.kept.push((id.clone(), reason));
+                        }
                     }
                     pruned_ids.insert(id);
                 }
@@ -510,6 +516,13 @@ impl Syncer {
             self.finish(commit, &report, "Interrupted", attribution, started)
                 .await?;
             return Ok((Outcome::Interrupted(report), false));
+        }
+        // What waits to be pruned stays owned, and a later sync prunes it again.
+        let mut new_inventory = new_inventory;
+        for id in waiting {
+            if let Some(entry) = self.inventory.get(&id) {
+                new_inventory.insert(id, entry.clone());
+            }
         }
         self.inventory = new_inventory;
         let drift_only = !new;
@@ -680,24 +693,16 @@ impl Syncer {
         Ok(())
     }
 
-    /// Records a rejected commit: nothing of it was applied.
-    /// `upgradeoperator_upgradeconfig_validation_failed`: 1 for each campaign of a rejected
-    /// head's failing files, 0 for each campaign of the commit accepted.
+    /// The campaign gauges after `replay` (see [`report_campaigns`]).
     fn report_campaigns(&self, replay: &Replay) {
-        let metrics = self.metrics.controllers();
-        for name in &replay.invalid_campaigns {
-            metrics.set_upgradeconfig_validation_failed(name, true);
-        }
-        let accepted = replay.accepted.iter().flat_map(|a| &a.desired.manifests);
-        for manifest in accepted.filter(|m| {
-            m.api_version == UpgradeConfig::api_version(&()) && m.kind == UpgradeConfig::kind(&())
-        }) {
-            if !replay.invalid_campaigns.contains(&manifest.name) {
-                metrics.set_upgradeconfig_validation_failed(&manifest.name, false);
-            }
-        }
+        report_campaigns(
+            &self.metrics.controllers(),
+            replay,
+            self.applied.as_ref().map(|a| &a.desired),
+        );
     }
 
+    /// Records a rejected commit: nothing of it was applied.
     async fn reject(
         &mut self,
         commit: &CommitInfo,
@@ -953,6 +958,45 @@ pub async fn follow(
     stopper.abort();
 }
 
+/// `upgradeoperator_upgradeconfig_validation_failed`: 1 for each campaign of a rejected
+/// head's failing files, 0 for each campaign of the commit accepted. The campaign gauges of
+/// an `UpgradeConfig` that left Git (in neither the state the cluster follows, `replay`'s
+/// accepted commit else `applied`, nor the head's failing files) are dropped, as MUO drops
+/// them when its `UpgradeConfig` is gone.
+fn report_campaigns(metrics: &UpgradeMetrics, replay: &Replay, applied: Option<&DesiredState>) {
+    for name in &replay.invalid_campaigns {
+        metrics.set_upgradeconfig_validation_failed(name, true);
+    }
+    let accepted = replay.accepted.as_ref().map(|a| &a.desired);
+    for name in accepted.into_iter().flat_map(campaign_names) {
+        if !replay
+            .invalid_campaigns
+            .iter()
+            .any(|invalid| invalid == name)
+        {
+            metrics.set_upgradeconfig_validation_failed(name, false);
+        }
+    }
+    // With nothing accepted nor applied, what the cluster holds is not known: keep all.
+    let Some(followed) = accepted.or(applied) else {
+        return;
+    };
+    let mut declared: BTreeSet<String> = campaign_names(followed).map(str::to_string).collect();
+    declared.extend(replay.invalid_campaigns.iter().cloned());
+    metrics.retain_campaigns(&declared);
+}
+
+/// The names of the `UpgradeConfig`s `state` declares.
+fn campaign_names(state: &DesiredState) -> impl Iterator<Item = &str> {
+    state
+        .manifests
+        .iter()
+        .filter(|m| {
+            m.api_version == UpgradeConfig::api_version(&()) && m.kind == UpgradeConfig::kind(&())
+        })
+        .map(|m| m.name.as_str())
+}
+
 /// Compiles only while the sync futures are `Send`, so a sync can be spawned on any
 /// runtime thread (a lazy iterator of futures held across an await breaks that silently).
 #[cfg(test)]
@@ -983,4 +1027,103 @@ fn sync_futures_are_send(
     is_send(&apply::write(c, k, m, vec![], stop));
     is_send(&prune::prune(c, k, e, Attribution::all(ci), stop));
     is_send(&s.sync());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::manifests::StaticCatalog;
+    use crate::sync::source::RepoFile;
+    use capstan_testing::manifests::module;
+
+    /// A commit of Module my-kmod at v1 and an `UpgradeConfig` for each of `campaigns`,
+    /// rolling out the version given (v1 is valid, any other is not declared).
+    fn commit(campaigns: &[(&str, &str)]) -> Vec<RepoFile> {
+        let mut files = vec![RepoFile {
+            path: "module.yaml".into(),
+            contents: module("my-kmod", "v1").into_bytes(),
+        }];
+        for (name, version) in campaigns {
+            let text = format!(
+                "apiVersion: upgrade.managed.openshift.io/v1alpha1\nkind: UpgradeConfig\n\
+                 metadata: {{name: {name}, namespace: kmm-demo}}\nspec:\n  type: OSD\n  \
+                 upgradeAt: \"2026-01-01T00:00:00Z\"\n  PDBForceDrainTimeout: 60\n  \
+                 desired: {{version: {version}}}\n"
+            );
+            files.push(RepoFile {
+                path: format!("{name}.yaml"),
+                contents: text.into_bytes(),
+            });
+        }
+        files
+    }
+
+    /// Replays `files` as the head after `applied`, and reports the campaigns.
+    fn sync(
+        metrics: &UpgradeMetrics,
+        applied: Option<&DesiredState>,
+        files: Vec<RepoFile>,
+    ) -> Replay {
+        let head = CommitInfo {
+            sha: "c0ffee".into(),
+            branch: "main".into(),
+            author: "Ada".into(),
+            email: "ada@example.com".into(),
+            time: jiff::Timestamp::UNIX_EPOCH,
+            subject: "a commit".into(),
+            pull_request: None,
+        };
+        let landed = [Landed {
+            commit: head,
+            files: Ok(files),
+        }];
+        let replay = follow::replay(applied, landed, "", &StaticCatalog::new());
+        report_campaigns(metrics, &replay, applied);
+        replay
+    }
+
+    #[test]
+    fn a_campaign_removed_from_git_takes_its_alerts_with_it() {
+        let metrics = UpgradeMetrics::default();
+        // The head breaks c (v9 is no Module's version): its validation alert fires.
+        let replay = sync(&metrics, None, commit(&[("c", "v9")]));
+        assert!(replay.accepted.is_none());
+        assert_eq!(metrics.upgradeconfig_validation_failed("c"), Some(1));
+        // The next commit deletes c.yaml and is accepted.
+        let replay = sync(&metrics, None, commit(&[("kept", "v1")]));
+        let applied = replay.accepted.expect("accepted").desired;
+        assert_eq!(metrics.upgradeconfig_validation_failed("c"), None);
+        assert_eq!(metrics.upgradeconfig_validation_failed("kept"), Some(0));
+
+        // kept breached its window, then a commit deletes it: released, its alert goes.
+        metrics.set_upgrade_window_breached("kept", true);
+        let replay = sync(&metrics, Some(&applied), commit(&[]));
+        assert!(replay.accepted.is_some());
+        assert_eq!(metrics.upgrade_window_breached("kept"), None);
+        assert_eq!(metrics.upgradeconfig_validation_failed("kept"), None);
+    }
+
+    #[test]
+    fn a_rejected_head_keeps_the_applied_campaigns_and_its_own() {
+        let metrics = UpgradeMetrics::default();
+        let applied = sync(&metrics, None, commit(&[("kept", "v1")]))
+            .accepted
+            .expect("accepted")
+            .desired;
+        metrics.set_upgrade_window_breached("kept", true);
+        // A rejected head breaks x; the one after it drops x.yaml but breaks y instead.
+        sync(
+            &metrics,
+            Some(&applied),
+            commit(&[("kept", "v1"), ("x", "v9")]),
+        );
+        assert_eq!(metrics.upgradeconfig_validation_failed("x"), Some(1));
+        let replay = sync(&metrics, Some(&applied), commit(&[("y", "v9")]));
+        assert!(replay.accepted.is_none() && replay.rejected.is_some());
+        assert_eq!(metrics.upgradeconfig_validation_failed("x"), None);
+        assert_eq!(metrics.upgradeconfig_validation_failed("y"), Some(1));
+        // The cluster keeps the applied commit, and kept with it.
+        assert_eq!(metrics.upgrade_window_breached("kept"), Some(1));
+        assert_eq!(metrics.upgradeconfig_validation_failed("kept"), Some(0));
+    }
 }

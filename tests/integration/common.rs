@@ -197,3 +197,27 @@ pub async fn syncer(client: &kube::Client, repo: &std::path::Path) -> capstan::s
     .await
     .expect("syncer starts")
 }
+
+/// The taint the node lifecycle controller puts on a node whose kubelet reports memory
+/// pressure.
+pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
+
+/// Node `node`'s kubelet reports memory pressure (the `MemoryPressure` condition), as a
+/// kubelet short of memory does; on a real server the node lifecycle controller then taints
+/// the node with [`MEMORY_PRESSURE_TAINT`].
+pub async fn report_memory_pressure(client: &kube::Client, node: &str) {
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    api.patch_status(
+        node,
+        &PatchParams::default(),
+        &Patch::Strategic(serde_json::json!({"status": {"conditions": [{
+            "type": "MemoryPressure",
+            "status": "True",
+            "reason": "KubeletHasInsufficientMemory",
+            "message": "kubelet has insufficient memory available",
+        }]}})),
+    )
+    .await
+    .expect("memory pressure");
+}

@@ -4,54 +4,24 @@
 //! other controllers would set are set here by hand.
 
 use crate::common;
+use crate::module_controller::{
+    MODULE, NAMESPACE, Running, daemon_sets, field_managers, key, label_node, labelled_nodes,
+    module_ready, module_status, modules, ready_pod_nodes, setup,
+};
 
 use std::collections::BTreeMap;
 
-use capstan::controllers::Context;
 use capstan::controllers::device_plugin::{self, StepAction};
 use capstan::controllers::module_nmc::ModuleFacts;
 use capstan::controllers::node::NodeFacts;
-use capstan_api::labels::ModuleKey;
 use capstan_api::managers;
 use capstan_api::module::{DaemonSetStatus, Module};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-const NAMESPACE: &str = "kmm-demo";
-const MODULE: &str = "my-kmod";
 const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
-
-/// The controller, running until the test cancels it.
-struct Running {
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    fn start(client: &kube::Client) -> Running {
-        let shutdown = CancellationToken::new();
-        let ctx = Context::new(client.clone(), shutdown.clone());
-        let task = tokio::spawn(async move {
-            capstan::controllers::run(ctx, &"device-plugin".parse().expect("selection")).await;
-        });
-        Running { shutdown, task }
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        tokio::time::timeout(common::DEADLINE, self.task)
-            .await
-            .expect("the controller stops on shutdown")
-            .expect("the controller task ends cleanly");
-    }
-}
-
-fn key() -> ModuleKey {
-    ModuleKey::new(NAMESPACE, MODULE).expect("key")
-}
 
 /// The Module of the KMM reference with a device plugin; `version` "" for none.
 fn module(version: &str, image: &str) -> Module {
@@ -76,21 +46,6 @@ fn module(version: &str, image: &str) -> Module {
     .expect("module")
 }
 
-async fn setup() -> (common::TestCluster, kube::Client) {
-    let (cluster, client) = common::start_default_simulated().await;
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("namespace");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("create namespace");
-    (cluster, client)
-}
-
-fn modules(client: &kube::Client) -> Api<Module> {
-    Api::namespaced(client.clone(), NAMESPACE)
-}
-
 async fn create_module(client: &kube::Client, module: &Module) {
     modules(client)
         .create(&PostParams::default(), module)
@@ -104,36 +59,6 @@ async fn patch_module(client: &kube::Client, patch: Value, what: &str) {
         .patch(MODULE, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .unwrap_or_else(|err| panic!("{what}: {err}"));
-}
-
-fn daemon_sets(client: &kube::Client) -> Api<DaemonSet> {
-    Api::namespaced(client.clone(), NAMESPACE)
-}
-
-/// Sets (`Some`) or removes (`None`) labels on a node.
-async fn label_node(client: &kube::Client, node: &str, labels: &[(String, Option<&str>)]) {
-    let labels: serde_json::Map<String, Value> = labels
-        .iter()
-        .map(|(key, value)| (key.clone(), json!(value)))
-        .collect();
-    Api::<Node>::all(client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}})),
-        )
-        .await
-        .expect("label node");
-}
-
-/// Marks the module loaded on `node` (as the NMC controller would), with the version whose
-/// device plugin may run there (as the version-label controller would).
-async fn module_ready(client: &kube::Client, node: &str, version: Option<&str>) {
-    let mut labels = vec![(key().ready_label(), Some(""))];
-    if let Some(version) = version {
-        labels.push((key().version_device_plugin_label(), Some(version)));
-    }
-    label_node(client, node, &labels).await;
 }
 
 /// Sets (`Some`) or removes (`None`) the version-device-plugin label of a node, as the
@@ -159,18 +84,7 @@ async fn plugin_nodes(client: &kube::Client, version: Option<&str>) -> Vec<Strin
             key().version_device_plugin_label()
         ));
     }
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .expect("list pods");
-    let mut nodes: Vec<String> = pods
-        .items
-        .iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && common::is_ready(pod))
-        .filter_map(|pod| pod.spec.as_ref()?.node_name.clone())
-        .collect();
-    nodes.sort();
-    nodes
+    ready_pod_nodes(client, &selector).await
 }
 
 async fn wait_for_plugins(client: &kube::Client, version: Option<&str>, nodes: &[&str]) {
@@ -182,12 +96,8 @@ async fn wait_for_plugins(client: &kube::Client, version: Option<&str>, nodes: &
 }
 
 async fn plugin_status(client: &kube::Client) -> Option<DaemonSetStatus> {
-    modules(client)
-        .get_opt(MODULE)
+    module_status(client)
         .await
-        .ok()
-        .flatten()
-        .and_then(|module| module.status)
         .map(|status| status.device_plugin)
 }
 
@@ -255,7 +165,7 @@ fn labels(object: &kube::api::ObjectMeta) -> BTreeMap<String, String> {
 #[tokio::test]
 async fn the_device_plugin_runs_on_nodes_where_the_module_is_ready() {
     let (_cluster, client) = setup().await;
-    let controller = Running::start(&client);
+    let controller = Running::start(&client, "device-plugin");
     create_module(&client, &module("", "registry.example/device-plugin:v1")).await;
     module_ready(&client, "worker-1", None).await;
     module_ready(&client, "worker-2", None).await;
@@ -289,13 +199,7 @@ async fn the_device_plugin_runs_on_nodes_where_the_module_is_ready() {
         (owner.kind.as_str(), Some(&owner.uid), owner.controller),
         ("Module", module_uid.as_ref(), Some(true))
     );
-    let managers: Vec<String> = ds
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|entry| entry.manager.clone())
-        .collect();
+    let managers = field_managers(&ds);
     assert!(
         managers.contains(&managers::DEVICE_PLUGIN.to_string()),
         "{managers:?}"
@@ -351,7 +255,7 @@ async fn an_ordered_upgrade_keeps_the_old_device_plugin_until_no_node_runs_it() 
     const V1: &str = "my-kmod-device-plugin-v1";
     const V2: &str = "my-kmod-device-plugin-v2";
     let (_cluster, client) = setup().await;
-    let controller = Running::start(&client);
+    let controller = Running::start(&client, "device-plugin");
     create_module(&client, &module("v1", "registry.example/device-plugin:v1")).await;
     for node in WORKERS {
         module_ready(&client, node, Some("v1")).await;
@@ -412,7 +316,7 @@ async fn an_ordered_upgrade_keeps_the_old_device_plugin_until_no_node_runs_it() 
 #[tokio::test]
 async fn deleting_the_module_removes_its_device_plugins() {
     let (_cluster, client) = setup().await;
-    let controller = Running::start(&client);
+    let controller = Running::start(&client, "device-plugin");
     let mut held = module("v1", "registry.example/device-plugin:v1");
     // Stands for the Module -> NMC controller's finalizer, which holds the Module until the
     // module is unloaded everywhere; the device plugins must stop before that.
@@ -443,6 +347,82 @@ async fn deleting_the_module_removes_its_device_plugins() {
             .ok()
             .flatten()
             .is_none()
+    })
+    .await;
+    controller.stop().await;
+}
+
+/// The nodes carrying the Module's device-plugin-ready label, sorted.
+async fn ready_labelled_nodes(client: &kube::Client) -> Vec<String> {
+    labelled_nodes(client, &key().device_plugin_ready_label()).await
+}
+
+async fn wait_for_ready_labels(client: &kube::Client, nodes: &[&str]) {
+    common::wait_until(
+        &format!("device-plugin-ready label on exactly {nodes:?}"),
+        || async { ready_labelled_nodes(client).await == nodes },
+    )
+    .await;
+}
+
+/// The device-plugin pods of the Module, deleting ones included.
+async fn plugin_pods(client: &kube::Client) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default().labels("kmm.node.kubernetes.io/role=device-plugin"))
+        .await
+        .expect("pods")
+        .items
+}
+
+#[tokio::test]
+async fn a_ready_device_plugin_labels_its_node_until_its_pod_goes() {
+    let (_cluster, client) = setup().await;
+    let controller = Running::start(&client, "device-plugin");
+    create_module(&client, &module("", "registry.example/device-plugin:v1")).await;
+    module_ready(&client, "worker-1", None).await;
+    module_ready(&client, "worker-2", None).await;
+    wait_for_plugins(&client, None, &["worker-1", "worker-2"]).await;
+    wait_for_ready_labels(&client, &["worker-1", "worker-2"]).await;
+    for pod in plugin_pods(&client).await {
+        assert_eq!(
+            pod.metadata.finalizers.as_deref(),
+            Some(&["kmm.node.kubernetes.io/node-labeler".to_string()][..]),
+            "{:?}",
+            pod.metadata.name
+        );
+    }
+
+    // The label removed by hand comes back while the pod is ready.
+    label_node(
+        &client,
+        "worker-1",
+        &[(key().device_plugin_ready_label(), None)],
+    )
+    .await;
+    wait_for_ready_labels(&client, &["worker-1", "worker-2"]).await;
+
+    // The module leaves worker-2: its device-plugin pod is deleted, the label goes, and the
+    // finalizer is released so that the pod goes too.
+    label_node(&client, "worker-2", &[(key().ready_label(), None)]).await;
+    wait_for_ready_labels(&client, &["worker-1"]).await;
+    common::wait_until("no device-plugin pod left on worker-2", || async {
+        plugin_pods(&client)
+            .await
+            .iter()
+            .all(|pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some("worker-2"))
+    })
+    .await;
+
+    // No device plugin in the Module any more: every label and pod goes.
+    patch_module(
+        &client,
+        json!({"spec": {"devicePlugin": null}}),
+        "drop devicePlugin",
+    )
+    .await;
+    wait_for_ready_labels(&client, &[]).await;
+    common::wait_until("every device-plugin pod gone", || async {
+        plugin_pods(&client).await.is_empty()
     })
     .await;
     controller.stop().await;

@@ -475,3 +475,315 @@ async fn a_broken_image_shows_in_the_module_status_and_backs_off() {
     assert!(!fleet.loaded("broken-1", "broken_drv").await);
     fleet.stop().await;
 }
+
+impl Fleet {
+    /// The node runs short of memory, as its kubelet reports it: the `MemoryPressure`
+    /// condition, and the `node.kubernetes.io/memory-pressure:NoSchedule` taint that the real
+    /// server's node lifecycle controller adds from it (the embedded cluster has no such
+    /// controller, so the test adds the taint there).
+    async fn run_short_of_memory(&self, node: &str) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        if self.cluster.simulation().is_some() {
+            api.patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": [
+                    {"key": MEMORY_PRESSURE, "effect": "NoSchedule"},
+                ]}})),
+            )
+            .await
+            .expect("taint");
+        } else {
+            common::report_memory_pressure(&self.client, node).await;
+        }
+        wait_until("the node is tainted for memory pressure", || async {
+            self.under_memory_pressure(node).await
+        })
+        .await;
+    }
+
+    async fn under_memory_pressure(&self, node: &str) -> bool {
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.get(node)
+            .await
+            .expect("node")
+            .spec
+            .and_then(|spec| spec.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|taint| taint.key == MEMORY_PRESSURE && taint.effect == "NoSchedule")
+    }
+
+    async fn replace_module_spec(&self, name: &str, spec: Value) {
+        let api: Api<Module> = Api::namespaced(self.client.clone(), NS);
+        let mut module = api.get(name).await.expect("module");
+        module.spec = serde_json::from_value(spec).expect("module spec");
+        api.replace(name, &PostParams::default(), &module)
+            .await
+            .expect("replace module");
+    }
+
+    async fn wait_loaded(&self, node: &str, modules: &[&str]) {
+        wait_until(&format!("{modules:?} loaded on {node}"), || async {
+            for &module in modules {
+                let ready = ModuleKey::new(NS, module).expect("key").ready_label();
+                if self.loaded_image(node, module).await.is_none()
+                    || !self.node_labels(node).await.contains_key(&ready)
+                {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+    }
+}
+
+const MEMORY_PRESSURE: &str = common::MEMORY_PRESSURE_TAINT;
+
+/// A Module of kernel module `name` (with `-` as `_`) on every `gpu` node, one image for
+/// every kernel.
+fn any_kernel_module(name: &str) -> Module {
+    serde_json::from_value(json!({
+        "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
+        "kind": "Module",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "selector": {"gpu": "true"},
+            "moduleLoader": {"container": {
+                "modprobe": {"moduleName": name.replace('-', "_")},
+                "kernelMappings": [
+                    {"regexp": "^.+$", "containerImage": format!("registry.example/{name}:${{KERNEL_FULL_VERSION}}")},
+                ],
+            }},
+        },
+    }))
+    .expect("module")
+}
+
+/// The kubelet taints a node short of memory; upstream KMM tolerates the pressure taints
+/// for every Module, so the node keeps each module loaded and takes new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_under_memory_pressure_keeps_its_modules() {
+    let fleet = Fleet::start(&[("pressed-1", FEDORA)], &[]).await;
+    let modules = ["nic-drv", "gpu-drv", "fs-drv"];
+    for name in modules {
+        create_module(&fleet, &any_kernel_module(name)).await;
+    }
+    fleet.wait_loaded("pressed-1", &modules).await;
+    let unloads_before = unloads(&fleet, "pressed-1");
+
+    fleet.run_short_of_memory("pressed-1").await;
+    // A Module created under pressure still reaches the node: by then the controllers have
+    // seen the taint.
+    create_module(&fleet, &any_kernel_module("late-drv")).await;
+    fleet.wait_loaded("pressed-1", &["late-drv"]).await;
+
+    assert!(fleet.under_memory_pressure("pressed-1").await);
+    let nmc = fleet.nmc("pressed-1").await.expect("nmc");
+    for name in modules {
+        let key = ModuleKey::new(NS, name).expect("key");
+        let entry = nmc.spec_module(&key).expect("entry kept");
+        assert!(
+            entry
+                .tolerations
+                .iter()
+                .any(|t| t.key.as_deref() == Some(MEMORY_PRESSURE)
+                    && t.operator.as_deref() == Some("Exists")
+                    && t.effect.as_deref() == Some("NoSchedule")),
+            "{name}: {:?}",
+            entry.tolerations
+        );
+        assert!(fleet.loaded("pressed-1", &name.replace('-', "_")).await);
+        assert!(
+            fleet
+                .node_labels("pressed-1")
+                .await
+                .contains_key(&key.ready_label())
+        );
+    }
+    assert_eq!(unloads(&fleet, "pressed-1"), unloads_before);
+    fleet.stop().await;
+}
+
+/// Kernel mappings are tried in list order, literals and regexps alike: a regexp listed
+/// before an equal literal wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_mappings_are_tried_in_list_order() {
+    let fleet = Fleet::start(&[("ordered-1", FEDORA)], &[]).await;
+    let module: Module = serde_json::from_value(json!({
+        "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
+        "kind": "Module",
+        "metadata": {"name": "gpu-drv", "namespace": NS},
+        "spec": {
+            "selector": {"gpu": "true"},
+            "moduleLoader": {"container": {
+                "modprobe": {"moduleName": "gpu_drv"},
+                "kernelMappings": [
+                    {"regexp": "^.+$", "containerImage": "registry.example/gpu-drv:any"},
+                    {"literal": FEDORA, "containerImage": "registry.example/gpu-drv:fedora"},
+                ],
+            }},
+        },
+    }))
+    .expect("module");
+    create_module(&fleet, &module).await;
+    fleet.wait_loaded("ordered-1", &["gpu-drv"]).await;
+    assert_eq!(
+        fleet.loaded_image("ordered-1", "gpu-drv").await.as_deref(),
+        Some("registry.example/gpu-drv:any")
+    );
+    fleet.stop().await;
+}
+
+/// A Module whose `moduleLoader` is removed stops being managed, as upstream's reconciler
+/// returns before choosing nodes: what is loaded stays loaded, even on a node its selector
+/// has left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_without_module_loader_unloads_nothing() {
+    let fleet = Fleet::start(&[("kept-1", FEDORA)], &[]).await;
+    create_module(&fleet, &any_kernel_module("kept-drv")).await;
+    create_module(&fleet, &any_kernel_module("marker-drv")).await;
+    fleet
+        .wait_loaded("kept-1", &["kept-drv", "marker-drv"])
+        .await;
+    let unloads_before = unloads(&fleet, "kept-1");
+
+    fleet
+        .replace_module_spec("kept-drv", json!({"selector": {"gpu": "none"}}))
+        .await;
+    // The marker's selector leaves the node after kept-drv lost its loader: once the marker
+    // is unloaded, kept-drv's change has long been handled.
+    fleet
+        .replace_module_spec(
+            "marker-drv",
+            json!({"selector": {"gpu": "none"}, "moduleLoader": any_kernel_module("marker-drv").spec.module_loader}),
+        )
+        .await;
+    wait_until("the marker is unloaded", || async {
+        let key = ModuleKey::new(NS, "marker-drv").expect("key");
+        !fleet.loaded("kept-1", "marker_drv").await
+            && fleet
+                .nmc("kept-1")
+                .await
+                .is_some_and(|nmc| nmc.spec_module(&key).is_none())
+    })
+    .await;
+
+    let key = ModuleKey::new(NS, "kept-drv").expect("key");
+    let nmc = fleet.nmc("kept-1").await.expect("nmc");
+    assert!(nmc.spec_module(&key).is_some(), "{:?}", nmc.spec);
+    assert!(fleet.loaded("kept-1", "kept_drv").await);
+    assert!(
+        fleet
+            .node_labels("kept-1")
+            .await
+            .contains_key(&key.ready_label())
+    );
+    assert_eq!(
+        unloads(&fleet, "kept-1"),
+        unloads_before.map(|before| before + 1),
+        "only the marker is unloaded"
+    );
+    fleet.stop().await;
+}
+
+/// The worker Events carry upstream's `module` annotation, by which tools filter KMM's
+/// Events: `ModuleLoaded` on the Node, annotated `<namespace>/<name>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_events_name_their_module_as_upstream_does() {
+    let fleet = Fleet::start(&[("events-1", FEDORA)], &[]).await;
+    create_module(&fleet, &any_kernel_module("event-drv")).await;
+    fleet.wait_loaded("events-1", &["event-drv"]).await;
+    let events: Api<Event> = Api::namespaced(fleet.client.clone(), "default");
+    wait_until("a ModuleLoaded Event annotated with its Module", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("ModuleLoaded")
+                    && e.involved_object.name.as_deref() == Some("events-1")
+                    && e.message.as_deref() == Some("Module kmm/event-drv loaded into the kernel")
+                    && e.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("module"))
+                        .map(String::as_str)
+                        == Some("kmm/event-drv")
+            })
+    })
+    .await;
+    fleet.stop().await;
+}
+
+/// A worker pod an upstream KMM install left behind carries its finalizer, which only
+/// upstream's controller removed: capstan removes it when it deletes the pod, so the pod
+/// goes instead of hanging in Terminating and holding the name of the next worker pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_pod_upstream_kmm_left_is_freed_of_its_finalizer_and_deleted() {
+    common::requires_stand_in("simulated kubelet, which runs a pod made by hand to its end");
+    let fleet = Fleet::start(&[("migrated-1", FEDORA)], &[]).await;
+    create_module(&fleet, &any_kernel_module("legacy-drv")).await;
+    fleet.wait_loaded("migrated-1", &["legacy-drv"]).await;
+    wait_until("capstan's own worker pods are gone", || async {
+        fleet.worker_pods().await.is_empty()
+    })
+    .await;
+
+    // The loader upstream KMM would have made for the same config, with its finalizer.
+    let nmc = fleet.nmc("migrated-1").await.expect("nmc");
+    let key = ModuleKey::new(NS, "legacy-drv").expect("key");
+    let config =
+        serde_saphyr::to_string(&nmc.spec_module(&key).expect("spec").config).expect("config YAML");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": key.worker_pod_name("migrated-1"),
+            "namespace": NS,
+            "labels": {
+                "app.kubernetes.io/name": "kmm",
+                "app.kubernetes.io/component": "worker",
+                "app.kubernetes.io/part-of": "kmm",
+                labels::MODULE_NAME_LABEL: "legacy-drv",
+                labels::WORKER_ACTION_LABEL: "Load",
+            },
+            "annotations": {labels::WORKER_CONFIG_ANNOTATION: config},
+            "finalizers": [labels::WORKER_POD_FINALIZER],
+            "ownerReferences": [{
+                "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
+                "kind": "NodeModulesConfig",
+                "name": "migrated-1",
+                "uid": nmc.metadata.uid.clone().expect("nmc uid"),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "nodeName": "migrated-1",
+            "restartPolicy": "OnFailure",
+            "containers": [{"name": "worker", "image": "registry.example/kmm-worker:v2.6.0"}],
+        },
+    }))
+    .expect("pod");
+    let pods: Api<Pod> = Api::namespaced(fleet.client.clone(), NS);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create the upstream pod");
+    wait_until("the upstream pod is read, freed and gone", || async {
+        pods.get_opt(&key.worker_pod_name("migrated-1"))
+            .await
+            .expect("get pod")
+            .is_none()
+    })
+    .await;
+    assert!(fleet.loaded("migrated-1", "legacy_drv").await);
+    assert!(
+        fleet
+            .node_labels("migrated-1")
+            .await
+            .contains_key(&key.ready_label())
+    );
+    fleet.stop().await;
+}

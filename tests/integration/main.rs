@@ -3,6 +3,8 @@
 
 mod common;
 mod fleet;
+mod module_controller;
+mod oracle;
 mod registry;
 mod upgrade;
 
@@ -11,6 +13,7 @@ mod cluster_cli;
 mod controllers_device_plugin;
 mod high_availability;
 mod install;
+mod kmm_dra;
 mod kmm_loading;
 mod leaderworkersets;
 mod nodekeeper;
@@ -33,6 +36,8 @@ mod sync_invalid;
 mod sync_restart;
 mod sync_server;
 mod upgrade_campaigns;
+mod upstream_oracle;
+mod upstream_oracle_lws;
 mod upstream_samples;
 mod worker_cli;
 mod worker_image;

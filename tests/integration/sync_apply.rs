@@ -242,3 +242,74 @@ spec:
     let applied = report(syncer.sync().await.expect("sync"));
     assert_eq!(applied.count("created"), 3, "{applied:?}");
 }
+
+/// A commit that removes a namespace with its Modules: the Modules go first and the
+/// namespace waits, still owned, until their modules are unloaded (a namespace being
+/// deleted refuses the unloader pods); the next sync deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_leaving_git_waits_until_its_modules_are_unloaded() {
+    use capstan::controllers::{self, Context};
+    use capstan_api::module::Module;
+    use capstan_api::nmc::NodeModulesConfig;
+    use k8s_openapi::api::core::v1::Namespace;
+
+    let (_cluster, client) = common::start_default_simulated().await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let ctx = Context::new(client.clone(), stop.clone());
+    let selection: controllers::Selection = "module-nmc,nmc".parse().expect("selection");
+    let running = tokio::spawn(async move { controllers::run(ctx, &selection).await });
+
+    let mut repo = FleetRepo::new();
+    repo.commit(
+        &[
+            ("ns.yaml", Some(NAMESPACE)),
+            ("module.yaml", Some(&module("my-kmod", ""))),
+        ],
+        "Load my-kmod",
+    );
+    let mut syncer = common::syncer(&client, repo.path()).await;
+    report(syncer.sync().await.expect("sync"));
+    let nmcs: Api<NodeModulesConfig> = Api::all(client.clone());
+    let loaded = async || {
+        nmcs.get_opt("worker-1")
+            .await
+            .expect("nmc")
+            .and_then(|nmc| nmc.status)
+            .is_some_and(|status| !status.modules.is_empty())
+    };
+    common::wait_until("my-kmod is loaded on worker-1", loaded).await;
+
+    repo.commit(
+        &[("ns.yaml", None), ("module.yaml", None)],
+        "Retire kmm-demo",
+    );
+    let retired = report(syncer.sync().await.expect("sync"));
+    assert_eq!(retired.count("pruned"), 1, "{retired:?}");
+    assert!(
+        retired
+            .kept
+            .iter()
+            .any(|(id, reason)| id.name == "kmm-demo" && reason.contains("kmm-demo/my-kmod")),
+        "{retired:?}"
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = namespaces.get("kmm-demo").await.expect("namespace");
+    assert!(namespace.metadata.deletion_timestamp.is_none());
+
+    let modules: Api<Module> = Api::namespaced(client.clone(), "kmm-demo");
+    common::wait_until("the Module is unloaded and gone", || async {
+        modules.get_opt("my-kmod").await.expect("module").is_none() && !loaded().await
+    })
+    .await;
+    syncer.sync().await.expect("sync");
+    let namespace = namespaces.get_opt("kmm-demo").await.expect("namespace");
+    assert!(
+        namespace.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "the namespace is deleted once its Modules are gone"
+    );
+    let syncs: Api<GitSync> = Api::namespaced(client.clone(), "capstan-system");
+    let status = syncs.get("capstan").await.unwrap().status.unwrap();
+    assert!(status.inventory.is_empty(), "{:?}", status.inventory);
+    stop.cancel();
+    running.await.expect("controllers stop");
+}

@@ -1,6 +1,7 @@
 //! Upstream's own sample manifests, as a user copies them into a fleet repository, are
 //! accepted: KMM v2.6.0's Modules (the annotated example and the device-plugin-only Module
-//! of its docs, its lab and CI Modules), LWS v0.10.0's LeaderWorkerSets (`config/samples`)
+//! of its docs, its lab and CI Modules) and main's DRA Modules (the DRA-only Module and the
+//! example with DRA of its docs), LWS v0.10.0's LeaderWorkerSets (`config/samples`)
 //! and managed-upgrade-operator's UpgradeConfig (README at commit 3e662ecd). `capstan plan`
 //! creates them all without an error, a sync puts them in the embedded cluster with every
 //! field kept, and KMM's `config/samples` Module, which upstream's own CRD refuses (no
@@ -144,6 +145,84 @@ spec:
   devicePlugin:
     container:
       image: some.registry/org/my-device-plugin:latest
+"#;
+
+/// KMM main (de3f8c9) `deploy_kmod.md`, "Supporting Modules without OOT kmods", the DRA
+/// variant, a namespace added.
+const KMM_DOCS_DRA_ONLY: &str = r#"
+apiVersion: kmm.sigs.x-k8s.io/v1beta1
+kind: Module
+metadata:
+  name: my-kmod
+  namespace: kmm-dra-only
+spec:
+  selector:
+    node-role.kubernetes.io/worker: ""
+  dra:
+    driverName: dra.example.com
+    container:
+      image: some.registry/org/my-dra-driver:latest
+"#;
+
+/// KMM main (de3f8c9) `deploy_kmod.md`, "Example resource with DRA", a namespace added.
+const KMM_DOCS_DRA_EXAMPLE: &str = r#"
+apiVersion: kmm.sigs.x-k8s.io/v1beta1
+kind: Module
+metadata:
+  name: my-kmod
+  namespace: kmm-dra
+spec:
+  moduleLoader:
+    container:
+      modprobe:
+        moduleName: my-kmod
+      kernelMappings:
+        - regexp: '^.+$'
+          containerImage: "some.registry/org/my-kmod:${KERNEL_FULL_VERSION}"
+
+  dra:
+    driverName: dra.example.com  # Required; must be a valid DNS subdomain
+
+    container:
+      image: some.registry/org/my-dra-driver:latest  # Required
+
+      env:  # Optional
+        - name: MY_DRA_ENV_VAR
+          value: SOME_VALUE
+
+      volumeMounts:  # Optional; appended to the auto-mounted volumes
+        - mountPath: /some/mountPath
+          name: dra-extra-volume
+
+    initContainer:  # Optional
+      image: some.registry/org/my-dra-init:latest
+
+    volumes:  # Optional; appended to the auto-mounted volumes
+      - name: dra-extra-volume
+        configMap:
+          name: some-configmap
+
+    serviceAccountName: sa-dra-driver  # Optional; defaults to the namespace's default ServiceAccount if not set
+
+    deviceClasses:  # Optional; list of DeviceClass resources to create
+      - name: my-device-class
+        selectors:  # Optional; restrict which devices match this class
+          - cel:
+              expression: "device.driver == 'dra.example.com'"
+        config:  # Optional; per-device configuration
+          - opaque:
+              driver: dra.example.com
+              parameters:
+                apiVersion: dra.example.com/v1
+                kind: MyDeviceConfig
+                spec:
+                  mode: default
+
+  imageRepoSecret:  # Optional
+    name: secret-name
+
+  selector:
+    node-role.kubernetes.io/worker: ""
 "#;
 
 /// KMM `ci/module-kmm-ci-build-sign.yaml`: in-cluster build and signing settings.
@@ -356,6 +435,16 @@ apiVersion: v1
 kind: Namespace
 metadata:
   name: kmm-device-plugin
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: kmm-dra
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: kmm-dra-only
 "#;
 
 /// The samples that upstream accepts, under `fleet/`.
@@ -367,6 +456,8 @@ fn samples() -> Vec<(&'static str, String)> {
             "fleet/kmm/docs-device-plugin-only.yaml",
             KMM_DOCS_DEVICE_PLUGIN_ONLY,
         ),
+        ("fleet/kmm/docs-dra-only.yaml", KMM_DOCS_DRA_ONLY),
+        ("fleet/kmm/docs-dra-example.yaml", KMM_DOCS_DRA_EXAMPLE),
         ("fleet/kmm/ci-build-sign.yaml", KMM_CI_BUILD_SIGN),
         ("fleet/kmm/lab-ubuntu.yaml", KMM_LAB_UBUNTU),
         ("fleet/lws/sample.yaml", LWS_SAMPLE),
@@ -380,7 +471,7 @@ fn samples() -> Vec<(&'static str, String)> {
 }
 
 /// Every object the samples declare, as `kind namespace/name`, sorted.
-const OBJECTS: [&str; 10] = [
+const OBJECTS: [&str; 14] = [
     "LeaderWorkerSet default/leaderworkerset-multi-template",
     "LeaderWorkerSet default/leaderworkerset-sample",
     "Module default/kmm-ci",
@@ -388,8 +479,12 @@ const OBJECTS: [&str; 10] = [
     "Module default/kmod-4-4-6",
     "Module kmm-device-plugin/my-kmod",
     "Module kmm-docs/my-kmod",
+    "Module kmm-dra-only/my-kmod",
+    "Module kmm-dra/my-kmod",
     "Namespace /kmm-device-plugin",
     "Namespace /kmm-docs",
+    "Namespace /kmm-dra",
+    "Namespace /kmm-dra-only",
     "UpgradeConfig default/managed-upgrade-config",
 ];
 
@@ -486,6 +581,42 @@ async fn upstream_samples_sync_into_the_cluster_with_every_field() {
         .await
         .expect("plugin only");
     assert_eq!(plugin_only.spec.module_loader, None);
+
+    let dra_only = modules("kmm-dra-only")
+        .get("my-kmod")
+        .await
+        .expect("DRA only");
+    let dra = dra_only.spec.dra.as_ref().expect("dra");
+    assert_eq!(dra.driver_name, "dra.example.com");
+    assert_eq!(dra_only.spec.module_loader, None);
+
+    let with_dra = modules("kmm-dra")
+        .get("my-kmod")
+        .await
+        .expect("DRA example");
+    let dra = with_dra.spec.dra.as_ref().expect("dra");
+    assert_eq!(dra.service_account_name, "sa-dra-driver");
+    assert_eq!(
+        dra.init_container.as_ref().map(|init| init.image.as_str()),
+        Some("some.registry/org/my-dra-init:latest")
+    );
+    assert_eq!(dra.container.env[0].name, "MY_DRA_ENV_VAR");
+    assert_eq!(dra.volumes[0].name, "dra-extra-volume");
+    let class = &dra.device_classes[0];
+    assert_eq!(class.name, "my-device-class");
+    assert_eq!(
+        class.selectors[0]
+            .cel
+            .as_ref()
+            .map(|cel| cel.expression.as_str()),
+        Some("device.driver == 'dra.example.com'")
+    );
+    // The driver's parameters are kept whole, not pruned to `{}`.
+    let parameters = &class.config[0].opaque.as_ref().expect("opaque").parameters;
+    assert_eq!(
+        serde_json::to_value(parameters).expect("parameters"),
+        json!({"apiVersion": "dra.example.com/v1", "kind": "MyDeviceConfig", "spec": {"mode": "default"}})
+    );
 
     let ci = modules("default").get("kmm-ci").await.expect("CI Module");
     let container = &ci.spec.module_loader.as_ref().expect("loader").container;

@@ -104,6 +104,18 @@ exit $rc
         std::fs::write(path, text.to_string()).unwrap();
     }
 
+    /// A `kubernetes.io/dockercfg` Secret's `.dockercfg`, where the worker pod projects it:
+    /// the registries without the `auths` wrapper.
+    fn write_legacy_pull_secret(&self, registry: &str, user: &str, password: &str) {
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let path = self
+            .root()
+            .join("var/run/kmm/pull-secret/.dockerconfigjson");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let text = serde_json::json!({registry: {"auth": auth, "email": "robot@example.com"}});
+        std::fs::write(path, text.to_string()).unwrap();
+    }
+
     fn write_config(&self, text: &str) -> PathBuf {
         let path = self.dir.path().join("config.yaml");
         std::fs::write(&path, text).unwrap();
@@ -281,4 +293,35 @@ async fn an_unpullable_image_fails_with_one_line() {
     );
     assert!(lines[0].contains("manifest unknown"), "{lines:?}");
     assert!(node.modprobe_log().is_empty());
+}
+
+#[tokio::test]
+async fn a_legacy_dockercfg_secret_opens_a_private_registry() {
+    let registry = Registry::start(RegistryOptions {
+        basic_auth: true,
+        ..RegistryOptions::default()
+    });
+    // An image without modules: the pull is what this checks, and modprobe fails after it.
+    let layer = Layer::new().file("opt/hello", b"hello").gzip(LAYER_GZIP);
+    let digest = registry.push_image("kmods/legacy", "v1", &[layer]).await;
+    let node = Node::new();
+    node.write_legacy_pull_secret(&registry.address(), USER, PASSWORD);
+    let image = format!("{}/kmods/legacy:v1", registry.address());
+    let config = node.write_config(&format!(
+        "kernelVersion: {KERNEL}
+containerImage: {image}
+insecurePull: true
+modprobe:
+  moduleName: kmod_a
+"
+    ));
+    let output = node.worker("load", &config);
+    let lines = stderr_lines(&output);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("error: could not load module kmod_a: "),
+        "{lines:?}"
+    );
+    let unpacked = format!("var/run/kmm/image/{}/opt/hello", digest.replace(':', "-"));
+    assert_eq!(node.read(&unpacked).as_deref(), Some("hello"));
 }

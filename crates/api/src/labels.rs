@@ -40,12 +40,24 @@ pub const WORKER_ACTION_LABEL: &str = "kmm.node.kubernetes.io/worker-action";
 pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// Value of [`COMPONENT_LABEL`] on worker pods.
 pub const WORKER_COMPONENT: &str = "worker";
+/// Standard name label; worker pods carry [`KMM_APP`], as upstream's do.
+pub const APP_NAME_LABEL: &str = "app.kubernetes.io/name";
+/// Standard part-of label; worker pods carry [`KMM_APP`], as upstream's do.
+pub const PART_OF_LABEL: &str = "app.kubernetes.io/part-of";
+/// Value of [`APP_NAME_LABEL`] and [`PART_OF_LABEL`] on worker pods.
+pub const KMM_APP: &str = "kmm";
 /// Annotation on worker pods: the `ModuleConfig` as YAML, mounted through the downward API.
 pub const WORKER_CONFIG_ANNOTATION: &str = "kmm.node.kubernetes.io/worker-config";
 /// Annotation on worker pods: hash of the pod spec, to detect a stale pod.
 pub const WORKER_HASH_ANNOTATION: &str = "kmm.node.kubernetes.io/worker-hash";
 /// Annotation on worker pods: the module version the pod loads or unloads.
 pub const WORKER_MODULE_VERSION_ANNOTATION: &str = "kmm.node.kubernetes.io/worker-module-version";
+/// Annotation on worker pods with tolerations: their YAML list, where upstream KMM reads
+/// a finished loader's tolerations from.
+pub const WORKER_TOLERATIONS_ANNOTATION: &str = "kmm.node.kubernetes.io/worker-tolerations";
+
+/// Upstream KMM's label on a namespace that holds Modules.
+pub const NAMESPACE_LABEL: &str = "kmm.node.k8s.io/contains-modules";
 /// Where the worker container finds [`WORKER_CONFIG_ANNOTATION`] (downward API file).
 pub const WORKER_CONFIG_PATH: &str = "/etc/kmm-worker/config.yaml";
 /// Prefix of every worker pod name; see [`ModuleKey::worker_pod_name`].
@@ -57,6 +69,11 @@ pub const WORKER_POD_NAME_PREFIX: &str = "kmm-worker-";
 pub const ROLE_LABEL: &str = "kmm.node.kubernetes.io/role";
 /// Value of [`ROLE_LABEL`] for device plugins.
 pub const DEVICE_PLUGIN_ROLE: &str = "device-plugin";
+/// Value of [`ROLE_LABEL`] on DRA driver DaemonSets and their pods.
+pub const DRA_ROLE: &str = "dra";
+/// Label on the DeviceClasses of a Module's DRA driver, with [`MODULE_NAME_LABEL`]: the
+/// Module's namespace (a DeviceClass is cluster-scoped).
+pub const MODULE_NAMESPACE_LABEL: &str = "kmm.node.kubernetes.io/module.namespace";
 /// Name of the kubelet's device-plugin directory volume in device plugin pods.
 pub const KUBELET_DEVICE_PLUGINS_VOLUME: &str = "kubelet-device-plugins";
 /// Host directory where the kubelet expects device plugins' sockets.
@@ -66,8 +83,13 @@ pub const KUBELET_DEVICE_PLUGINS_PATH: &str = "/var/lib/kubelet/device-plugins";
 
 /// Finalizer on a Module: kept until no node still has the module loaded.
 pub const MODULE_FINALIZER: &str = "kmm.node.kubernetes.io/module-finalizer";
-/// Finalizer on worker pods: kept until the NMC controller has read the pod's outcome.
+/// Finalizer upstream KMM puts on its worker pods, kept until its NMC controller has read
+/// the pod's outcome. capstan's worker pods have none; it removes this one from pods
+/// upstream KMM created, which nothing else would release.
 pub const WORKER_POD_FINALIZER: &str = "kmm.node.kubernetes.io/nodemodulesconfig-reconciler";
+/// Finalizer on device plugin pods: kept until the pod's node has lost its
+/// device-plugin-ready label (unless another ready pod of the Module runs there).
+pub const NODE_LABELER_FINALIZER: &str = "kmm.node.kubernetes.io/node-labeler";
 
 // ---- capstan ----
 
@@ -262,6 +284,12 @@ pub enum ModuleLabel {
     VersionWorkerPod,
     /// Node, internal: `beta.kmm.node.kubernetes.io/version-device-plugin.<ns>.<name>` = version whose device plugin runs.
     VersionDevicePlugin,
+    /// Node: `kmm.node.kubernetes.io/<ns>.<name>.device-plugin-ready` = `""` while a device
+    /// plugin pod of the module is ready there.
+    DevicePluginReady,
+    /// Node: `kmm.node.kubernetes.io/<ns>.<name>.dra-ready` = `""` while a DRA driver pod of
+    /// the module is ready there.
+    DraReady,
     /// NMC: `beta.kmm.node.kubernetes.io/<ns>.<name>.module-configured`.
     ModuleConfigured,
     /// NMC: `beta.kmm.node.kubernetes.io/<ns>.<name>.module-in-use`.
@@ -270,12 +298,14 @@ pub enum ModuleLabel {
 
 impl ModuleLabel {
     /// Every per-module label.
-    pub const ALL: [ModuleLabel; 7] = [
+    pub const ALL: [ModuleLabel; 9] = [
         ModuleLabel::Ready,
         ModuleLabel::VersionReady,
         ModuleLabel::VersionModule,
         ModuleLabel::VersionWorkerPod,
         ModuleLabel::VersionDevicePlugin,
+        ModuleLabel::DevicePluginReady,
+        ModuleLabel::DraReady,
         ModuleLabel::ModuleConfigured,
         ModuleLabel::ModuleInUse,
     ];
@@ -283,9 +313,11 @@ impl ModuleLabel {
     /// The prefix (before the `/`).
     pub fn prefix(self) -> &'static str {
         match self {
-            ModuleLabel::Ready | ModuleLabel::VersionReady | ModuleLabel::VersionModule => {
-                KMM_PREFIX
-            }
+            ModuleLabel::Ready
+            | ModuleLabel::VersionReady
+            | ModuleLabel::VersionModule
+            | ModuleLabel::DevicePluginReady
+            | ModuleLabel::DraReady => KMM_PREFIX,
             ModuleLabel::VersionWorkerPod
             | ModuleLabel::VersionDevicePlugin
             | ModuleLabel::ModuleConfigured
@@ -301,6 +333,8 @@ impl ModuleLabel {
             ModuleLabel::VersionModule => ("version-module.", ""),
             ModuleLabel::VersionWorkerPod => ("version-worker-pod.", ""),
             ModuleLabel::VersionDevicePlugin => ("version-device-plugin.", ""),
+            ModuleLabel::DevicePluginReady => ("", ".device-plugin-ready"),
+            ModuleLabel::DraReady => ("", ".dra-ready"),
             ModuleLabel::ModuleConfigured => ("", ".module-configured"),
             ModuleLabel::ModuleInUse => ("", ".module-in-use"),
         }
@@ -343,6 +377,18 @@ impl ModuleLabel {
             })
             .collect()
     }
+}
+
+/// Whether `key` is the ready label of KMM releases before namespaced Modules,
+/// `kmm.node.kubernetes.io/<name>.ready` (letters, digits and `-`, no namespace), which
+/// upstream KMM removes from every node it reconciles.
+pub fn is_deprecated_ready_label(key: &str) -> bool {
+    key.strip_prefix(KMM_PREFIX)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .and_then(|name_part| name_part.strip_suffix(".ready"))
+        .is_some_and(|name| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
 }
 
 /// The namespace and name of a `Module`, checked so that every label KMM derives from it
@@ -447,6 +493,18 @@ impl ModuleKey {
     /// `beta.kmm.node.kubernetes.io/version-device-plugin.<ns>.<name>`: the version whose device plugin may run.
     pub fn version_device_plugin_label(&self) -> String {
         self.label(ModuleLabel::VersionDevicePlugin)
+    }
+
+    /// `kmm.node.kubernetes.io/<ns>.<name>.device-plugin-ready`: on a node while a device
+    /// plugin pod of the module is ready there (upstream's `GetDevicePluginNodeLabel`).
+    pub fn device_plugin_ready_label(&self) -> String {
+        self.label(ModuleLabel::DevicePluginReady)
+    }
+
+    /// `kmm.node.kubernetes.io/<ns>.<name>.dra-ready`: on a node while a DRA driver pod of
+    /// the module is ready there (KMM main's `GetDRANodeLabel`).
+    pub fn dra_ready_label(&self) -> String {
+        self.label(ModuleLabel::DraReady)
     }
 
     /// `beta.kmm.node.kubernetes.io/<ns>.<name>.module-configured`: on an NMC that has the module in its spec.
@@ -653,6 +711,14 @@ mod tests {
             (
                 key.version_device_plugin_label(),
                 "beta.kmm.node.kubernetes.io/version-device-plugin.kmm-demo.my-kmod",
+            ),
+            (
+                key.device_plugin_ready_label(),
+                "kmm.node.kubernetes.io/kmm-demo.my-kmod.device-plugin-ready",
+            ),
+            (
+                key.dra_ready_label(),
+                "kmm.node.kubernetes.io/kmm-demo.my-kmod.dra-ready",
             ),
             (
                 key.module_configured_label(),
@@ -867,5 +933,26 @@ mod tests {
             );
         }
         assert_eq!(WorkerAction::from_label_value("load"), None);
+    }
+
+    #[test]
+    fn deprecated_ready_labels_have_no_namespace() {
+        // Upstream's own cases, and the labels of namespaced Modules.
+        let cases = [
+            ("kmm.node.kubernetes.io/a.ready", true),
+            ("kmm.node.kubernetes.io/1.ready", true),
+            ("kmm.node.kubernetes.io/with-hyphen.ready", true),
+            ("test.ready", false),
+            ("kmm.node.kubernetes.io/ns.name.ready", false),
+            ("kmm.node.kubernetes.io/..ready", false),
+            ("kmm.node.kubernetes.io/.ready", false),
+            ("kmm.node.kubernetes.io/ns.name.version.ready", false),
+            ("beta.kmm.node.kubernetes.io/a.ready", false),
+            ("kmm.node.kubernetes.io/a.device-plugin-ready", false),
+            ("kmm.node.kubernetes.io/a.dra-ready", false),
+        ];
+        for (key, deprecated) in cases {
+            assert_eq!(is_deprecated_ready_label(key), deprecated, "{key}");
+        }
     }
 }

@@ -163,7 +163,8 @@ impl LeaderWorkerTemplate {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum RestartPolicy {
     /// Deprecated upstream spelling of `None` (upstream's defaulting webhook rewrites it to
-    /// `None`; capstan keeps what was written and reads it as `None`).
+    /// `None`; capstan keeps what was written, reads it as `None`, and writes `None` in
+    /// revisions, so changing one for the other rolls nothing).
     Default,
     /// Recreate every pod of the group.
     #[default]

@@ -10,6 +10,8 @@ pub const MODULE_NMC: &str = "capstan-module-nmc";
 pub const NMC: &str = "capstan-nmc";
 /// The device-plugin controller (DaemonSets).
 pub const DEVICE_PLUGIN: &str = "capstan-device-plugin";
+/// The DRA controller (DRA DaemonSets, DeviceClasses, dra-ready node labels, `status.dra`).
+pub const DRA: &str = "capstan-dra";
 /// The ordered-upgrade version-label controller (internal node labels).
 pub const VERSION_LABELS: &str = "capstan-version-labels";
 /// The campaign controller (`UpgradeConfig` status).

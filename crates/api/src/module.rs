@@ -2,9 +2,10 @@
 //! which nodes, from which image per kernel, and the device plugin that goes with it.
 //!
 //! Field names, optionality and defaults follow upstream `api/v1beta1/module_types.go` of
-//! KMM v2.6.0, field for field; `crates/api/tests/upstream_fields.rs` holds the CRD to that
-//! release. Go `string` fields marked `omitempty` are Rust `String`s that are left out when
-//! empty, so "unset" and "empty" mean the same thing, as upstream. Fields for in-cluster
+//! KMM v2.6.0, field for field, and the `dra` fields KMM main (de3f8c9) adds;
+//! `crates/api/tests/upstream_fields.rs` holds the CRD to main's. Go `string` fields marked
+//! `omitempty` are Rust `String`s that are left out when empty, so "unset" and "empty" mean
+//! the same thing, as upstream. Fields for in-cluster
 //! builds and signing (`build`, `sign`, `imageRebuildTriggerGeneration`) are typed so
 //! upstream Modules decode and round-trip; capstan loads prebuilt images and does not act on
 //! them. The types do not reject unknown fields, so objects written by a newer KMM still
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     EnvVar, LocalObjectReference, ResourceRequirements, Toleration, Volume, VolumeMount,
 };
+use k8s_openapi::api::resource::v1::{DeviceClassConfiguration, DeviceSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -61,6 +63,10 @@ use super::labels::{LabelError, ModuleKey};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.dra) && has(self.devicePlugin))",
+    "message": "spec.dra and spec.devicePlugin are mutually exclusive",
+}]))]
 pub struct ModuleSpec {
     /// Node labels a node must carry for the module to be loaded on it.
     pub selector: BTreeMap<String, String>,
@@ -82,6 +88,11 @@ pub struct ModuleSpec {
     /// The device plugin DaemonSet run on nodes where the module is loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_plugin: Option<DevicePluginSpec>,
+
+    /// The DRA kubelet plugin DaemonSet and the DeviceClasses it serves; mutually exclusive
+    /// with `devicePlugin` (KMM main).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<DraSpec>,
 
     /// A counter to increment to make KMM verify the module's images again and rebuild the
     /// missing ones. Kept so upstream Modules decode; capstan does not build images.
@@ -137,8 +148,9 @@ pub struct ModuleLoaderContainerSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub in_tree_module_to_remove: String,
 
-    /// Kernel versions this module supports and the image for each. The first `literal`
-    /// equal to the node's kernel wins, else the first `regexp` that matches it.
+    /// Kernel versions this module supports and the image for each, tried in order: the
+    /// first mapping whose `literal` equals the node's kernel or whose `regexp` matches it
+    /// wins.
     #[schemars(length(min = 1))]
     pub kernel_mappings: Vec<KernelMapping>,
 
@@ -180,9 +192,10 @@ pub struct KernelMapping {
     )]
     pub registry_tls: Option<TlsOptions>,
 
-    /// Overrides the container's in-tree modules to remove when not empty.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub in_tree_modules_to_remove: Vec<String>,
+    /// Overrides the container's in-tree modules to remove when present, even empty: an
+    /// explicit `[]` removes none on these kernels, as upstream's `!= nil`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_tree_modules_to_remove: Option<Vec<String>>,
 
     /// Overrides the container's single in-tree module to remove when set. Deprecated
     /// upstream in favour of `inTreeModulesToRemove`, still served.
@@ -200,7 +213,8 @@ pub struct KernelMapping {
 
 impl KernelMapping {
     /// The in-tree modules removed before loading on a kernel this mapping covers, as
-    /// upstream resolves them: the mapping's `inTreeModulesToRemove`, else the container's;
+    /// upstream resolves them: the mapping's `inTreeModulesToRemove` when present (an empty
+    /// list included), else the container's;
     /// then a deprecated `inTreeModuleToRemove` (the mapping's, else the container's), when
     /// set, replaces that list. (Upstream's webhook rejects Modules that mix the two forms,
     /// so the replacement only matters for Modules written with the deprecated one.)
@@ -213,11 +227,10 @@ impl KernelMapping {
         if !single.is_empty() {
             return vec![single.clone()];
         }
-        if self.in_tree_modules_to_remove.is_empty() {
-            container.in_tree_modules_to_remove.clone()
-        } else {
-            self.in_tree_modules_to_remove.clone()
-        }
+        self.in_tree_modules_to_remove
+            .as_ref()
+            .unwrap_or(&container.in_tree_modules_to_remove)
+            .clone()
     }
 }
 
@@ -291,6 +304,25 @@ impl Default for ModprobeSpec {
             modules_loading_order: Vec::new(),
         }
     }
+}
+
+/// The taints the kubelet puts on a node that runs short of disk, memory or process IDs.
+/// Upstream KMM tolerates them for every Module (`InternalTolerations`,
+/// internal/module/helper.go), so that a node under pressure keeps its kernel modules.
+pub const PRESSURE_TOLERATIONS: [&str; 3] = [
+    "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/pid-pressure",
+];
+
+/// [`PRESSURE_TOLERATIONS`] as upstream writes them: `Exists`, `NoSchedule`.
+pub fn pressure_tolerations() -> impl Iterator<Item = Toleration> {
+    PRESSURE_TOLERATIONS.iter().map(|key| Toleration {
+        key: Some((*key).to_string()),
+        operator: Some("Exists".to_string()),
+        effect: Some("NoSchedule".to_string()),
+        ..Toleration::default()
+    })
 }
 
 /// Upstream's default module root inside kmod images.
@@ -423,6 +455,71 @@ pub struct DevicePluginSpec {
     pub automount_service_account_token: Option<bool>,
 }
 
+/// The DRA kubelet plugin of a module (upstream `DRASpec`): a DaemonSet per module
+/// version, and the cluster-scoped DeviceClasses that select its devices.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DraSpec {
+    /// The DRA driver container.
+    pub container: CommonContainerSpec,
+
+    /// An init container run before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_container: Option<CommonContainerSpec>,
+
+    /// Service account of the DRA driver pods.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_account_name: String,
+
+    /// Volumes of the DRA driver pods, after the kubelet plugin and CDI directories.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::drop_nested_descriptions)]
+    pub volumes: Vec<Volume>,
+
+    /// `false` keeps the service account token and CAs out of the DRA driver pods; unset
+    /// means Kubernetes' default (mounted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automount_service_account_token: Option<bool>,
+
+    /// The driver name the plugin registers with the kubelet (a DNS subdomain). Only
+    /// checked: the driver is not told it, as upstream.
+    pub driver_name: String,
+
+    /// DeviceClasses managed for the Module.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_classes: Vec<DeviceClassSpec>,
+}
+
+/// A cluster-scoped `resource.k8s.io/v1` DeviceClass managed for a Module (upstream
+/// `DeviceClassSpec`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceClassSpec {
+    /// The DeviceClass's `metadata.name`.
+    #[schemars(regex(
+        pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    ))]
+    pub name: String,
+
+    /// The DeviceClass's `spec.selectors`: CEL expressions a device must satisfy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), transform = super::schema::drop_nested_descriptions)]
+    pub selectors: Vec<DeviceSelector>,
+
+    /// The DeviceClass's `spec.config`: configuration passed to the driver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        transform = super::schema::drop_nested_descriptions,
+        transform = super::schema::device_class_markers
+    )]
+    pub config: Vec<DeviceClassConfiguration>,
+}
+
+/// The container fields the device plugin and the DRA driver share (upstream renamed
+/// `DevicePluginContainerSpec` to `CommonContainerSpec`; the JSON is the same).
+pub type CommonContainerSpec = DevicePluginContainerSpec;
+
 /// A device plugin (or init) container.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -469,6 +566,10 @@ pub struct ModuleStatus {
     /// The device plugin across the targeted nodes.
     #[serde(default)]
     pub device_plugin: DaemonSetStatus,
+
+    /// The DRA driver across the targeted nodes; all zero without `spec.dra`.
+    #[serde(default)]
+    pub dra: DaemonSetStatus,
 
     /// `Available` (loaded on every node that should have it) and `Degraded` (worker pods
     /// fail on some nodes, with the reasons). capstan's addition to upstream's status.
@@ -542,6 +643,15 @@ impl Module {
                 field: "name",
             })?;
         ModuleKey::new(namespace, name)
+    }
+
+    /// The tolerations that choose the Module's nodes and go into its NMC entries and worker
+    /// pods: `spec.tolerations` followed by [`PRESSURE_TOLERATIONS`], as upstream's
+    /// `append(mod.Spec.Tolerations, module.InternalTolerations...)`.
+    pub fn loader_tolerations(&self) -> Vec<Toleration> {
+        let mut tolerations = self.spec.tolerations.clone();
+        tolerations.extend(pressure_tolerations());
+        tolerations
     }
 
     /// The version of the module loader, `None` when unset (no ordered upgrade).
@@ -680,6 +790,7 @@ spec:
 status:
   moduleLoader: {nodesMatchingSelectorNumber: 1, desiredNumber: 1, availableNumber: 1}
   devicePlugin: {nodesMatchingSelectorNumber: 1, desiredNumber: 1, availableNumber: 1}
+  dra: {nodesMatchingSelectorNumber: 0, desiredNumber: 0, availableNumber: 0}
   imageRebuildTriggerGeneration: 2
 "#;
         let value: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
@@ -702,20 +813,105 @@ status:
         assert_eq!(serde_json::to_value(&module).unwrap(), value);
     }
 
+    /// KMM main's docs Module "with DRA", its DRA part.
+    const DRA_EXAMPLE: &str = r#"
+apiVersion: kmm.sigs.x-k8s.io/v1beta1
+kind: Module
+metadata: {name: my-kmod, namespace: kmm-demo}
+spec:
+  selector: {node-role.kubernetes.io/worker: ""}
+  dra:
+    driverName: dra.example.com
+    container: {image: some.registry/org/my-dra-driver:latest}
+    automountServiceAccountToken: false
+    deviceClasses:
+      - name: my-device-class
+        selectors: [{cel: {expression: "device.driver == 'dra.example.com'"}}]
+        config:
+          - opaque:
+              driver: dra.example.com
+              parameters: {apiVersion: dra.example.com/v1, kind: MyDeviceConfig, spec: {mode: default}}
+"#;
+
+    #[test]
+    fn dra_of_kmm_main_decodes_and_round_trips() {
+        let value: serde_json::Value = serde_saphyr::from_str(DRA_EXAMPLE).unwrap();
+        assert_eq!(
+            schema::unknown_fields(&Module::crd(), &value),
+            Vec::<String>::new()
+        );
+        let module: Module = serde_json::from_value(value.clone()).unwrap();
+        let dra = module.spec.dra.as_ref().unwrap();
+        assert_eq!(dra.driver_name, "dra.example.com");
+        assert_eq!(dra.automount_service_account_token, Some(false));
+        assert_eq!(dra.device_classes[0].name, "my-device-class");
+        assert_eq!(serde_json::to_value(&module).unwrap(), value);
+    }
+
+    /// The schema of the Module CRD at `path` (property names; `[]` for a list's items).
+    fn crd_schema(path: &[&str]) -> serde_json::Value {
+        let crd = serde_json::to_value(Module::crd()).unwrap();
+        let mut node = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        for step in path {
+            node = if *step == "[]" {
+                &node["items"]
+            } else {
+                &node["properties"][step]
+            };
+        }
+        node.clone()
+    }
+
+    #[test]
+    fn the_crd_declares_mains_dra_rules() {
+        assert_eq!(
+            crd_schema(&["spec"])["x-kubernetes-validations"],
+            serde_json::json!([{
+                "rule": "!(has(self.dra) && has(self.devicePlugin))",
+                "message": "spec.dra and spec.devicePlugin are mutually exclusive",
+            }])
+        );
+        assert_eq!(
+            crd_schema(&["spec", "dra"])["required"],
+            serde_json::json!(["container", "driverName"])
+        );
+        let class = ["spec", "dra", "deviceClasses", "[]"];
+        assert_eq!(
+            crd_schema(&[&class[..], &["name"]].concat())["pattern"],
+            r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+        );
+        assert_eq!(
+            crd_schema(&[&class[..], &["selectors"]].concat())["maxItems"],
+            32
+        );
+        assert_eq!(
+            crd_schema(&[&class[..], &["config"]].concat())["maxItems"],
+            32
+        );
+        // Without it the API server prunes the driver's parameters to `{}`.
+        let parameters =
+            crd_schema(&[&class[..], &["config", "[]", "opaque", "parameters"]].concat());
+        assert_eq!(parameters["type"], "object");
+        assert_eq!(parameters["x-kubernetes-preserve-unknown-fields"], true);
+    }
+
     #[test]
     fn in_tree_modules_follow_upstream_precedence() {
         let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         type Names = &'static [&'static str];
         // (container list, container single, mapping list, mapping single, removed)
-        let cases: [(Names, &str, Names, &str, Names); 7] = [
-            (&[], "", &[], "", &[]),
-            (&["a", "b"], "", &[], "", &["a", "b"]),
-            (&["a"], "", &["m"], "", &["m"]),
-            (&[], "old", &[], "", &["old"]),
-            (&[], "old", &[], "mapped", &["mapped"]),
-            (&[], "", &[], "mapped", &["mapped"]),
+        let cases: [(Names, &str, Option<Names>, &str, Names); 9] = [
+            (&[], "", None, "", &[]),
+            (&["a", "b"], "", None, "", &["a", "b"]),
+            (&["a"], "", Some(&["m"]), "", &["m"]),
+            // Present but empty on the mapping: nothing removed on its kernels.
+            (&["a"], "", Some(&[]), "", &[]),
+            (&[], "", Some(&[]), "", &[]),
+            (&[], "old", None, "", &["old"]),
+            (&[], "old", None, "mapped", &["mapped"]),
+            (&[], "", None, "mapped", &["mapped"]),
             // Mixed forms, which upstream's webhook refuses: the single one wins.
-            (&["a"], "", &["m"], "mapped", &["mapped"]),
+            (&["a"], "", Some(&["m"]), "mapped", &["mapped"]),
         ];
         for (container_list, container_single, mapping_list, mapping_single, want) in cases {
             let container = ModuleLoaderContainerSpec {
@@ -724,7 +920,7 @@ status:
                 ..ModuleLoaderContainerSpec::default()
             };
             let mapping = KernelMapping {
-                in_tree_modules_to_remove: strings(mapping_list),
+                in_tree_modules_to_remove: mapping_list.map(strings),
                 in_tree_module_to_remove: mapping_single.to_string(),
                 ..KernelMapping::default()
             };
@@ -732,6 +928,30 @@ status:
                 mapping.in_tree_modules_for(&container),
                 strings(want),
                 "{container_list:?} {container_single:?} {mapping_list:?} {mapping_single:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_mapping_tells_an_empty_in_tree_list_from_an_absent_one() {
+        let cases = [
+            (r#"{"containerImage": "i:1"}"#, None),
+            (
+                r#"{"containerImage": "i:1", "inTreeModulesToRemove": []}"#,
+                Some(vec![]),
+            ),
+            (
+                r#"{"containerImage": "i:1", "inTreeModulesToRemove": ["a"]}"#,
+                Some(vec!["a".to_string()]),
+            ),
+        ];
+        for (json, want) in cases {
+            let mapping: KernelMapping = serde_json::from_str(json).unwrap();
+            assert_eq!(mapping.in_tree_modules_to_remove, want, "{json}");
+            // Written back as it was read, so an applied `[]` keeps overriding.
+            assert_eq!(
+                serde_json::to_value(&mapping).unwrap(),
+                serde_json::from_str::<serde_json::Value>(json).unwrap()
             );
         }
     }

@@ -139,8 +139,10 @@ pub struct NodeModuleStatus {
 
 /// Everything a worker pod needs to load or unload one module on one kernel. Also the
 /// worker's config file (the `kmm.node.kubernetes.io/worker-config` annotation). Spec and
-/// status entries are "equal" when their configs are equal.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// status entries are "equal" when their configs are equal; an unset `imagePullPolicy`
+/// (what upstream writes for a Module without one) equals the `IfNotPresent` it stands
+/// for, so that NMCs written by upstream KMM and by capstan compare equal.
+#[derive(Clone, Debug, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModuleConfig {
     /// Kernel version the image was chosen for.
@@ -168,6 +170,34 @@ pub struct ModuleConfig {
     /// (see [`crate::module::KernelMapping::in_tree_modules_for`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub in_tree_module_to_remove: String,
+}
+
+impl PartialEq for ModuleConfig {
+    fn eq(&self, other: &Self) -> bool {
+        let ModuleConfig {
+            kernel_version,
+            container_image,
+            insecure_pull,
+            modprobe,
+            image_pull_policy,
+            in_tree_modules_to_remove,
+            in_tree_module_to_remove,
+        } = self;
+        fn pull_policy(policy: &str) -> &str {
+            if policy.is_empty() {
+                DEFAULT_IMAGE_PULL_POLICY
+            } else {
+                policy
+            }
+        }
+        *kernel_version == other.kernel_version
+            && *container_image == other.container_image
+            && *insecure_pull == other.insecure_pull
+            && *modprobe == other.modprobe
+            && pull_policy(image_pull_policy) == pull_policy(&other.image_pull_policy)
+            && *in_tree_modules_to_remove == other.in_tree_modules_to_remove
+            && *in_tree_module_to_remove == other.in_tree_module_to_remove
+    }
 }
 
 impl Default for ModuleConfig {

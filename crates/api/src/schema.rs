@@ -62,6 +62,9 @@ pub(crate) enum Marker {
     Minimum(i64),
     /// `enum` of strings.
     Enum(&'static [&'static str]),
+    /// `x-kubernetes-preserve-unknown-fields: true`: an object of any fields, kept as
+    /// written (a `runtime.RawExtension`), which the API server would otherwise prune empty.
+    PreserveUnknownFields,
 }
 
 /// The value of a [`Marker::Default`].
@@ -242,6 +245,19 @@ pub(crate) const CONDITION_MARKERS: &[(&str, &[Marker])] = {
     ]
 };
 
+/// What Kubernetes' OpenAPI declares on a DeviceClass's `spec.config` that k8s-openapi's
+/// schema leaves out: the opaque driver parameters are a `RawExtension`.
+pub(crate) const DEVICE_CLASS_CONFIG_MARKERS: &[(&str, &[Marker])] =
+    &[("opaque.parameters", &[Marker::PreserveUnknownFields])];
+
+/// Schema transform for a list of DeviceClass configurations: adds the markers of
+/// [`DEVICE_CLASS_CONFIG_MARKERS`], so the driver parameters survive the API server.
+pub(crate) fn device_class_markers(schema: &mut schemars::Schema) {
+    if let Some(node) = schema.as_object_mut() {
+        mark(node, &mut Vec::new(), DEVICE_CLASS_CONFIG_MARKERS);
+    }
+}
+
 /// Schema transform for fields of Kubernetes' own types: adds the markers of
 /// [`KUBERNETES_MARKERS`] wherever they apply below the field.
 pub(crate) fn kubernetes_markers(schema: &mut schemars::Schema) {
@@ -346,6 +362,7 @@ fn apply(marker: Marker, node: &mut Map<String, Value>) {
         Marker::Pattern(pattern) => set("pattern", json!(pattern)),
         Marker::Minimum(minimum) => set("minimum", json!(minimum)),
         Marker::Enum(values) => set("enum", json!(values)),
+        Marker::PreserveUnknownFields => set("x-kubernetes-preserve-unknown-fields", json!(true)),
         Marker::EmbeddedObjectMeta => {
             if let Some(Value::Object(properties)) = node.get_mut("properties") {
                 properties.retain(|name, _| EMBEDDED_OBJECT_META_FIELDS.contains(&name.as_str()));

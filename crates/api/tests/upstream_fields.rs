@@ -1,5 +1,6 @@
 //! capstan's CRDs against those of the pinned upstream releases, field for field: `Module`
-//! and `NodeModulesConfig` against KMM v2.6.0, `LeaderWorkerSet` against LWS v0.10.0.
+//! against KMM main (de3f8c9, v2.6.0 and `spec.dra`), `NodeModulesConfig` against KMM
+//! v2.6.0 (unchanged on main), `LeaderWorkerSet` against LWS v0.10.0.
 //!
 //! `tests/upstream/*-fields.txt` list every field of upstream's CRDs (derived from the
 //! releases' `config/crd/bases/`, see their headers).
@@ -27,7 +28,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-const MODULE_FIELDS: &str = include_str!("upstream/kmm-v2.6.0-module-fields.txt");
+const MODULE_FIELDS: &str = include_str!("upstream/kmm-de3f8c9-module-fields.txt");
 const NMC_FIELDS: &str = include_str!("upstream/kmm-v2.6.0-nodemodulesconfig-fields.txt");
 const LWS_CRD: &str = include_str!("upstream/lws-v0.10.0-leaderworkerset-fields.txt");
 
@@ -49,7 +50,7 @@ const KUBERNETES_TYPED: [&str; 10] = [
 
 /// Where capstan's schema of a KMM field knowingly differs from upstream's:
 /// (CRD, path, capstan's declaration in the list format, why).
-const DEVIATIONS: [(&str, &str, &str, &str); 12] = [
+const DEVIATIONS: [(&str, &str, &str, &str); 16] = [
     (
         "Module",
         "spec",
@@ -101,6 +102,30 @@ const DEVIATIONS: [(&str, &str, &str, &str); 12] = [
     (
         "Module",
         "status.devicePlugin.nodesMatchingSelectorNumber",
+        "integer default=0",
+        "as status.moduleLoader",
+    ),
+    (
+        "Module",
+        "status.dra",
+        r#"object default={"availableNumber":0,"desiredNumber":0,"nodesMatchingSelectorNumber":0}"#,
+        "as status.moduleLoader",
+    ),
+    (
+        "Module",
+        "status.dra.availableNumber",
+        "integer default=0",
+        "as status.moduleLoader",
+    ),
+    (
+        "Module",
+        "status.dra.desiredNumber",
+        "integer default=0",
+        "as status.moduleLoader",
+    ),
+    (
+        "Module",
+        "status.dra.nodesMatchingSelectorNumber",
         "integer default=0",
         "as status.moduleLoader",
     ),

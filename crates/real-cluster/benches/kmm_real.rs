@@ -15,8 +15,9 @@
 //! ```
 //!
 //! `KMM_REAL_NODES` lists the fleet sizes (default `1000,5000`). Upstream's manager is
-//! looked up in `$CAPSTAN_KMM_MANAGER`, else the cache `hack/real-cluster/kmm/build` fills;
-//! when it is missing the table says so and capstan is measured alone.
+//! `$CAPSTAN_KMM_MANAGER`, else the one `hack/real-cluster/kmm/build` builds into the
+//! cache (see [`capstan_real_cluster::kmm`]); when it cannot be had, the table says so and
+//! capstan is measured alone.
 //!
 //! A system that has not converged by the deadline (`KMM_REAL_DEADLINE`, seconds, default
 //! 1800) is measured where it stands: the pairs it loaded, its writes, CPU and memory so
@@ -32,43 +33,23 @@ use capstan::controllers::{self, Context, Selection};
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
 use capstan_cluster::sim::config::ClusterConfig;
-use capstan_real_cluster::{ControlPlane, Options, cache_dir, install_crds};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use capstan_real_cluster::{ControlPlane, Options, install_crds};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 const MODULES: usize = 10;
 const NAMESPACE: &str = "kmm-bench";
-/// The namespace upstream's manager reads its configuration from.
-const OPERATOR_NAMESPACE: &str = "kmm-operator-system";
-const OPERATOR_CONFIG: &str = "kmm-operator-manager-config";
 const STEADY: Duration = Duration::from_secs(30);
 const DEADLINE_ENV: &str = "KMM_REAL_DEADLINE";
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(1800);
 const POLL: Duration = Duration::from_secs(1);
 /// The user agent capstan's controllers send, so the audit log tells their writes apart.
 const CAPSTAN_AGENT: &str = "capstan-kmm-real";
-/// client-go's default user agent starts with the binary's name: upstream's is `manager`.
-const KMM_AGENT_PREFIX: &str = "manager/";
 /// Set to a kubeconfig's path, it makes this binary capstan's controllers' process.
 const CONTROLLERS_ENV: &str = "CAPSTAN_KMM_REAL_CONTROLLERS";
 const NODES_ENV: &str = "KMM_REAL_NODES";
-const MANAGER_ENV: &str = "CAPSTAN_KMM_MANAGER";
-/// The configuration upstream's manager reads from its ConfigMap: no leader election (a
-/// single replica; capstan elects none either), no metrics or health servers; its
-/// webhooks are a separate binary (`cmd/webhook-server`), not run.
-const KMM_CONFIG: &str = "healthProbeBindAddress: \"0\"
-leaderElection:
-  enabled: false
-  resourceID: kmm.sigs.x-k8s.io
-metrics:
-  bindAddress: \"0\"
-  enableAuthnAuthz: false
-  secureServing: false
-";
-
 #[derive(Clone, Copy, PartialEq)]
 enum System {
     Capstan,
@@ -86,7 +67,7 @@ impl System {
     fn is_client(self, agent: &str) -> bool {
         match self {
             System::Capstan => agent == CAPSTAN_AGENT,
-            System::Kmm => agent.starts_with(KMM_AGENT_PREFIX),
+            System::Kmm => agent.starts_with(capstan_real_cluster::kmm::USER_AGENT_PREFIX),
         }
     }
 }
@@ -253,40 +234,6 @@ fn deadline() -> Duration {
     })
 }
 
-/// Upstream's CRDs that capstan does not serve (ModuleImagesConfig, ModuleBuildSignConfig,
-/// PreflightValidation): upstream's manager watches them.
-fn upstream_only_crds(dir: &Path) -> anyhow::Result<Vec<CustomResourceDefinition>> {
-    let ours: Vec<String> = capstan_api::crds::all()
-        .into_iter()
-        .filter_map(|crd| crd.metadata.name)
-        .collect();
-    let mut crds = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let text = std::fs::read_to_string(entry?.path())?;
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
-        if !ours.contains(crd.metadata.name.as_ref().expect("named CRD")) {
-            crds.push(crd);
-        }
-    }
-    Ok(crds)
-}
-
-/// Upstream's manager binary and CRDs, where `hack/real-cluster/kmm/build` puts them.
-fn upstream() -> anyhow::Result<(PathBuf, PathBuf)> {
-    let dir = cache_dir().join("real-cluster").join("kmm");
-    let manager = std::env::var_os(MANAGER_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dir.join("manager"));
-    let crds = dir.join("crds");
-    anyhow::ensure!(
-        manager.is_file() && crds.is_dir(),
-        "{} or {} is missing: build upstream KMM with hack/real-cluster/kmm/build",
-        manager.display(),
-        crds.display()
-    );
-    Ok((manager, crds))
-}
-
 /// Where the controllers' logs are kept after the control plane's directory is gone.
 fn log_dir() -> PathBuf {
     let dir = std::env::temp_dir().join("capstan-kmm-real");
@@ -302,40 +249,13 @@ async fn start_controllers(
     workers: usize,
 ) -> anyhow::Result<Child> {
     let kubeconfig = plane.dir().join("admin.kubeconfig");
-    let log = std::fs::File::create(log_dir().join(format!("{}-{workers}.log", system.name())))?;
-    let mut command = match system {
-        System::Capstan => {
-            let mut command = Command::new(std::env::current_exe()?);
-            command.env(CONTROLLERS_ENV, &kubeconfig);
-            command
-        }
-        System::Kmm => {
-            let (manager, crds) = upstream()?;
-            install_crds(client, upstream_only_crds(&crds)?).await?;
-            let namespaces: Api<Namespace> = Api::all(client.clone());
-            namespaces
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(json!({"metadata": {"name": OPERATOR_NAMESPACE}}))?,
-                )
-                .await?;
-            let config: ConfigMap = serde_json::from_value(json!({
-                "metadata": {"name": OPERATOR_CONFIG, "namespace": OPERATOR_NAMESPACE},
-                "data": {"controller_config.yaml": KMM_CONFIG},
-            }))?;
-            Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-                .create(&PostParams::default(), &config)
-                .await?;
-            let mut command = Command::new(manager);
-            command
-                .arg(format!("--config={OPERATOR_CONFIG}"))
-                .env("KUBECONFIG", &kubeconfig)
-                .env("OPERATOR_NAMESPACE", OPERATOR_NAMESPACE)
-                .env("RELATED_IMAGE_WORKER", "registry.example/kmm-worker:v2.6.0");
-            command
-        }
-    };
-    Ok(command
+    let log = log_dir().join(format!("{}-{workers}.log", system.name()));
+    if system == System::Kmm {
+        return capstan_real_cluster::kmm::start(client, &kubeconfig, &log).await;
+    }
+    let log = std::fs::File::create(log)?;
+    Ok(Command::new(std::env::current_exe()?)
+        .env(CONTROLLERS_ENV, &kubeconfig)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

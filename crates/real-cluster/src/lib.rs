@@ -16,7 +16,9 @@
 //! kwok runs no container: a pod becomes Running and Ready at once, and a pod that runs to
 //! completion (`restartPolicy` Never or OnFailure) then Succeeds ([`kwok`]).
 
+pub mod kmm;
 pub mod kwok;
+pub mod lws;
 pub mod pki;
 
 use std::path::{Path, PathBuf};
@@ -145,6 +147,39 @@ pub fn kubectl() -> anyhow::Result<PathBuf> {
         script.display()
     );
     Ok(PathBuf::from(path))
+}
+
+/// An upstream controller's manager binary and the folder of its CRDs: the binary
+/// `$<manager_env>` names, else what `hack/real-cluster/<project>/build` put in the cache
+/// (run first; it builds nothing when the cache is up to date).
+pub fn upstream_manager(project: &str, manager_env: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let dir = cache_dir().join("real-cluster").join(project);
+    let crds = dir.join("crds");
+    if let Some(manager) = std::env::var_os(manager_env) {
+        return Ok((PathBuf::from(manager), crds));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../hack/real-cluster")
+        .join(project)
+        .join("build");
+    let output = std::process::Command::new(&script)
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{} failed (it needs Go, and upstream's source):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let manager = dir.join("manager");
+    anyhow::ensure!(
+        manager.is_file() && crds.is_dir(),
+        "{} or {} is missing after {}",
+        manager.display(),
+        crds.display(),
+        script.display()
+    );
+    Ok((manager, crds))
 }
 
 /// `$CAPSTAN_CACHE_DIR`, else `$XDG_CACHE_HOME/capstan`, else `~/.cache/capstan`.

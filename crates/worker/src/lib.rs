@@ -30,9 +30,16 @@ pub const IMAGE_DIR: &str = "/var/run/kmm/image";
 /// `imageRepoSecret`), mounted as a Secret volume.
 pub const PULL_SECRET_DIR: &str = "/var/run/kmm/pull-secret";
 
-/// The file of [`PULL_SECRET_DIR`] holding the Docker config JSON: the
-/// `.dockerconfigjson` key of a `kubernetes.io/dockerconfigjson` Secret.
+/// The file of [`PULL_SECRET_DIR`] holding the registry credentials: the
+/// `.dockerconfigjson` key of a `kubernetes.io/dockerconfigjson` Secret, or the
+/// [`LEGACY_PULL_SECRET_KEY`] of a `kubernetes.io/dockercfg` one. The pod projects
+/// whichever the Secret holds to this one file, and [`pull_secret::parse`] reads either
+/// format.
 pub const PULL_SECRET_FILE: &str = ".dockerconfigjson";
+
+/// The key of a `kubernetes.io/dockercfg` Secret: the legacy `~/.dockercfg` format, the
+/// `auths` map of a Docker config JSON without the `auths` wrapper.
+pub const LEGACY_PULL_SECRET_KEY: &str = ".dockercfg";
 
 /// `err` and its causes on one line, `: `-separated; a cause whose text the line already
 /// holds is left out, and line breaks become spaces.

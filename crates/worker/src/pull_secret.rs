@@ -7,6 +7,13 @@
 //!            "other.example": {"username": "user", "password": "password"}}}
 //! ```
 //!
+//! The legacy format of a `kubernetes.io/dockercfg` Secret (its `.dockercfg` key) is the
+//! same map without the `auths` wrapper, and is read too, as the kubelet reads both:
+//!
+//! ```json
+//! {"registry.example:5000": {"auth": "<base64 of user:password>"}}
+//! ```
+//!
 //! Keys are matched as the kubelet matches them: `host[:port]`, optionally with a scheme
 //! (`https://host/v1/`, as `docker login` wrote them for Docker Hub), a repository path
 //! prefix (`host/org` applies to `host/org/...` only) and `*` wildcards in host labels
@@ -43,12 +50,13 @@ pub enum PullSecretError {
         message: String,
     },
     /// An entry's `auth` is not the base64 of `user:password`.
-    #[error("{origin}: auths.{key:?}.auth: {reason}")]
+    #[error("{origin}: {field}: {reason}")]
     Auth {
         /// The file the text came from.
         origin: String,
-        /// The entry's key.
-        key: String,
+        /// Where the `auth` is: `auths."<key>".auth`, or `"<key>".auth` in the legacy
+        /// format.
+        field: String,
         /// What is wrong with it.
         reason: String,
     },
@@ -82,7 +90,11 @@ pub struct PullSecret {
 #[derive(Deserialize)]
 struct DockerConfig {
     #[serde(default)]
-    auths: BTreeMap<String, AuthEntry>,
+    auths: Option<BTreeMap<String, AuthEntry>>,
+    /// The other top-level entries: settings of a Docker config JSON, or, in the legacy
+    /// format, which has no `auths`, the registries themselves.
+    #[serde(flatten)]
+    rest: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -105,23 +117,39 @@ pub fn read(path: &Path) -> Result<PullSecret, PullSecretError> {
     parse(&text, &path.display().to_string())
 }
 
-/// Parses a Docker config JSON; `origin` names where `text` came from in errors. Entries
-/// without credentials (an empty object, or only an `identitytoken`) are left out.
+/// Parses a Docker config JSON, or the legacy `.dockercfg` format (a JSON object without
+/// `auths`, whose object-valued entries are the registries); `origin` names where `text`
+/// came from in errors. Entries without credentials (an empty object, or only an
+/// `identitytoken`) are left out.
 ///
-/// Fails when `text` is not JSON of that shape, or an `auth` is not the base64 of
+/// Fails when `text` is not JSON of either shape, or an `auth` is not the base64 of
 /// `user:password`.
 pub fn parse(text: &str, origin: &str) -> Result<PullSecret, PullSecretError> {
-    let config: DockerConfig = serde_json::from_str(text).map_err(|err| PullSecretError::Json {
+    let not_a_config = |message: String| PullSecretError::Json {
         origin: origin.to_string(),
-        message: err.to_string(),
-    })?;
+        message,
+    };
+    let config: DockerConfig =
+        serde_json::from_str(text).map_err(|err| not_a_config(err.to_string()))?;
+    let (registries, field_prefix) = match config.auths {
+        Some(auths) => (auths, "auths."),
+        None => {
+            let mut registries = BTreeMap::new();
+            for (key, value) in config.rest.into_iter().filter(|(_, v)| v.is_object()) {
+                let entry = serde_json::from_value(value)
+                    .map_err(|err| not_a_config(format!("{key:?}: {err}")))?;
+                registries.insert(key, entry);
+            }
+            (registries, "")
+        }
+    };
     let mut entries = Vec::new();
-    for (key, entry) in config.auths {
+    for (key, entry) in registries {
         let credentials = match entry.auth.filter(|auth| !auth.is_empty()) {
             // `auth` wins over `username`/`password`, as for Docker and the kubelet.
             Some(auth) => decode_auth(&auth).map_err(|reason| PullSecretError::Auth {
                 origin: origin.to_string(),
-                key: key.clone(),
+                field: format!("{field_prefix}{key:?}.auth"),
                 reason,
             })?,
             None => match (entry.username, entry.password) {
@@ -341,6 +369,32 @@ mod tests {
                 .with("a.example", user("a"))
                 .with("b.example", user("b"))
                 .with("c.example", user("c"))
+        );
+    }
+
+    #[test]
+    fn a_legacy_dockercfg_secret_parses_like_its_auths() {
+        let legacy = format!(
+            r#"{{"a.example": {{"auth": "{}", "email": "x@y"}},
+                 "b.example": {{"username": "b", "password": "b-password"}}}}"#,
+            auth("a"),
+        );
+        let wrapped = format!(r#"{{"auths": {legacy}}}"#);
+        let want = PullSecret::default()
+            .with("a.example", user("a"))
+            .with("b.example", user("b"));
+        assert_eq!(parse(&legacy, "s").unwrap(), want);
+        assert_eq!(parse(&wrapped, "s").unwrap(), want);
+        // Settings of a Docker config JSON without `auths` are no registries.
+        assert_eq!(
+            parse(r#"{"credsStore": "desktop"}"#, "s").unwrap(),
+            PullSecret::default()
+        );
+        assert_eq!(
+            parse(r#"{"r.example": {"auth": "%%%"}}"#, "s.json")
+                .unwrap_err()
+                .to_string(),
+            "s.json: \"r.example\".auth: not base64 (Invalid symbol 37, offset 0.)"
         );
     }
 

@@ -82,8 +82,9 @@ pub enum WorkerError {
 }
 
 /// Loads the module of `config` on the node of `kernel`:
-/// 1. removes `inTreeModulesToRemove` that the node's module directory holds
-///    (`modprobe -rv`), skipping the others, which `modprobe` could not find;
+/// 1. removes `inTreeModulesToRemove` (else the deprecated `inTreeModuleToRemove`) that
+///    the node's module directory holds (`modprobe -rv`), skipping the others, which
+///    `modprobe` could not find;
 /// 2. with a `firmwarePath`, makes the firmware directory the kernel's firmware search
 ///    path (written only when it differs) and installs the image's firmware files there;
 /// 3. with a `modulesLoadingOrder`, writes it as the softdep file;
@@ -96,7 +97,7 @@ pub fn load(
     paths: &Paths,
 ) -> Result<(), WorkerError> {
     let spec = &config.modprobe;
-    remove_in_tree_modules(&config.in_tree_modules_to_remove, kernel)?;
+    remove_in_tree_modules(&config.in_tree_modules(), kernel)?;
     if !spec.firmware_path.is_empty() {
         set_firmware_search_path(kernel, &paths.firmware_dir)?;
         let from = firmware_source(spec, paths);
@@ -355,6 +356,18 @@ mod tests {
                         "my_kmod",
                         "a=1",
                     ]),
+                ],
+            ),
+            (
+                "deprecated single in-tree module",
+                {
+                    let mut config = config(spec("my_kmod"));
+                    config.in_tree_module_to_remove = "ice".to_string();
+                    config
+                },
+                vec![
+                    modprobe(&["modprobe", "-rv", "ice"]),
+                    modprobe(&["modprobe", "-vd", "/var/run/kmm/images/kmod/opt", "my_kmod"]),
                 ],
             ),
             (

@@ -12,8 +12,13 @@
 //! A Module is reconciled when it changes, when one of its DaemonSets changes (they carry a
 //! controller owner reference to it), when any node's labels change (the targeted count),
 //! and every ten minutes. A steady state makes no write.
+//!
+//! The device-plugin-ready labeller ([`super::ready_label`]) runs beside it: the DaemonSets'
+//! pods carry its finalizer, which only it removes. So does the count of the Modules behind
+//! upstream KMM's `kmm_*` gauges ([`KmmGauges`]), which upstream's device-plugin reconciler
+//! sets: it is counted again from the Module cache whenever a Module changes or goes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,16 +26,17 @@ use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
-use serde_json::json;
 use thiserror::Error;
 
 use super::{Step, StepAction, Why, decide, plugin_status};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
+use crate::controllers::metrics::KmmGauges;
+use crate::controllers::module_daemon_sets::{follow_node_labels, write_status};
 use crate::controllers::module_nmc::ModuleFacts;
 use crate::controllers::node::NodeFacts;
 use capstan_api::managers;
@@ -122,9 +128,12 @@ pub fn run(
     let (modules, modules_ready) = caches.modules.reader();
     let (daemon_sets, daemon_sets_ready) = caches.daemon_sets.reader();
     let module_changes = caches.modules.subscribe();
+    let counted_changes = caches.modules.subscribe();
     let daemon_set_changes = caches.daemon_sets.subscribe();
     let node_changes = caches.nodes.subscribe();
     let (labels_changed, on_labels_changed) = mpsc::unbounded();
+    let labeller = super::ready_label::reconciler::run(ctx.clone(), caches);
+    let counted = modules.clone();
     let state = Arc::new(State {
         ctx: ctx.clone(),
         nodes: nodes.clone(),
@@ -155,35 +164,27 @@ pub fn run(
     async move {
         tokio::join!(
             follow_node_labels(node_changes, nodes, labels_changed, &ctx),
+            count_modules(counted_changes, counted, &ctx),
             controller,
+            labeller,
         );
         tracing::info!("device-plugin controller stopped");
     }
 }
 
-/// Sends a signal whenever a node's labels change or a node goes; stops on shutdown. The
-/// cache passes on every node it applies or deletes (all of them after a relist); a node
-/// the store no longer holds was deleted.
-async fn follow_node_labels(
-    changes: impl Stream<Item = Arc<Node>>,
-    nodes: Store<Node>,
-    labels_changed: mpsc::UnboundedSender<()>,
+/// Sets the `kmm_*` gauges from the Modules in `modules` after each change the cache passes
+/// on (it has applied the change to the store by then); stops on shutdown.
+async fn count_modules(
+    changes: impl Stream<Item = Arc<Module>>,
+    modules: Store<Module>,
     ctx: &Context,
 ) {
-    let mut known: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let mut changes = std::pin::pin!(changes.take_until(ctx.shutdown.cancelled()));
-    while let Some(node) = changes.next().await {
-        let name = node.name_any();
-        let changed = if nodes.get(&ObjectRef::new(&name)).is_none() {
-            known.remove(&name).is_some()
-        } else {
-            let labels = node.labels().clone();
-            known.insert(name, labels.clone()) != Some(labels)
-        };
-        if changed {
-            // Fails only once the controller has stopped listening.
-            let _ = labels_changed.unbounded_send(());
-        }
+    while changes.next().await.is_some() {
+        let cached = modules.state();
+        ctx.metrics
+            .kmm
+            .set(&KmmGauges::of(cached.iter().map(Arc::as_ref)));
     }
 }
 
@@ -261,31 +262,26 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Action, Reco
         .iter()
         .map(|node| NodeFacts::from_node(node))
         .collect();
-    let status = plugin_status(&facts, &nodes, &existing);
     let current = module
         .status
         .as_ref()
         .map(|status| status.device_plugin.clone())
         .unwrap_or_default();
-    if status != current {
-        let modules: Api<Module> = Api::namespaced(ctx.client.clone(), &namespace);
-        let params = PatchParams {
-            field_manager: Some(managers::DEVICE_PLUGIN.to_string()),
-            ..PatchParams::default()
-        };
-        modules
-            .patch_status(
-                facts.key.name(),
-                &params,
-                &Patch::Merge(json!({"status": {"devicePlugin": status}})),
-            )
-            .await
-            .map_err(|source| ReconcileError::Status {
-                module: facts.key.to_string(),
-                source,
-            })?;
-        tracing::debug!(module = %facts.key, ?status, "wrote status.devicePlugin");
-    }
+    let counts = plugin_status(&facts, &nodes, &existing);
+    let field = "devicePlugin";
+    write_status(
+        &ctx.client,
+        &facts.key,
+        field,
+        managers::DEVICE_PLUGIN,
+        &current,
+        &counts,
+    )
+    .await
+    .map_err(|source| ReconcileError::Status {
+        module: facts.key.to_string(),
+        source,
+    })?;
     Ok(Action::requeue(RESYNC))
 }
 

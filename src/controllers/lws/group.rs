@@ -4,9 +4,10 @@
 //! capstan runs no admission webhook, so the labels upstream's pod webhook sets when a pod
 //! is created are added right after: `group-index` and `group-key` on a leader pod (its
 //! StatefulSet's template is shared by every group, so cannot carry them), `worker-index`
-//! on a worker pod. Everything the controller reads of a pod allows for a pod not labelled
-//! yet: the group and worker index come from the pod's name as upstream's webhook derives
-//! them.
+//! on a worker pod, and under a subgroup policy `subgroup-index` and `subgroup-key` (see
+//! [`sub_group_index`]). Everything the controller reads of a pod allows for a pod not
+//! labelled yet: the group and worker index come from the pod's name as upstream's webhook
+//! derives them.
 //!
 //! [`decide`], first match wins:
 //!
@@ -19,7 +20,7 @@
 //! | 4' | as 4 but the leader is already being deleted       | [`Decision::Nothing`] |
 //! | 5 | a worker                                              | [`Decision::Nothing`] |
 //! | 6 | a leader carrying the `leader-name` annotation        | [`Decision::MisplacedLeader`] |
-//! | 7 | a leader: `UniquePerReplica` wants its Service; then: being deleted, size 1, `LeaderReady` and not ready → no worker StatefulSet; its worker StatefulSet exists → nothing more; no revision with its key → wait; else create it | [`Decision::Leader`] |
+//! | 7 | a leader: `UniquePerReplica` wants its Service unless the leader is being deleted; then: being deleted, size 1, `LeaderReady` and not ready → no worker StatefulSet; its worker StatefulSet exists → nothing more; no revision with its key → wait; else create it | [`Decision::Leader`] |
 
 use std::collections::BTreeMap;
 
@@ -174,8 +175,10 @@ pub fn decide(name: &str, facts: &PodFacts) -> Decision {
     } else {
         WorkerSet::Create
     };
+    // A Service made for a leader being deleted would be owned by the old pod's uid: the
+    // garbage collector removes it after its replacement, of the same name, found it there.
     Decision::Leader(LeaderActions {
-        service: facts.unique_per_replica,
+        service: facts.unique_per_replica && !leader.pod.deleting,
         worker_set,
     })
 }
@@ -221,6 +224,18 @@ pub fn parent_and_ordinal(pod: &str) -> Option<(&str, i32)> {
         return None;
     }
     Some((parent, ordinal.parse().ok()?))
+}
+
+/// The subgroup of worker `worker` in a group of `size` pods split into subgroups of
+/// `sub_group_size` (upstream `getSubGroupIndex`): when the workers alone fill whole
+/// subgroups but the group does not, the leader is the extra pod of subgroup 0 and the
+/// workers count from 1; otherwise from the leader's 0. `sub_group_size` is positive.
+pub fn sub_group_index(size: i32, sub_group_size: i32, worker: i32) -> i32 {
+    if (size - 1) % sub_group_size == 0 && size % sub_group_size != 0 {
+        (worker - 1) / sub_group_size
+    } else {
+        worker / sub_group_size
+    }
 }
 
 #[cfg(test)]
@@ -450,6 +465,19 @@ mod tests {
                 leader_actions(false, WorkerSet::Leave),
             ),
             (
+                "7 a leader being deleted gets no Service under UniquePerReplica",
+                "lws-0",
+                with_leader(
+                    PodFacts {
+                        policy: RestartPolicy::None,
+                        unique_per_replica: true,
+                        ..leader_pod()
+                    },
+                    |l| l.pod.deleting = true,
+                ),
+                leader_actions(false, WorkerSet::Leave),
+            ),
+            (
                 "7 size 1 needs none",
                 "lws-0",
                 PodFacts {
@@ -504,6 +532,41 @@ mod tests {
         for (row, name, facts, expected) in cases {
             assert_eq!(decide(name, &facts), expected, "{row}");
         }
+    }
+
+    /// Upstream's `TestGetSubGroupIndex`, and whole groups of 4 and 5.
+    #[test]
+    fn sub_group_index_table() {
+        let cases = [
+            ("even number of pods", 4, 2, 2, 1),
+            (
+                "odd number of pods, the first subgroup has an extra pod",
+                5,
+                2,
+                2,
+                0,
+            ),
+            ("subgroup size 1, worker 1", 3, 1, 1, 1),
+            ("subgroup size 1, worker 2", 3, 1, 2, 2),
+        ];
+        for (name, size, sub_group_size, worker, expected) in cases {
+            assert_eq!(
+                sub_group_index(size, sub_group_size, worker),
+                expected,
+                "{name}"
+            );
+        }
+        let group = |size: i32, sub_group_size: i32| {
+            (1..size)
+                .map(|worker| sub_group_index(size, sub_group_size, worker))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(group(4, 2), [0, 1, 1], "the leader completes subgroup 0");
+        assert_eq!(
+            group(5, 2),
+            [0, 0, 1, 1],
+            "the leader is subgroup 0's extra pod"
+        );
     }
 
     #[test]

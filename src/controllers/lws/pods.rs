@@ -26,7 +26,9 @@ use super::group::{
 };
 use super::labels::{
     EXCLUSIVE_KEY_ANNOTATION, GROUP_INDEX_LABEL, GROUP_KEY_LABEL, LEADER_NAME_ANNOTATION,
-    NAME_LABEL, RECREATE_GROUP_AFTER_START_ANNOTATION, REVISION_KEY_LABEL, WORKER_INDEX_LABEL,
+    NAME_LABEL, RECREATE_GROUP_AFTER_START_ANNOTATION, REVISION_KEY_LABEL, SIZE_ANNOTATION,
+    SUBGROUP_INDEX_LABEL, SUBGROUP_KEY_LABEL, SUBGROUP_POLICY_TYPE_ANNOTATION,
+    SUBGROUP_SIZE_ANNOTATION, WORKER_INDEX_LABEL,
 };
 use super::reconciler::{ensure_headless_service, event};
 use super::{facts, revision, statefulsets};
@@ -405,14 +407,23 @@ fn ownership(shared: &Shared, pod: &Pod, leader: &Pod) -> WorkerOwnership {
 }
 
 /// The labels upstream's pod webhook sets at admission that `pod` lacks: `group-index` and
-/// `group-key` on a leader, `worker-index` on a worker.
+/// `group-key` on a leader, `worker-index` on a worker, and under a `subgroup-size`
+/// annotation `subgroup-index` and `subgroup-key` on a worker and on a leader unless its
+/// subgroup policy is `LeaderExcluded`. A worker's subgroup needs its `size` and
+/// `leader-name` annotations, which its StatefulSet always sets.
 fn missing_labels(pod: &Pod) -> BTreeMap<String, String> {
     let labels = pod.labels();
+    let annotations = pod.annotations();
     let name = pod.name_any();
     let mut missing = BTreeMap::new();
     let Some((_, ordinal)) = group::parent_and_ordinal(&name) else {
         return missing;
     };
+    let sub_group_size = annotations.get(SUBGROUP_SIZE_ANNOTATION).filter(|_| {
+        labels
+            .get(SUBGROUP_INDEX_LABEL)
+            .is_none_or(String::is_empty)
+    });
     if facts::is_leader(pod) {
         if !labels.contains_key(GROUP_INDEX_LABEL) {
             missing.insert(GROUP_INDEX_LABEL.to_string(), ordinal.to_string());
@@ -424,8 +435,166 @@ fn missing_labels(pod: &Pod) -> BTreeMap<String, String> {
                 statefulsets::group_key(&namespace, &name),
             );
         }
-    } else if !labels.contains_key(WORKER_INDEX_LABEL) {
+        let leader_excluded = annotations
+            .get(SUBGROUP_POLICY_TYPE_ANNOTATION)
+            .is_some_and(|policy| policy == "LeaderExcluded");
+        if sub_group_size.is_some() && !leader_excluded {
+            // The leader is always in subgroup 0.
+            missing.insert(SUBGROUP_INDEX_LABEL.to_string(), "0".to_string());
+            missing.insert(
+                SUBGROUP_KEY_LABEL.to_string(),
+                statefulsets::sub_group_key(&name, "0"),
+            );
+        }
+        return missing;
+    }
+    if !labels.contains_key(WORKER_INDEX_LABEL) {
         missing.insert(WORKER_INDEX_LABEL.to_string(), ordinal.to_string());
     }
+    let sub_group_size = sub_group_size
+        .and_then(|size| size.parse::<i32>().ok())
+        .filter(|size| *size > 0);
+    let size = annotations
+        .get(SIZE_ANNOTATION)
+        .and_then(|size| size.parse::<i32>().ok());
+    let leader = annotations.get(LEADER_NAME_ANNOTATION);
+    if let (Some(sub_group_size), Some(size), Some(leader)) = (sub_group_size, size, leader) {
+        let index = group::sub_group_index(size, sub_group_size, ordinal).to_string();
+        missing.insert(
+            SUBGROUP_KEY_LABEL.to_string(),
+            statefulsets::sub_group_key(leader, &index),
+        );
+        missing.insert(SUBGROUP_INDEX_LABEL.to_string(), index);
+    }
     missing
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A pod of LWS `vllm` in `ns` named `name`, with `labels` and `annotations`.
+    fn pod(name: &str, labels: Value, annotations: Value) -> Pod {
+        let mut labels = labels;
+        labels[NAME_LABEL] = json!("vllm");
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels,
+                         "annotations": annotations}
+        }))
+        .expect("a pod")
+    }
+
+    fn leader(annotations: Value) -> Pod {
+        pod(
+            "vllm-0",
+            json!({WORKER_INDEX_LABEL: "0", GROUP_INDEX_LABEL: "0",
+                   GROUP_KEY_LABEL: statefulsets::group_key("ns", "vllm-0")}),
+            annotations,
+        )
+    }
+
+    fn worker(name: &str, size: i32, sub_group_size: i32) -> Pod {
+        pod(
+            name,
+            json!({}),
+            json!({SIZE_ANNOTATION: size.to_string(), LEADER_NAME_ANNOTATION: "vllm-0",
+                   SUBGROUP_SIZE_ANNOTATION: sub_group_size.to_string(),
+                   SUBGROUP_POLICY_TYPE_ANNOTATION: "LeaderWorker"}),
+        )
+    }
+
+    fn labels(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.clone()))
+            .collect()
+    }
+
+    fn sub_group(index: &str) -> [(&'static str, String); 2] {
+        [
+            (SUBGROUP_INDEX_LABEL, index.to_string()),
+            (
+                SUBGROUP_KEY_LABEL,
+                statefulsets::sub_group_key("vllm-0", index),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_new_leader_gets_its_group_labels() {
+        let unlabelled = pod("vllm-3", json!({WORKER_INDEX_LABEL: "0"}), json!({}));
+        assert_eq!(
+            missing_labels(&unlabelled),
+            labels(&[
+                (GROUP_INDEX_LABEL, "3".to_string()),
+                (GROUP_KEY_LABEL, statefulsets::group_key("ns", "vllm-3")),
+            ])
+        );
+        assert!(missing_labels(&leader(json!({}))).is_empty());
+    }
+
+    #[test]
+    fn a_leader_is_in_subgroup_zero_unless_excluded() {
+        let sub_grouped = leader(json!({SIZE_ANNOTATION: "4", SUBGROUP_SIZE_ANNOTATION: "2",
+                                        SUBGROUP_POLICY_TYPE_ANNOTATION: "LeaderWorker"}));
+        assert_eq!(missing_labels(&sub_grouped), labels(&sub_group("0")));
+        assert_eq!(
+            statefulsets::sub_group_key("vllm-0", "0"),
+            "a23c711838ab00e7644bc03268335cc986e67808",
+            "sha1 of vllm-0/0"
+        );
+        let excluded = leader(json!({SIZE_ANNOTATION: "4", SUBGROUP_SIZE_ANNOTATION: "2",
+                                     SUBGROUP_POLICY_TYPE_ANNOTATION: "LeaderExcluded"}));
+        assert!(missing_labels(&excluded).is_empty());
+        let mut labelled = sub_grouped.clone();
+        labelled
+            .labels_mut()
+            .insert(SUBGROUP_INDEX_LABEL.to_string(), "0".to_string());
+        assert!(missing_labels(&labelled).is_empty(), "already labelled");
+    }
+
+    #[test]
+    fn workers_get_their_worker_index_and_subgroup() {
+        let cases = [
+            ("vllm-0-1", 4, 2, "1", "0"),
+            ("vllm-0-2", 4, 2, "2", "1"),
+            ("vllm-0-3", 4, 2, "3", "1"),
+            ("vllm-0-1", 5, 2, "1", "0"),
+            ("vllm-0-2", 5, 2, "2", "0"),
+            ("vllm-0-3", 5, 2, "3", "1"),
+            ("vllm-0-4", 5, 2, "4", "1"),
+        ];
+        for (name, size, sub_group_size, worker_index, index) in cases {
+            let mut expected = labels(&sub_group(index));
+            expected.insert(WORKER_INDEX_LABEL.to_string(), worker_index.to_string());
+            assert_eq!(
+                missing_labels(&worker(name, size, sub_group_size)),
+                expected,
+                "{name} of {size} by {sub_group_size}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_worker_without_subgroups_gets_its_worker_index_only() {
+        let plain = pod(
+            "vllm-0-2",
+            json!({}),
+            json!({SIZE_ANNOTATION: "4", LEADER_NAME_ANNOTATION: "vllm-0"}),
+        );
+        assert_eq!(
+            missing_labels(&plain),
+            labels(&[(WORKER_INDEX_LABEL, "2".to_string())])
+        );
+        let mut labelled = worker("vllm-0-2", 4, 2);
+        labelled
+            .labels_mut()
+            .insert(WORKER_INDEX_LABEL.to_string(), "2".to_string());
+        labelled
+            .labels_mut()
+            .insert(SUBGROUP_INDEX_LABEL.to_string(), "1".to_string());
+        assert!(missing_labels(&labelled).is_empty(), "already labelled");
+    }
 }

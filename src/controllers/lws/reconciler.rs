@@ -10,7 +10,8 @@
 //! 4. [`rolling::decide`] the leader StatefulSet's partition and replicas from the groups'
 //!    states, and apply the leader StatefulSet (server-side apply, forced, field manager
 //!    `capstan-lws`);
-//! 5. create the shared headless Service when `subdomainPolicy` is `Shared`;
+//! 5. create the shared headless Service when `subdomainPolicy` is `Shared`, and look
+//!    again every five minutes, Services not being watched;
 //! 6. [`status::decide`] the status and conditions and write them when they changed
 //!    (conditional on the LWS's resourceVersion; a conflict reconciles again);
 //! 7. once the update is done, delete the revisions of other keys.
@@ -46,6 +47,9 @@ use capstan_api::managers;
 const DELETING_RECHECK: Duration = Duration::from_secs(5);
 /// Next look after a failed reconcile.
 const ERROR_RETRY: Duration = Duration::from_secs(2);
+/// Next look at an LWS at rest whose groups share one headless Service, which is made
+/// again if it was deleted.
+const SERVICE_RECHECK: Duration = Duration::from_secs(5 * 60);
 
 struct Shared {
     ctx: Arc<Context>,
@@ -194,8 +198,15 @@ async fn reconcile(
     let parameters = rolling::decide(&name, &lws.spec, leader.as_ref(), &states, lws_updated)
         .map_err(invalid)?;
     tracing::debug!(lws = %name, %key, lws_updated, ?states, ?parameters, "lws decided");
-    let body = statefulsets::leader(&lws, parameters.partition, parameters.replicas, &key)
-        .map_err(invalid)?;
+    let lws_env = statefulsets::leader_env_wanted(leader_set.as_ref(), &key);
+    let body = statefulsets::leader(
+        &lws,
+        parameters.partition,
+        parameters.replicas,
+        &key,
+        lws_env,
+    )
+    .map_err(invalid)?;
     let applied = match sets
         .patch(
             &name,
@@ -206,24 +217,15 @@ async fn reconcile(
     {
         Ok(applied) => applied,
         Err(err) => {
-            let (reason, note) = match &leader_set {
-                None => (
-                    "FailedCreate",
-                    format!("Failed to create leader statefulset {name}: {err}"),
-                ),
-                Some(_) => (
-                    "FailedUpdate",
-                    format!("Failed to update leader statefulset {name}: {err}"),
-                ),
-            };
+            let failure = apply_failure(&name, leader_set.is_some(), &err);
             event(
                 ctx,
                 &lws_ref,
                 None::<&StatefulSet>,
                 true,
-                reason,
-                "Update",
-                note,
+                failure.reason,
+                failure.action,
+                failure.note,
             )
             .await;
             return Err(err);
@@ -261,7 +263,9 @@ async fn reconcile(
         .await;
     }
 
-    if lws.spec.network_config_or_default().subdomain_policy == SubdomainPolicy::Shared {
+    let shared_service =
+        lws.spec.network_config_or_default().subdomain_policy == SubdomainPolicy::Shared;
+    if shared_service {
         let selector = [(NAME_LABEL.to_string(), name.clone())].into();
         if let Err(err) =
             ensure_headless_service(ctx, &lws, &name, selector, owner_reference(&lws)).await
@@ -329,7 +333,18 @@ async fn reconcile(
             }
         }
     }
-    Ok(Action::await_change())
+    Ok(at_rest(shared_service))
+}
+
+/// When an LWS that reconciled to the end is looked at again: on a change to it or its
+/// StatefulSets and pods, and with a `shared_service` also after [`SERVICE_RECHECK`], since
+/// nothing watches the Service and one deleted by hand must be made again.
+fn at_rest(shared_service: bool) -> Action {
+    if shared_service {
+        Action::requeue(SERVICE_RECHECK)
+    } else {
+        Action::await_change()
+    }
 }
 
 /// Creates `revision` and records it in an Event whose note `note` makes of its key; one
@@ -372,6 +387,32 @@ fn missing_revision_note(key: &str) -> String {
 
 fn updated_revision_note(key: &str) -> String {
     format!("Creating revision with key {key} for updated LWS")
+}
+
+/// The Warning Event of a failed apply of the leader StatefulSet.
+#[derive(Debug, PartialEq, Eq)]
+struct ApplyFailure {
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+/// What a failed apply of leader StatefulSet `name` records (upstream's reasons and
+/// actions): a failed create when no such StatefulSet `existed`, else a failed update.
+fn apply_failure(name: &str, existed: bool, err: &impl std::fmt::Display) -> ApplyFailure {
+    if existed {
+        ApplyFailure {
+            reason: "FailedUpdate",
+            action: "Update",
+            note: format!("Failed to update leader statefulset {name}: {err}"),
+        }
+    } else {
+        ApplyFailure {
+            reason: "FailedCreate",
+            action: "Create",
+            note: format!("Failed to create leader statefulset {name}: {err}"),
+        }
+    }
 }
 
 /// The leader StatefulSet as the rolling update reads it.
@@ -550,4 +591,35 @@ pub async fn event<R: kube::Resource<DynamicType = ()>>(
 /// validation), as the error its reconcile reports.
 fn invalid(message: String) -> kube::Error {
     kube::Error::Service(message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_service_deleted_by_hand_is_made_again_without_a_change() {
+        assert_eq!(at_rest(true), Action::requeue(SERVICE_RECHECK));
+        assert_eq!(at_rest(false), Action::await_change());
+    }
+
+    #[test]
+    fn a_failed_leader_statefulset_apply_says_create_or_update() {
+        assert_eq!(
+            apply_failure("vllm", false, &"quota exceeded"),
+            ApplyFailure {
+                reason: "FailedCreate",
+                action: "Create",
+                note: "Failed to create leader statefulset vllm: quota exceeded".to_string(),
+            }
+        );
+        assert_eq!(
+            apply_failure("vllm", true, &"conflict"),
+            ApplyFailure {
+                reason: "FailedUpdate",
+                action: "Update",
+                note: "Failed to update leader statefulset vllm: conflict".to_string(),
+            }
+        );
+    }
 }

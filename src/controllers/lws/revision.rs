@@ -13,7 +13,8 @@
 //! revision's ([`updated_revision`]): byte for byte ([`equal`]), and again after
 //! re-serialising the stored patch through capstan's types ([`set_matches`]), so a revision
 //! written by another serialisation of the same spec (`"creationTimestamp": null`, key
-//! order) rolls nothing. A spec change outside the two fields (`replicas`,
+//! order, Go's `"resources": {}`) rolls nothing, and neither does writing or removing an
+//! empty object or list. A spec change outside the two fields (`replicas`,
 //! `rolloutStrategy`, `startupPolicy`) never makes a revision.
 //!
 //! Revision decisions read plain lists; the reconciler lists the revisions ([`belongs_to`])
@@ -23,6 +24,7 @@ use std::collections::BTreeMap;
 
 use capstan_api::LeaderWorkerSet;
 use capstan_api::canonical::{canonical_json, sorted_keys};
+use capstan_api::lws::RestartPolicy;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -47,11 +49,16 @@ pub const LWS_KIND: &str = "LeaderWorkerSet";
 /// The patch a revision of `lws` stores (upstream `getPatch`):
 /// `{"spec": {"leaderWorkerTemplate": {..., "$patch": "replace"}, "networkConfig": {...,
 /// "$patch": "replace"}}}`, an absent `networkConfig` written as `{"subdomainPolicy":
-/// "Shared"}` so that the webhook defaulting it later makes no new revision. Both are
-/// serialised through capstan's types and every object's keys are sorted, so equal specs
-/// give equal patches whatever form they were read in.
+/// "Shared"}` so that the webhook defaulting it later makes no new revision, and the
+/// deprecated `restartPolicy: Default` written as `None`, as upstream's webhook stores it,
+/// so that following the deprecation rolls nothing. Both are serialised through capstan's
+/// types and every object's keys are sorted, so equal specs give equal patches whatever
+/// form they were read in.
 pub fn patch(lws: &LeaderWorkerSet) -> Value {
     let mut template = to_json(&lws.spec.leader_worker_template);
+    if lws.spec.leader_worker_template.restart_policy == RestartPolicy::Default {
+        template["restartPolicy"] = to_json(&RestartPolicy::None);
+    }
     let mut network = to_json(&lws.spec.network_config_or_default());
     for part in [&mut template, &mut network] {
         if let Value::Object(fields) = part {
@@ -297,9 +304,37 @@ fn without_nulls(value: Value) -> Value {
 
 /// Whether `revision` describes `lws`'s live spec though its bytes differ (upstream
 /// `SetMatchesRevision`, without its cache): `revision` applied to `lws` and re-serialised
-/// gives the patch of `lws`. False when the revision does not apply.
+/// gives the patch of `lws`, empty objects and lists aside ([`without_empty`]). False when
+/// the revision does not apply.
 pub fn set_matches(lws: &LeaderWorkerSet, revision: &ControllerRevision) -> bool {
-    apply(lws, revision).is_ok_and(|restored| patch(&restored) == patch(lws))
+    apply(lws, revision)
+        .is_ok_and(|restored| without_empty(patch(&restored)) == without_empty(patch(lws)))
+}
+
+/// `value` without object members whose value is `{}` or `[]`, innermost first, so a
+/// member left empty by that goes too. Go re-serialises a struct field it holds by value
+/// as `{}` whether it was written or not (a container's `resources`, a template's
+/// `metadata`) and drops empty lists and maps (`omitempty`), so upstream cannot tell
+/// either from absent; nor can a pod template, where an empty object or list means the
+/// field's defaults (a volume without a source is an `emptyDir`). List items stay, empty
+/// or not.
+fn without_empty(value: Value) -> Value {
+    let empty = |value: &Value| match value {
+        Value::Object(fields) => fields.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    };
+    match value {
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(key, value)| (key, without_empty(value)))
+                .filter(|(_, value)| !empty(value))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_empty).collect()),
+        other => other,
+    }
 }
 
 /// The revision to create for `lws`'s live spec when it moved away from `current`

@@ -6,7 +6,9 @@
 //! `constructWorkerStatefulSetApplyConfiguration` in `pkg/controllers/pod_controller.go`).
 //!
 //! Both are built from capstan's and k8s-openapi's types, so the same inputs always give
-//! the same body.
+//! the same body. Their pod templates carry what upstream's pod webhook adds to each pod
+//! and a template can say: the `LWS_*` environment variables, written from the pod's name
+//! or ordinal label where they differ between pods of one template.
 
 use std::collections::BTreeMap;
 
@@ -17,9 +19,10 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodTemplateSpec,
-    VolumeResourceRequirements,
+    EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    Pod, PodSpec, PodTemplateSpec, VolumeResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -27,8 +30,8 @@ use serde_json::Value;
 use super::facts::revision_key;
 use super::labels::{
     EXCLUSIVE_KEY_ANNOTATION, GROUP_INDEX_LABEL, GROUP_KEY_LABEL, LEADER_NAME_ANNOTATION,
-    NAME_LABEL, REPLICAS_ANNOTATION, REVISION_KEY_LABEL, SIZE_ANNOTATION,
-    SUBDOMAIN_POLICY_ANNOTATION, SUBGROUP_EXCLUSIVE_KEY_ANNOTATION,
+    LEADER_REQUESTS_TPUS_ANNOTATION, NAME_LABEL, REPLICAS_ANNOTATION, REVISION_KEY_LABEL,
+    SIZE_ANNOTATION, SUBDOMAIN_POLICY_ANNOTATION, SUBGROUP_EXCLUSIVE_KEY_ANNOTATION,
     SUBGROUP_POLICY_TYPE_ANNOTATION, SUBGROUP_SIZE_ANNOTATION, WORKER_INDEX_LABEL,
 };
 use super::revision::{self, controller_ref};
@@ -36,13 +39,29 @@ use super::rolling::leader_max_unavailable;
 
 /// The pods of both StatefulSets start and stop together, not one by one.
 const PARALLEL: &str = "Parallel";
+/// The extended resource a TPU is requested as.
+const TPU_RESOURCE: &str = "google.com/tpu";
+/// Upstream's environment variables, given to every container of an LWS pod: the leader
+/// pod's DNS name, the group's size, and the pod's index in its group.
+const LEADER_ADDRESS_ENV: &str = "LWS_LEADER_ADDRESS";
+/// See [`LEADER_ADDRESS_ENV`].
+const GROUP_SIZE_ENV: &str = "LWS_GROUP_SIZE";
+/// See [`LEADER_ADDRESS_ENV`].
+const WORKER_INDEX_ENV: &str = "LWS_WORKER_INDEX";
+/// A leader pod's own name, which its [`LEADER_ADDRESS_ENV`] is written from: the leader
+/// StatefulSet's template is every group's, so the group shows only in the pod's name.
+const LEADER_POD_NAME_ENV: &str = "LWS_LEADER_POD_NAME";
+/// The label the StatefulSet controller gives each pod with its ordinal (Kubernetes 1.28
+/// and later): a worker's index, its worker StatefulSet counting from 1.
+const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
 /// The server-side-apply body of `lws`'s leader StatefulSet (upstream
 /// `constructLeaderStatefulSetApplyConfiguration` with its controller reference): named
 /// and labelled after the LWS, its pods made from the leader template (the worker
 /// template when there is none) labelled `worker-index: 0` and with the revision `key`,
 /// `replicas` pods rolled down to `partition`, `maxUnavailable` from
-/// [`leader_max_unavailable`].
+/// [`leader_max_unavailable`]. With `lws_env` (see [`leader_env_wanted`]) its containers get
+/// upstream's `LWS_*` variables ([`leader_env`]).
 ///
 /// Fails when `maxSurge` or `maxUnavailable` is a string but not a percentage.
 pub fn leader(
@@ -50,6 +69,7 @@ pub fn leader(
     partition: i32,
     replicas: i32,
     key: &str,
+    lws_env: bool,
 ) -> Result<Value, String> {
     let name = lws_name(lws);
     let spec = &lws.spec;
@@ -72,11 +92,14 @@ pub fn leader(
         (NAME_LABEL.to_string(), name.to_string()),
         (REVISION_KEY_LABEL.to_string(), key.to_string()),
     ]);
-    let pod_template = with_metadata(
+    let mut pod_template = with_metadata(
         template.effective_leader_template().clone(),
         pod_labels,
         pod_annotations,
     );
+    if lws_env {
+        with_env(&mut pod_template, &leader_env(lws));
+    }
 
     let strategy = match spec.rollout_strategy.type_ {
         RolloutStrategyType::RollingUpdate => "RollingUpdate",
@@ -133,7 +156,8 @@ pub fn leader(
 /// of a rolling update gets its own revision's worker template, size, subgroups, network
 /// config and claims, while labels, annotations and placement keys come from the live LWS.
 /// Named after the leader pod, `size - 1` pods with ordinals from 1, controlled by the
-/// leader pod. The caller makes sure the leader pod carries its `group-index` and
+/// leader pod; its containers get upstream's `LWS_*` variables, and its pods the
+/// `leader-requests-tpus` annotation when the leader pod asks for TPUs. The caller makes sure the leader pod carries its `group-index` and
 /// `group-key` labels.
 ///
 /// Fails when the revision does not apply to `lws`.
@@ -175,7 +199,13 @@ pub fn worker(
         pod_annotations.insert(EXCLUSIVE_KEY_ANNOTATION.to_string(), topology.to_string());
     }
     pod_annotations.extend(sub_group_annotations(&current, lws));
-    let pod_template = with_metadata(
+    if leader_pod.spec.as_ref().is_some_and(requests_tpus) {
+        pod_annotations.insert(
+            LEADER_REQUESTS_TPUS_ANNOTATION.to_string(),
+            "true".to_string(),
+        );
+    }
+    let mut pod_template = with_metadata(
         template.worker_template.clone(),
         labels.clone(),
         pod_annotations,
@@ -185,6 +215,22 @@ pub fn worker(
         SubdomainPolicy::Shared => name.to_string(),
         SubdomainPolicy::UniquePerReplica => pod_name.clone(),
     };
+    let namespace = leader_pod.metadata.namespace.as_deref().unwrap_or_default();
+    let leader_address = format!(
+        "{name}-{}.{service_name}.{namespace}",
+        pod_label(GROUP_INDEX_LABEL)
+    );
+    with_env(
+        &mut pod_template,
+        &[
+            value_env(LEADER_ADDRESS_ENV, &leader_address),
+            value_env(GROUP_SIZE_ENV, &template.size.to_string()),
+            field_env(
+                WORKER_INDEX_ENV,
+                &format!("metadata.labels['{POD_INDEX_LABEL}']"),
+            ),
+        ],
+    );
     Ok(StatefulSet {
         metadata: ObjectMeta {
             name: Some(pod_name.clone()),
@@ -240,10 +286,18 @@ pub fn pin_to_topology(set: &mut StatefulSet, key: &str, value: &str) {
 /// The `group-key` label of a group (upstream `genGroupUniqueKey`): the SHA-1, in
 /// hexadecimal, of `<namespace>/<leader pod name>`.
 pub fn group_key(namespace: &str, leader_pod_name: &str) -> String {
-    let digest = ring::digest::digest(
-        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
-        format!("{namespace}/{leader_pod_name}").as_bytes(),
-    );
+    sha1_hex(&format!("{namespace}/{leader_pod_name}"))
+}
+
+/// The `subgroup-key` label of a subgroup (upstream `genGroupUniqueKey` again, given the
+/// leader pod's name where a group gives its namespace): the SHA-1, in hexadecimal, of
+/// `<leader pod name>/<subgroup index>`.
+pub fn sub_group_key(leader_pod_name: &str, sub_group_index: &str) -> String {
+    sha1_hex(&format!("{leader_pod_name}/{sub_group_index}"))
+}
+
+fn sha1_hex(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, text.as_bytes());
     digest
         .as_ref()
         .iter()
@@ -279,6 +333,125 @@ fn sub_group_annotations(
         );
     }
     annotations
+}
+
+/// Whether the leader StatefulSet capstan applies carries the `LWS_*` variables, given
+/// the live one (`None` before it exists) and the revision `key` being applied. A change
+/// to its pod template restarts every leader pod outside the rolling update's partition,
+/// so they are added only when its template changes anyway (a new LWS, a new key) and
+/// kept once there.
+pub fn leader_env_wanted(live: Option<&StatefulSet>, key: &str) -> bool {
+    let Some(live) = live else {
+        return true;
+    };
+    let template = live
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.template.spec.as_ref());
+    let has_env = template.is_some_and(|spec| {
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .flat_map(|container| container.env.iter().flatten())
+            .any(|env| env.name == GROUP_SIZE_ENV)
+    });
+    revision_key(live) != key || has_env
+}
+
+/// A leader pod's `LWS_*` variables (upstream `AddLWSVariables`): its address
+/// `<lws>-<group>.<subdomain>.<namespace>` written from [`LEADER_POD_NAME_ENV`], defined
+/// before it, the subdomain being the pod's name under `UniquePerReplica` as upstream's
+/// webhook sets it; the group size; worker index 0.
+fn leader_env(lws: &LeaderWorkerSet) -> [EnvVar; 4] {
+    let name = lws_name(lws);
+    let namespace = lws.metadata.namespace.as_deref().unwrap_or_default();
+    let pod = format!("$({LEADER_POD_NAME_ENV})");
+    let subdomain = match lws.spec.network_config_or_default().subdomain_policy {
+        SubdomainPolicy::Shared => name,
+        SubdomainPolicy::UniquePerReplica => &pod,
+    };
+    [
+        field_env(LEADER_POD_NAME_ENV, "metadata.name"),
+        value_env(
+            LEADER_ADDRESS_ENV,
+            &format!("{pod}.{subdomain}.{namespace}"),
+        ),
+        value_env(
+            GROUP_SIZE_ENV,
+            &lws.spec.leader_worker_template.size.to_string(),
+        ),
+        value_env(WORKER_INDEX_ENV, "0"),
+    ]
+}
+
+/// `template` with `vars` first in every container and init container, then the
+/// container's own variables of other names, the first of each name (upstream
+/// `addEnvVarsIfNotExists`): `vars` come first so that the container's own can refer to
+/// them, and win over the container's own of the same name.
+fn with_env(template: &mut PodTemplateSpec, vars: &[EnvVar]) {
+    let Some(spec) = template.spec.as_mut() else {
+        return;
+    };
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        let mut env = vars.to_vec();
+        for own in container.env.take().into_iter().flatten() {
+            if !env.iter().any(|known| known.name == own.name) {
+                env.push(own);
+            }
+        }
+        container.env = Some(env);
+    }
+}
+
+fn value_env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.to_string()),
+        value_from: None,
+    }
+}
+
+fn field_env(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: Some("v1".to_string()),
+                field_path: field_path.to_string(),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// Whether a container or init container of `spec` asks for a TPU, in its limits or its
+/// requests (upstream `PodRequestsTPUs`).
+fn requests_tpus(spec: &PodSpec) -> bool {
+    let asks = |resources: Option<&BTreeMap<String, Quantity>>| {
+        resources
+            .and_then(|resources| resources.get(TPU_RESOURCE))
+            .is_some_and(|quantity| !is_zero(quantity))
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter_map(|container| container.resources.as_ref())
+        .any(|resources| asks(resources.limits.as_ref()) || asks(resources.requests.as_ref()))
+}
+
+/// Whether a quantity's number is zero, whatever its suffix (`0`, `0.0`, `0Ki`, `0e3`).
+fn is_zero(quantity: &Quantity) -> bool {
+    quantity
+        .0
+        .trim_start_matches(['+', '-'])
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .all(|c| c == '0' || c == '.')
 }
 
 /// The claim templates of `lws` as upstream applies them (`GetPVCApplyConfiguration`):

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config, Controller};
@@ -34,7 +34,7 @@ use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context};
 use crate::controllers::node::NodeFacts;
 use capstan_api::clock::rfc3339;
-use capstan_api::labels::{ModuleKey, ModuleLabel};
+use capstan_api::labels::{ModuleKey, ModuleLabel, NAMESPACE_LABEL};
 use capstan_api::managers;
 use capstan_api::module::{Module, ModuleCondition, ModuleStatus};
 use capstan_api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
@@ -189,12 +189,24 @@ struct NodeWants {
 
 /// Decides the NMC of `node` from every Module; `None` when the node needs no NMC and has
 /// none.
+///
+/// Entries of Modules that exist but whose name capstan cannot use (`unusable`, by
+/// namespace and name) are kept as they are: upstream accepts names capstan's labels cannot
+/// carry, and such a Module's module stays loaded rather than being unloaded by a
+/// controller that cannot manage it.
 fn node_wants(
     node: &NodeFacts,
     modules: &[ModuleFacts],
+    unusable: &BTreeSet<(String, String)>,
     nmc: Option<&NodeModulesConfig>,
 ) -> Option<NodeWants> {
     let mut wants = NodeWants::default();
+    wants.modules.extend(
+        nmc.into_iter()
+            .flat_map(|nmc| &nmc.spec.modules)
+            .filter(|entry| unusable.contains(&(entry.namespace.clone(), entry.name.clone())))
+            .cloned(),
+    );
     let known: BTreeSet<&ModuleKey> = modules.iter().map(|m| &m.key).collect();
     for module in modules {
         let current = nmc.and_then(|nmc| nmc.spec_module(&module.key));
@@ -247,13 +259,21 @@ fn node_wants(
     Some(wants)
 }
 
-/// The merge patch that gives `nmc` what `wants` asks for; `None` when nothing differs.
-fn nmc_patch(nmc: &NodeModulesConfig, wants: &NodeWants) -> Option<Value> {
+/// The merge patch that gives `nmc` what `wants` asks for, and its Node as an `owner`
+/// (as upstream sets it on every write, so that an NMC made without one still goes with
+/// its Node); `None` when nothing differs.
+fn nmc_patch(nmc: &NodeModulesConfig, wants: &NodeWants, owner: &OwnerReference) -> Option<Value> {
     let mut current = nmc.spec.modules.clone();
     current.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut patch = json!({});
     if current != wants.modules {
         patch["spec"] = json!({"modules": wants.modules});
+    }
+    let owners = nmc.metadata.owner_references.as_deref().unwrap_or_default();
+    if !wants.modules.is_empty() && !owners.iter().any(|o| o.uid == owner.uid) {
+        let mut owners = owners.to_vec();
+        owners.push(owner.clone());
+        patch["metadata"] = json!({"ownerReferences": owners});
     }
     let labels = nmc.labels();
     let mut label_patch = serde_json::Map::new();
@@ -269,7 +289,7 @@ fn nmc_patch(nmc: &NodeModulesConfig, wants: &NodeWants) -> Option<Value> {
         }
     }
     if !label_patch.is_empty() {
-        patch["metadata"] = json!({"labels": label_patch});
+        patch["metadata"]["labels"] = Value::Object(label_patch);
     }
     (patch != json!({})).then_some(patch)
 }
@@ -279,30 +299,29 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
     tracing::trace!(node = %node.name_any(), "module-nmc: waiting for the caches");
     stores.ready().await;
     let facts = NodeFacts::from_node(&node);
-    let modules: Vec<ModuleFacts> = stores
-        .modules
-        .state()
-        .iter()
-        .filter_map(|module| match ModuleFacts::from_shared(module) {
-            Ok(facts) => Some(facts),
+    let mut modules = Vec::new();
+    let mut unusable = BTreeSet::new();
+    for module in stores.modules.state() {
+        match ModuleFacts::from_shared(&module) {
+            Ok(facts) => modules.push(facts),
             Err(err) => {
                 tracing::debug!(%err, "module-nmc: a Module with an unusable name is ignored");
-                None
+                unusable.insert((module.namespace().unwrap_or_default(), module.name_any()));
             }
-        })
-        .collect();
+        }
+    }
     let nmc = stores
         .nmcs
         .get(&ObjectRef::new(&facts.name))
         .filter(|nmc| nmc.metadata.deletion_timestamp.is_none());
     tracing::debug!(node = %facts.name, modules = modules.len(), nmc = nmc.is_some(), "module-nmc: node");
-    let Some(wants) = node_wants(&facts, &modules, nmc.as_deref()) else {
+    let Some(wants) = node_wants(&facts, &modules, &unusable, nmc.as_deref()) else {
         return Ok(Action::await_change());
     };
     let params = PatchParams::apply(managers::MODULE_NMC);
     match nmc {
         Some(nmc) => {
-            if let Some(patch) = nmc_patch(&nmc, &wants) {
+            if let Some(patch) = nmc_patch(&nmc, &wants, &owner_reference(&node)) {
                 let request = kube::core::Request::new(NodeModulesConfig::url_path(&(), None))
                     .patch(&facts.name, &params, &Patch::Merge(patch))
                     .map_err(kube::Error::BuildRequest)?;
@@ -345,6 +364,27 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
         }
     }
     Ok(Action::await_change())
+}
+
+/// Sets (`Some`) or removes (`None`) upstream's label of a namespace that holds Modules,
+/// `kmm.node.k8s.io/contains-modules`, which tools and upstream's namespace webhook read.
+/// A namespace already gone is no error.
+async fn label_namespace(
+    client: &kube::Client,
+    namespace: &str,
+    value: Option<&str>,
+) -> Result<(), Error> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let patch = json!({"metadata": {"labels": {NAMESPACE_LABEL: value}}});
+    let params = PatchParams {
+        field_manager: Some(managers::MODULE_NMC.into()),
+        ..PatchParams::default()
+    };
+    match api.patch(namespace, &params, &Patch::Merge(patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The Node as the owner of its NMC: deleting the Node deletes the NMC.
@@ -486,19 +526,20 @@ fn module_controller(
         move |node: Arc<Node>| {
             let name = node.name_any();
             let now = stores.nodes.get(&ObjectRef::new(&name));
-            let changed = tally.node(&name, now.as_ref().map(|node| node.labels()));
+            let facts = now.as_deref().map(NodeFacts::from_node);
+            let changed = tally.node(&name, facts.as_ref());
             pacer.unqueued(existing(changed, &stores.modules, &tally))
         }
     };
     let controller =
         Controller::for_shared_stream(caches.modules.subscribe(), stores.modules.clone())
             .watches_shared_stream(caches.nmcs.subscribe(), on_nmc)
-            // Node labels decide which nodes a selector matches.
+            // Node labels and taints decide which nodes a Module targets.
             .watches_shared_stream(
                 changed_only(
                     caches.nodes.subscribe(),
                     stores.nodes.clone(),
-                    node_labels_fingerprint,
+                    node_targeting_fingerprint,
                 ),
                 on_node,
             )
@@ -517,9 +558,17 @@ fn module_controller(
     }
 }
 
-fn node_labels_fingerprint(node: &Node) -> u64 {
+/// What of a Node decides whether a Module targets it: its labels and its taints.
+fn node_targeting_fingerprint(node: &Node) -> u64 {
     let mut hasher = DefaultHasher::new();
     node.metadata.labels.hash(&mut hasher);
+    for taint in node
+        .spec
+        .iter()
+        .flat_map(|spec| spec.taints.iter().flatten())
+    {
+        (&taint.key, &taint.value, &taint.effect).hash(&mut hasher);
+    }
     hasher.finish()
 }
 
@@ -592,12 +641,21 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
             data.pacer.forget(&reference);
             data.tally.forget(&facts.key);
             tracing::info!(module = %facts.key, "unloaded from every node; finalizer removed");
+            let others = stores.modules.state().iter().any(|other| {
+                other.namespace() == module.namespace() && other.uid() != module.uid()
+            });
+            if !others {
+                label_namespace(&data.ctx.client, facts.key.namespace(), None).await?;
+            }
         } else if present > 0 {
             tracing::debug!(module = %facts.key, nodes = present, "waiting for the module to be unloaded");
         }
         return Ok(Action::await_change());
     }
     if !has_finalizer {
+        // A Module is seen here once before its finalizer is on: its namespace is labelled
+        // then, as upstream's namespace labeller does.
+        label_namespace(&data.ctx.client, facts.key.namespace(), Some("")).await?;
         let mut all: Vec<String> = finalizers.to_vec();
         all.push(finalizer.to_string());
         let patch = json!({"metadata": {
@@ -792,44 +850,78 @@ mod tests {
             EntryAction::Set(entry) => *entry,
             other => panic!("{other:?}"),
         };
+        let none = BTreeSet::new();
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: "worker-1".into(),
+            uid: "node-uid".into(),
+            ..OwnerReference::default()
+        };
         let configured = |m: &ModuleFacts| m.key.module_configured_label();
         let in_use = |m: &ModuleFacts| m.key.module_in_use_label();
 
         // No NMC and nothing wanted: no NMC is made.
-        assert_eq!(node_wants(&plain, std::slice::from_ref(&b), None), None);
+        assert_eq!(
+            node_wants(&plain, std::slice::from_ref(&b), &none, None),
+            None
+        );
 
         // No NMC, one module wanted: the NMC is made with its entry and labels.
-        let wants = node_wants(&plain, &[a.clone(), b.clone()], None).expect("wants");
+        let wants = node_wants(&plain, &[a.clone(), b.clone()], &none, None).expect("wants");
         assert_eq!(wants.modules, vec![entry_a.clone()]);
         assert_eq!(wants.labels[&configured(&a)], Some(String::new()));
         assert_eq!(wants.labels[&in_use(&a)], Some(String::new()));
         assert_eq!(wants.labels[&configured(&b)], None);
 
         // Both wanted on a GPU node, sorted by namespace and name.
-        let wants = node_wants(&gpu, &[b.clone(), a.clone()], None).expect("wants");
+        let wants = node_wants(&gpu, &[b.clone(), a.clone()], &none, None).expect("wants");
         let names: Vec<&str> = wants.modules.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
 
         // An NMC already in the wanted state needs no patch.
-        let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
-        let wants = node_wants(&plain, &[a.clone(), b.clone()], Some(&nmc)).expect("wants");
-        assert_eq!(nmc_patch(&nmc, &wants), None);
+        let mut nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
+        nmc.metadata.owner_references = Some(vec![owner.clone()]);
+        let wants = node_wants(&plain, &[a.clone(), b.clone()], &none, Some(&nmc)).expect("wants");
+        assert_eq!(nmc_patch(&nmc, &wants, &owner), None);
 
         // A lost in-use label is put back without touching the spec.
         let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a)]);
-        let wants = node_wants(&plain, std::slice::from_ref(&a), Some(&nmc)).expect("wants");
-        let patch = nmc_patch(&nmc, &wants).expect("patch");
+        let wants = node_wants(&plain, std::slice::from_ref(&a), &none, Some(&nmc)).expect("wants");
+        let patch = nmc_patch(&nmc, &wants, &owner).expect("patch");
         assert!(patch.get("spec").is_none());
         assert_eq!(patch["metadata"]["labels"][in_use(&a)], json!(""));
 
         // A Module that is gone entirely loses its entry and its configured label; the
         // in-use label stays for the NMC controller to drop once the module is unloaded.
         let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
-        let wants = node_wants(&plain, &[], Some(&nmc)).expect("wants");
-        let patch = nmc_patch(&nmc, &wants).expect("patch");
+        let wants = node_wants(&plain, &[], &none, Some(&nmc)).expect("wants");
+        let patch = nmc_patch(&nmc, &wants, &owner).expect("patch");
         assert_eq!(patch["spec"]["modules"], json!([]));
         assert_eq!(patch["metadata"]["labels"][configured(&a)], Value::Null);
         assert!(patch["metadata"]["labels"].get(in_use(&a)).is_none());
+
+        // An NMC without its Node as owner gets it with the next write.
+        let mut unowned = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
+        let wants =
+            node_wants(&plain, &[a.clone(), b.clone()], &none, Some(&unowned)).expect("wants");
+        let patch = nmc_patch(&unowned, &wants, &owner).expect("patch");
+        assert_eq!(
+            patch["metadata"]["ownerReferences"][0]["uid"],
+            json!("node-uid")
+        );
+        assert!(patch.get("spec").is_none());
+        unowned.metadata.owner_references = Some(vec![owner.clone()]);
+        assert_eq!(nmc_patch(&unowned, &wants, &owner), None);
+
+        // The entry of a Module whose name capstan cannot use stays as it is.
+        let mut long = entry_a.clone();
+        long.name = "a-name-upstream-accepts".into();
+        let nmc = nmc_with(vec![entry_a.clone(), long.clone()], &[&configured(&a)]);
+        let unusable = BTreeSet::from([(long.namespace.clone(), long.name.clone())]);
+        let wants =
+            node_wants(&plain, std::slice::from_ref(&a), &unusable, Some(&nmc)).expect("wants");
+        assert!(wants.modules.contains(&long), "{:?}", wants.modules);
     }
 
     #[test]

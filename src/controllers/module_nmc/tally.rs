@@ -4,7 +4,7 @@
 //! Modules, counted every 2 s during a rollout, those scans were most of the Module
 //! reconciler's work. The tally keeps instead, per NMC, what it holds of each Module
 //! ([`Held`] and the Module's last worker failure on the node), and per Module the sums of
-//! those and the nodes its selector matches. An NMC or Node change replaces that object's
+//! those and the nodes it targets. An NMC or Node change replaces that object's
 //! part, read from the cache as it is when the change is seen: the cache may already hold a
 //! later version, or none when the object is gone, so a change seen late or twice leaves
 //! the tally right. What it counts is [`loader_status`](super::loader_status), which the
@@ -13,13 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Toleration};
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use super::{Held, ModuleFacts, held, loader_counts};
 use crate::controllers::failures::{WorkerFailure, WorkerFailures};
-use crate::controllers::node::labels_match;
+use crate::controllers::node::NodeFacts;
 use capstan_api::labels::{ModuleKey, ModuleLabel};
 use capstan_api::module::DaemonSetStatus;
 use capstan_api::nmc::NodeModulesConfig;
@@ -55,14 +55,24 @@ struct Sums {
     present: usize,
     /// The nodes whose worker pods failed last, by name.
     failures: BTreeMap<String, WorkerFailure>,
-    /// The nodes the Module's selector matches, once the Module has been counted.
+    /// The nodes the Module targets, once the Module has been counted.
     selected: Option<Selected>,
 }
 
+/// The nodes a Module targets: its selector matches them and its loader tolerations
+/// tolerate their taints ([`ModuleFacts::targets`]).
 struct Selected {
     /// The selector the nodes were matched with.
     selector: BTreeMap<String, String>,
+    /// The tolerations their taints were matched with.
+    tolerations: Vec<Toleration>,
     nodes: HashSet<String>,
+}
+
+impl Selected {
+    fn targets(&self, node: &NodeFacts) -> bool {
+        node.matches(&self.selector) && node.targetable(&self.tolerations)
+    }
 }
 
 /// What a Module's status says of its NMCs.
@@ -107,16 +117,16 @@ impl Tally {
         self.lock().replace(name, parts)
     }
 
-    /// Takes in Node `name`'s labels as the cache holds them now (`None`: the node is
-    /// gone). Returns the Modules whose selected nodes it changed.
-    pub fn node(&self, name: &str, labels: Option<&BTreeMap<String, String>>) -> Vec<ModuleKey> {
+    /// Takes in Node `name` as the cache holds it now (`None`: the node is gone). Returns
+    /// the Modules whose targeted nodes it changed.
+    pub fn node(&self, name: &str, node: Option<&NodeFacts>) -> Vec<ModuleKey> {
         let mut inner = self.lock();
         let mut changed = Vec::new();
         for (key, sums) in &mut inner.modules {
             let Some(selected) = &mut sums.selected else {
                 continue;
             };
-            let matches = labels.is_some_and(|labels| labels_match(labels, &selected.selector));
+            let matches = node.is_some_and(|node| selected.targets(node));
             let had = selected.nodes.contains(name);
             if matches && !had {
                 selected.nodes.insert(name.to_string());
@@ -132,8 +142,8 @@ impl Tally {
     }
 
     /// The counts of `module`. The first call takes in every NMC of `nmcs`, and the first
-    /// count of a selector matches it against every node of `nodes`; both caches must have
-    /// listed.
+    /// count of a selector and tolerations matches them against every node of `nodes`;
+    /// both caches must have listed.
     pub fn count(
         &self,
         module: &ModuleFacts,
@@ -144,17 +154,27 @@ impl Tally {
         inner.prime(nmcs);
         let sums = inner.modules.entry(module.key.clone()).or_default();
         let selector = &module.object.spec.selector;
+        let tolerations = module.object.loader_tolerations();
         let selected = match &mut sums.selected {
-            Some(selected) if selected.selector == *selector => selected,
-            selected => selected.insert(Selected {
-                selector: selector.clone(),
-                nodes: nodes
+            Some(selected)
+                if selected.selector == *selector && selected.tolerations == tolerations =>
+            {
+                selected
+            }
+            selected => {
+                let mut targeted = Selected {
+                    selector: selector.clone(),
+                    tolerations,
+                    nodes: HashSet::new(),
+                };
+                targeted.nodes = nodes
                     .state()
                     .iter()
-                    .filter(|node| labels_match(node.labels(), selector))
+                    .filter(|node| targeted.targets(&NodeFacts::from_node(node)))
                     .map(|node| node.name_any())
-                    .collect(),
-            }),
+                    .collect();
+                selected.insert(targeted)
+            }
         };
         Counts {
             status: loader_counts(selected.nodes.len(), sums.desired, sums.available),
@@ -412,7 +432,8 @@ mod tests {
     /// What the tally counts for `module`, against the counts from scratch.
     fn check(tally: &Tally, module: &ModuleFacts, nmcs: &[NodeModulesConfig], nodes: &[Node]) {
         let counts = tally.count(module, &store(nmcs), &store(nodes));
-        let from_scratch = loader_status(module, nodes.iter().map(|n| n.labels()), nmcs);
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::from_node).collect();
+        let from_scratch = loader_status(module, &facts, nmcs);
         assert_eq!(counts.status, from_scratch, "{}", module.key);
         let failures: Vec<(String, WorkerFailure)> = nmcs
             .iter()
@@ -547,24 +568,55 @@ mod tests {
         // Node labels: n3 joins a's selector, n1 leaves it, n2 goes away.
         nodes[2] = node("n3", &[("gpu", "yes")]);
         assert_eq!(
-            tally.node("n3", Some(nodes[2].labels())),
+            tally.node("n3", Some(&NodeFacts::from_node(&nodes[2]))),
             std::slice::from_ref(&a.key)
         );
         nodes[0] = node("n1", &[]);
         assert_eq!(
-            tally.node("n1", Some(nodes[0].labels())),
+            tally.node("n1", Some(&NodeFacts::from_node(&nodes[0]))),
             std::slice::from_ref(&a.key)
         );
         nodes.remove(1);
         // b's empty selector matches whatever the labels: only a node leaving changes it.
         assert_eq!(tally.node("n2", None), [a.key.clone(), b.key.clone()]);
-        assert_eq!(tally.node("n1", Some(nodes[0].labels())), []);
+        assert_eq!(tally.node("n1", Some(&NodeFacts::from_node(&nodes[0]))), []);
         check(&tally, &a, &nmcs, &nodes);
         check(&tally, &b, &nmcs, &nodes);
 
         // A new selector is matched against every node.
         let narrower = module("a", &[("gpu", "yes"), ("zone", "1")]);
         check(&tally, &narrower, &nmcs, &nodes);
+    }
+
+    #[test]
+    fn taints_the_module_does_not_tolerate_untarget_a_node() {
+        let a = module("a", &[]);
+        let tally = Tally::default();
+        let taint = |key: &str| k8s_openapi::api::core::v1::NodeSpec {
+            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: key.to_string(),
+                effect: "NoSchedule".to_string(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let mut nodes = vec![node("n1", &[]), node("n2", &[])];
+        check(&tally, &a, &[], &nodes);
+        nodes[0].spec = Some(taint("dedicated"));
+        let facts = NodeFacts::from_node(&nodes[0]);
+        assert_eq!(tally.node("n1", Some(&facts)), std::slice::from_ref(&a.key));
+        check(&tally, &a, &[], &nodes);
+        // The kubelet's pressure taints are tolerated for every Module.
+        nodes[1].spec = Some(taint("node.kubernetes.io/memory-pressure"));
+        assert_eq!(tally.node("n2", Some(&NodeFacts::from_node(&nodes[1]))), []);
+        check(&tally, &a, &[], &nodes);
+        assert_eq!(
+            tally
+                .count(&a, &store(&[]), &store(&nodes))
+                .status
+                .nodes_matching_selector_number,
+            1
+        );
     }
 
     #[test]

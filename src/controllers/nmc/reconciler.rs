@@ -7,6 +7,12 @@
 //! stops at the first failed write; the next pass starts again from what the API server
 //! holds.
 //!
+//! capstan's worker pods carry no finalizer. Pods upstream KMM created carry its
+//! [`WORKER_POD_FINALIZER`], which only its controller removed: the reconciler removes it
+//! before it deletes such a pod, from such a pod being deleted already, and from every
+//! such pod on a node whose NMC is gone (the garbage collector deletes the NMC's pods with
+//! it).
+//!
 //! A node whose worker pods the cache does not show as this reconciler last wrote them
 //! waits for the cache (see [`expectations`](super::expectations)). Worker pods have
 //! deterministic names besides, so a pod created twice is refused by the API server and
@@ -28,13 +34,14 @@ use serde_json::{Map, Value, json};
 use super::expectations::Expectations;
 use super::own_writes::OwnWrites;
 use super::worker_pod;
-use super::{LabelChanges, NmcInput, WorkerOutcome, WorkerPod, decide};
+use super::{LabelChanges, NmcInput, PodRelease, WorkerOutcome, WorkerPod, decide};
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context};
 use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
 use crate::controllers::node::NodeFacts;
 use crate::controllers::skipped_fields::Lean;
-use capstan_api::labels::{ModuleKey, ModuleLabel};
+use crate::history::recorder::EventKey;
+use capstan_api::labels::{ModuleKey, ModuleLabel, WORKER_POD_FINALIZER};
 use capstan_api::managers;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
@@ -51,6 +58,10 @@ pub enum Error {
 }
 
 const RETRY: Duration = Duration::from_secs(1);
+
+/// The annotation upstream KMM puts on its `ModuleLoaded` and `ModuleUnloaded` Events:
+/// the Module as `<namespace>/<name>`, which tools filter KMM's Events by.
+const MODULE_EVENT_ANNOTATION: &str = "module";
 
 /// How long a node's NMC waits for more changes before it is reconciled: the worker pods
 /// a reconcile starts on a node finish within moments of each other, and each finish is a
@@ -255,6 +266,11 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
     }
     let nmcs: Api<Lean<NodeModulesConfig>> = Api::all(ctx.client.clone());
     let Some(nmc) = read_nmc(&nmcs, &data, &name).await? else {
+        // The garbage collector deletes the NMC's worker pods; those upstream KMM created
+        // would stay Terminating.
+        for release in upstream_pods_on(&data.worker_pods.state(), &name) {
+            release_pod(&ctx.client, &release).await?;
+        }
         return Ok(Action::await_change());
     };
     let Some(node) = data.nodes.get(&ObjectRef::new(&name)) else {
@@ -292,7 +308,10 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
         data.wrote(&name, &written);
     }
 
-    // 2. Deletions.
+    // 2. Deletions, each pod upstream KMM created freed of its finalizer first.
+    for release in &decision.release {
+        release_pod(&ctx.client, release).await?;
+    }
     let mut recheck = false;
     for deletion in &decision.delete {
         let params = DeleteParams {
@@ -449,6 +468,41 @@ async fn delete_pod(
     client.request_text(request).await.map(|_| ())
 }
 
+/// The worker pods on `node` that carry upstream KMM's finalizer.
+fn upstream_pods_on(pods: &[Arc<Pod>], node: &str) -> Vec<PodRelease> {
+    pods.iter()
+        .filter(|pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|pod| {
+            pod.finalizers()
+                .iter()
+                .any(|finalizer| finalizer == WORKER_POD_FINALIZER)
+        })
+        .map(|pod| PodRelease {
+            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.name_any(),
+        })
+        .collect()
+}
+
+/// Removes upstream KMM's finalizer from the pod of `release`, and only that finalizer;
+/// a pod gone already is fine.
+async fn release_pod(client: &kube::Client, release: &PodRelease) -> Result<(), kube::Error> {
+    let patch = json!({"metadata": {
+        "$deleteFromPrimitiveList/finalizers": [WORKER_POD_FINALIZER],
+    }});
+    let request = kube::core::Request::new(Pod::url_path(&(), Some(&release.namespace)))
+        .patch(
+            &release.name,
+            &PatchParams::apply(managers::NMC),
+            &Patch::Strategic(patch),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    match client.request_text(request).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        result => result.map(|_| ()),
+    }
+}
+
 /// A merge patch of labels: set values, `null` for removals.
 fn label_patch(changes: &LabelChanges) -> Value {
     let mut labels = Map::new();
@@ -482,27 +536,44 @@ async fn events(ctx: &Context, modules: &Store<Module>, node: &Node, outcomes: &
             },
             |m| m.object_ref(&()),
         );
-        let reason = outcome.reason();
-        let note = outcome.note(&node_name);
         let Some(message) = &outcome.failure else {
-            tracing::info!(node = %node_name, module = %module, "{}", reason);
-            ctx.event(&node_ref, Some(related), false, reason, action, note)
-                .await;
+            tracing::info!(node = %node_name, module = %module, "{}", outcome.reason());
+            worker_event(ctx, outcome, &node_name, &node_ref, related).await;
             continue;
         };
         tracing::warn!(node = %node_name, module = %module, action, %message, "worker failed; retrying with backoff");
-        ctx.event(&node_ref, Some(related), true, reason, action, note.clone())
-            .await;
+        worker_event(ctx, outcome, &node_name, &node_ref, related).await;
         if let Some(object) = &module_object {
-            ctx.event(
-                &object.object_ref(&()),
-                Some(node_ref.clone()),
-                true,
-                reason,
-                action,
-                note,
-            )
-            .await;
+            let module_ref = object.object_ref(&());
+            worker_event(ctx, outcome, &node_name, &module_ref, node_ref.clone()).await;
         }
+    }
+}
+
+/// Publishes the Event of `outcome` about `regarding` (the node or the Module), annotated
+/// with the Module as upstream KMM annotates its Events. A failure is logged, never fatal.
+async fn worker_event(
+    ctx: &Context,
+    outcome: &WorkerOutcome,
+    node: &str,
+    regarding: &ObjectReference,
+    related: ObjectReference,
+) {
+    let reason = outcome.reason();
+    let key = EventKey {
+        warning: outcome.failure.is_some(),
+        reason: reason.into(),
+        action: outcome.action.as_str().into(),
+        note: outcome.note(node),
+        regarding: regarding.into(),
+        related: Some((&related).into()),
+        annotations: [(
+            MODULE_EVENT_ANNOTATION.to_string(),
+            outcome.module.to_string(),
+        )]
+        .into(),
+    };
+    if let Err(err) = ctx.recorder.publish(key, regarding, Some(related)).await {
+        tracing::debug!(%err, reason, "could not publish an event");
     }
 }

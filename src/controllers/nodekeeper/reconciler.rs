@@ -16,11 +16,14 @@
 //!    `capstan.dev/revision` and `capstan.dev/pull-request` name; then acts on each pod:
 //!    a delete with grace period 0, or the finalizers removed (field manager
 //!    `capstan-nodekeeper`), each on that pod's UID only, a pod already gone skipped;
-//! 4. sets, resets or keeps `upgradeoperator_node_drain_timeout{node_name}`;
+//! 4. sets, resets or keeps `upgradeoperator_node_drain_timeout{node_name}`, or, when no
+//!    campaign is Upgrading any more, drops every node's series;
 //! 5. looks again in a minute on the cordoned path, else waits for a change.
 //!
-//! A failed write stops the pass (what is left runs at the retry, which decides afresh)
-//! and the reconcile is retried with a growing delay; the metric is left as it is.
+//! A failed record stops the pass. A failed action on a pod does not stop its strategy:
+//! every pod of the strategy is tried, as MUO does, and then the pass stops with all their
+//! errors. What is left runs at the retry, which decides afresh; the reconcile is retried
+//! with a growing delay and the metric is left as it is.
 
 use std::sync::Arc;
 
@@ -64,6 +67,17 @@ pub enum ReconcileError {
         /// The API error.
         #[source]
         source: kube::Error,
+    },
+    /// A strategy could not force some of its pods off the node; every one of them was
+    /// tried first.
+    #[error("node {node}: {strategy}: forcing pods off the node: {}", pod_errors(.failures))]
+    Forcing {
+        /// The node reconciled.
+        node: String,
+        /// The strategy's name.
+        strategy: &'static str,
+        /// Each pod that could not be forced, with the API error.
+        failures: Vec<(PodRef, kube::Error)>,
     },
     /// The node is cordoned, but its cordon taint has no `timeAdded` (MUO's error).
     #[error("cannot determine drain commencement time for node {0}")]
@@ -163,6 +177,15 @@ fn error_policy(node: Arc<Node>, err: &ReconcileError, shared: Arc<Shared>) -> A
     Action::requeue(delay)
 }
 
+/// `ns/name: error` for each pod, `; `-separated.
+fn pod_errors(failures: &[(PodRef, kube::Error)]) -> String {
+    failures
+        .iter()
+        .map(|(pod, err)| format!("{pod}: {err}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The error of `what` failing on `node`.
 fn failed(node: &str, what: &'static str) -> impl FnOnce(kube::Error) -> ReconcileError {
     let node = node.to_string();
@@ -205,6 +228,10 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
     tracing::debug!(node = %name, ?facts, ?campaigns, ?decision, "decided");
     match decision {
         Decision::Nothing => Ok(Action::await_change()),
+        Decision::ClearMetrics => {
+            shared.ctx.metrics.clear_node_drain_timeouts();
+            Ok(Action::await_change())
+        }
         Decision::Reset => {
             shared.ctx.metrics.reset_node_drain_timeout(&name);
             Ok(Action::await_change())
@@ -238,7 +265,7 @@ fn inputs<'a>(
     }
 }
 
-/// Resets the metric of a node that went, when [`decide`] says so.
+/// Resets the metric of a node that went, or drops every node's, when [`decide`] says so.
 async fn node_removed(shared: &Shared, node: &Node) {
     let facts = NodeFacts::gone(node);
     let campaigns = match read_campaigns(shared).await {
@@ -250,8 +277,10 @@ async fn node_removed(shared: &Shared, node: &Node) {
     };
     let drain = NodeDrain::default();
     let now = shared.ctx.clock.now();
-    if decide(&inputs(&facts, &campaigns, &drain, None), now) == Decision::Reset {
-        shared.ctx.metrics.reset_node_drain_timeout(&facts.name);
+    match decide(&inputs(&facts, &campaigns, &drain, None), now) {
+        Decision::Reset => shared.ctx.metrics.reset_node_drain_timeout(&facts.name),
+        Decision::ClearMetrics => shared.ctx.metrics.clear_node_drain_timeouts(),
+        Decision::Nothing | Decision::ReadPods | Decision::UnknownStart | Decision::Drain(_) => {}
     }
 }
 
@@ -336,10 +365,20 @@ async fn drain_pass(
         record_strategy(shared, node, &record)
             .await
             .map_err(failed(&name, "recording a drain strategy"))?;
+        // One pod the API server refuses does not shield the others of the strategy until
+        // the retry; the strategies after it wait for the retry, as MUO's do.
+        let mut failures = Vec::new();
         for pod in &run.pods {
-            act(&shared.ctx.client, run.strategy.action(), pod)
-                .await
-                .map_err(failed(&name, "forcing a pod off the node"))?;
+            if let Err(err) = act(&shared.ctx.client, run.strategy.action(), pod).await {
+                failures.push((pod.clone(), err));
+            }
+        }
+        if !failures.is_empty() {
+            return Err(ReconcileError::Forcing {
+                node: name,
+                strategy: run.strategy.name(),
+                failures,
+            });
         }
     }
     Ok(())

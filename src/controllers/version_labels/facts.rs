@@ -1,6 +1,10 @@
 //! What the controller reads off the objects: which Modules a node carries, the facts of
-//! each (its three labels, `.ready`, its device-plugin pods, the upgrade kept in the node's
-//! annotation, the node's stamps), and whether a node holds a slot.
+//! each (its three labels, `.ready`, its device-plugin and DRA driver pods, the upgrade kept
+//! in the node's annotation, the node's stamps), and whether a node holds a slot.
+//!
+//! A Module's DRA driver runs the version of its version-device-plugin label, as its device
+//! plugin does, so its pods count as the device plugin's: the module is not unloaded while
+//! one remains on the node (KMM main's guard matches both roles).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,16 +56,17 @@ pub fn carries(node: &Node, key: &ModuleKey) -> bool {
         || node.annotations().contains_key(&key.upgrade_annotation())
 }
 
-/// Whether `pod` is a device-plugin pod of `key` on `node` (the caller lists the
-/// device-plugin pods).
+/// Whether `pod` is a device-plugin or DRA driver pod of `key` on `node` (the caller lists
+/// the pods of those roles).
 pub fn is_device_plugin_of(pod: &Pod, key: &ModuleKey, node: &str) -> bool {
     pod.namespace().as_deref() == Some(key.namespace())
         && pod.labels().get(MODULE_NAME_LABEL).map(String::as_str) == Some(key.name())
         && pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
 }
 
-/// The facts of `key` on `node`, given its Module (when it exists) and its device-plugin
-/// pods on the node (none when the decision at hand does not look at them: the slots).
+/// The facts of `key` on `node`, given its Module (when it exists) and its device-plugin and
+/// DRA driver pods on the node (none when the decision at hand does not look at them: the
+/// slots).
 pub fn facts_of(
     node: &Node,
     key: &ModuleKey,
@@ -80,7 +85,8 @@ pub fn facts_of(
         loaded_version: labels.get(&key.version_ready_label()).cloned(),
         device_plugin_pod_remains: !device_plugin_pods.is_empty(),
         device_plugin_running: running,
-        has_device_plugin: module.is_some_and(|module| module.spec.device_plugin.is_some()),
+        has_device_plugin: module
+            .is_some_and(|module| module.spec.device_plugin.is_some() || module.spec.dra.is_some()),
         progress: annotations
             .get(&key.upgrade_annotation())
             .and_then(|text| Progress::from_annotation(text)),
@@ -114,6 +120,7 @@ pub fn holds_slot(node: &Node) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capstan_api::labels::{DRA_ROLE, ROLE_LABEL};
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -265,6 +272,65 @@ mod tests {
             "worker-1"
         ));
         assert!(!is_device_plugin_of(&elsewhere, &key(), "worker-1"));
+    }
+
+    #[test]
+    fn a_dra_driver_counts_as_the_modules_device_plugin() {
+        let module = |spec: serde_json::Value| -> Module {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kmm.sigs.x-k8s.io/v1beta1", "kind": "Module",
+                "metadata": {"name": "my-kmod", "namespace": "kmm-demo"},
+                "spec": spec,
+            }))
+            .expect("a Module")
+        };
+        let container = serde_json::json!({"container": {"image": "registry.example/driver:v1"}});
+        let driver = serde_json::json!({
+            "driverName": "dra.example.com",
+            "container": {"image": "registry.example/driver:v1"},
+        });
+        // (name, Module, has a device plugin)
+        let rows = [
+            ("no Module", None, false),
+            (
+                "neither",
+                Some(module(serde_json::json!({"selector": {}}))),
+                false,
+            ),
+            (
+                "a device plugin",
+                Some(module(
+                    serde_json::json!({"selector": {}, "devicePlugin": container}),
+                )),
+                true,
+            ),
+            (
+                "a DRA driver",
+                Some(module(serde_json::json!({"selector": {}, "dra": driver}))),
+                true,
+            ),
+            (
+                "both",
+                Some(module(
+                    serde_json::json!({"selector": {}, "devicePlugin": container, "dra": driver}),
+                )),
+                true,
+            ),
+        ];
+        for (name, module, has) in rows {
+            let facts = facts_of(&node(&[], &[]), &key(), module.as_ref(), &[]);
+            assert_eq!(facts.has_device_plugin, has, "{name}");
+        }
+        // A DRA driver pod on the node holds the unload back as a device-plugin pod does.
+        let mut driver = pod("Running", true);
+        driver
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(ROLE_LABEL.to_string(), DRA_ROLE.to_string());
+        assert!(is_device_plugin_of(&driver, &key(), "worker-1"));
+        let facts = facts_of(&node(&[], &[]), &key(), None, &[&driver]);
+        assert!(facts.device_plugin_pod_remains && !facts.device_plugin_running);
     }
 
     #[test]

@@ -3,15 +3,15 @@
 //!
 //! It follows, through the shared caches, Nodes (the trigger and the fleet the slots are
 //! counted over), Modules (a change reconciles every node labelled for the Module),
-//! device-plugin pods (a change or a deletion reconciles the pod's node) and the
+//! device-plugin and DRA driver pods (a change or a deletion reconciles the pod's node) and the
 //! `GitSync`s in `capstan-system` (a change of policy reconciles every node). It decides nothing itself: a reconcile
 //!
 //! 1. returns at once when the cached node has nothing to move ([`has_work`]);
 //! 2. reads the node afresh, the facts of each Module on it, the `GitSync`s and the fleet
 //!    from the caches, and calls [`decide_node`];
 //! 3. reads what the decision asks to confirm with the API server rather than a cache (the
-//!    nodes, when the node is about to start; the node's device-plugin pods, before a W
-//!    removal or the "device plugin stopped" step), and decides again;
+//!    nodes, when the node is about to start; the node's device-plugin and DRA driver pods,
+//!    before a W removal or the "device plugin stopped" step), and decides again;
 //! 4. writes the plan: each step's history record, then, when the record is new, an Event
 //!    on the Node and one on the Module; the labels and upgrade annotations in one JSON
 //!    merge patch ([`node_patch`], field manager `capstan-version-labels`, conditional on
@@ -51,7 +51,7 @@ use crate::controllers::retries::Retries;
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{
-    DEVICE_PLUGIN_ROLE, DRAIN_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL,
+    DEVICE_PLUGIN_ROLE, DRA_ROLE, DRAIN_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL,
 };
 use capstan_api::managers;
 use capstan_api::module::Module;
@@ -82,6 +82,7 @@ struct Shared {
     nodes: Store<Node>,
     modules: Store<Module>,
     device_plugins: Store<Pod>,
+    dra_drivers: Store<Pod>,
     syncs: Store<GitSync>,
     upgrade_configs: Store<UpgradeConfig>,
     /// Failed reconciles in a row, by node, for the backoff.
@@ -97,33 +98,41 @@ pub fn run(
     let (nodes, _) = caches.nodes.reader();
     let (modules, modules_ready) = caches.modules.reader();
     let (device_plugins, device_plugins_ready) = caches.device_plugin_pods.reader();
+    let (dra_drivers, dra_drivers_ready) = caches.dra_pods.reader();
     let (syncs, _) = caches.syncs.reader();
     let (upgrade_configs, upgrade_configs_ready) = caches.upgrade_configs.reader();
     let campaign_changes = caches.upgrade_configs.subscribe();
     let node_changes = caches.nodes.subscribe();
     let node_ends = caches.nodes.subscribe();
     let module_changes = caches.modules.subscribe();
-    // A device-plugin pod that goes (deleted ones come as last seen) is what a node waits
-    // for: its node is reconciled.
-    let pod_changes = caches
-        .device_plugin_pods
-        .subscribe()
-        .filter_map(|pod: Arc<Pod>| async move { node_of_pod(&pod) });
+    // A device-plugin or DRA driver pod that goes (deleted ones come as last seen) is what a
+    // node waits for: its node is reconciled.
+    let pod_changes = futures::stream::select(
+        caches.device_plugin_pods.subscribe(),
+        caches.dra_pods.subscribe(),
+    )
+    .filter_map(|pod: Arc<Pod>| async move { node_of_pod(&pod) });
     let sync_changes = caches.syncs.subscribe();
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         nodes: nodes.clone(),
         modules,
         device_plugins,
+        dra_drivers,
         syncs,
         upgrade_configs,
         failures: Retries::default(),
     });
     async move {
         // An empty Module store would hide every new move, an empty pod store every
-        // device-plugin pod.
+        // device-plugin or DRA driver pod.
         let ready = async {
-            for mut ready in [modules_ready, device_plugins_ready, upgrade_configs_ready] {
+            for mut ready in [
+                modules_ready,
+                device_plugins_ready,
+                dra_drivers_ready,
+                upgrade_configs_ready,
+            ] {
                 // An error means the watch is gone (shutdown).
                 let _ = ready.wait_for(|listed| *listed).await;
             }
@@ -346,17 +355,20 @@ fn module_of(shared: &Shared, key: &ModuleKey) -> Option<Arc<Module>> {
         .get(&ObjectRef::new(key.name()).within(key.namespace()))
 }
 
-/// The facts of each Module on `node`; its device-plugin pods from the cache only with
-/// `pods` (the slots do not look at them).
+/// The facts of each Module on `node`; its device-plugin and DRA driver pods from the caches
+/// only with `pods` (the slots do not look at them).
 fn modules_of(shared: &Shared, node: &Node, pods: bool) -> Vec<(ModuleKey, NodeModuleFacts)> {
     let name = node.name_any();
     module_keys(node, |key| module_of(shared, key).is_some())
         .into_iter()
         .map(|key| {
             let on_node = if pods {
-                shared
-                    .device_plugins
-                    .state_filter(|pod| is_device_plugin_of(pod, &key, &name))
+                [&shared.device_plugins, &shared.dra_drivers]
+                    .into_iter()
+                    .flat_map(|store| {
+                        store.state_filter(|pod| is_device_plugin_of(pod, &key, &name))
+                    })
+                    .collect()
             } else {
                 Vec::new()
             };
@@ -382,8 +394,8 @@ fn fleet_of<'a>(shared: &Shared, nodes: impl Iterator<Item = &'a Node>) -> Vec<F
         .collect()
 }
 
-/// Whether a device-plugin pod of `key` is on `node`, in any phase, as the API server sees
-/// it now.
+/// Whether a device-plugin or DRA driver pod of `key` is on `node`, in any phase, as the API
+/// server sees it now.
 async fn device_plugin_pods_remain(
     client: &kube::Client,
     key: &ModuleKey,
@@ -391,12 +403,19 @@ async fn device_plugin_pods_remain(
 ) -> Result<bool, kube::Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), key.namespace());
     let params = ListParams::default()
-        .labels(&format!(
-            "{ROLE_LABEL}={DEVICE_PLUGIN_ROLE},{MODULE_NAME_LABEL}={}",
-            key.name()
-        ))
+        .labels(&device_plugin_pods_selector(key))
         .fields(&format!("spec.nodeName={node}"));
     Ok(!pods.list_metadata(&params).await?.items.is_empty())
+}
+
+/// The label selector of the pods that hold back the unload of `key`'s module: its
+/// device-plugin and DRA driver pods, which both run the version of the version-device-plugin
+/// label.
+fn device_plugin_pods_selector(key: &ModuleKey) -> String {
+    format!(
+        "{ROLE_LABEL} in ({DEVICE_PLUGIN_ROLE},{DRA_ROLE}),{MODULE_NAME_LABEL}={}",
+        key.name()
+    )
 }
 
 /// The `GitSync`s: from the cache once it has listed them, else (capstan's kinds may not be

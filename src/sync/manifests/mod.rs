@@ -25,6 +25,7 @@
 //! [`check_transition`].
 
 mod catalog;
+mod dra;
 mod rules;
 mod schema;
 mod settings;
@@ -255,6 +256,7 @@ pub fn load(
     errors.extend(rules::duplicates(&documents));
     errors.extend(rules::version_labels(&documents));
     errors.extend(rules::upgrade_configs(&documents));
+    errors.extend(dra::device_classes(&documents));
 
     if errors.is_empty() {
         Ok(DesiredState {

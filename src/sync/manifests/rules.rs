@@ -10,6 +10,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
@@ -22,12 +23,13 @@ use super::yaml::{FieldPath, Node, NodeValue};
 use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
 use capstan_api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
 use capstan_api::lws::{SubGroupPolicy, SubGroupPolicyType};
-use capstan_api::module::{KernelMapping, ModprobeSpec};
-use capstan_api::names::label_key;
+use capstan_api::module::{KernelMapping, ModprobeSpec, ModuleLoaderContainerSpec, Sign};
+use capstan_api::names::{label_key, label_value_errors, qualified_name_errors};
 use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig};
 use capstan_worker::modprobe::canonical_name;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::controllers::kernel_mapping;
 use crate::controllers::lws::labels::SUBGROUP_EXCLUSIVE_KEY_ANNOTATION;
 
 /// A document with a valid header, and the tree it came from (for lines).
@@ -178,7 +180,7 @@ fn kind_rules(manifest: &Manifest, tree: &Node) -> Vec<Finding> {
         node(&manifest.object)
     } else if is(&Module::api_version(&()), &Module::kind(&())) {
         match typed::<Module>(manifest, tree) {
-            Ok(module) => self::module(&module),
+            Ok(module) => self::module(&module, &manifest.object),
             Err(found) => found,
         }
     } else if is(&UpgradeConfig::api_version(&()), &UpgradeConfig::kind(&())) {
@@ -383,10 +385,13 @@ fn node(object: &Value) -> Vec<Finding> {
     found
 }
 
-/// KMM's rules for a Module (upstream's webhook): names short enough for the per-module
-/// labels, a version that can be a label value, a valid modprobe setup and kernel
-/// mappings that say what they match.
-fn module(module: &Module) -> Vec<Finding> {
+/// KMM's rules for a Module (upstream's webhook, `validateModule`): names short enough for
+/// the per-module labels, tolerations the API server would take on a pod, a version that can
+/// be a label value, kmod images with a tag or digest, one form of in-tree module removal,
+/// a valid modprobe setup, kernel mappings that say what they match and name an image, and
+/// files to sign under the module directory. `object` is the manifest as written, which
+/// tells an absent list from an empty one.
+fn module(module: &Module, object: &Value) -> Vec<Finding> {
     let mut found = Vec::new();
     let namespace = module.metadata.namespace.as_deref().unwrap_or_default();
     let name = module.metadata.name.as_deref().unwrap_or_default();
@@ -395,6 +400,16 @@ fn module(module: &Module) -> Vec<Finding> {
             FieldPath::of(&["metadata", "name"]),
             err.to_string(),
         ));
+    }
+    found.extend(super::dra::module_rules(module));
+    let tolerations = FieldPath::of(&["spec", "tolerations"]);
+    for (index, toleration) in module.spec.tolerations.iter().enumerate() {
+        let at = tolerations.index(index);
+        found.extend(
+            toleration_problems(toleration)
+                .into_iter()
+                .map(|(field, message)| finding(at.field(field), message)),
+        );
     }
     let Some(loader) = &module.spec.module_loader else {
         return found;
@@ -407,19 +422,144 @@ fn module(module: &Module) -> Vec<Finding> {
             format!("must be usable as a label value: {err}"),
         ));
     }
+    let spec = &loader.container;
+    // Upstream tells a list that is present, even empty, from an absent one.
+    let container_list = object
+        .pointer("/spec/moduleLoader/container/inTreeModulesToRemove")
+        .is_some_and(|list| !list.is_null());
+    if container_list && !spec.in_tree_module_to_remove.is_empty() {
+        found.push(finding(
+            container.field("inTreeModuleToRemove"),
+            "cannot be set with inTreeModulesToRemove: list the module there \
+             (inTreeModuleToRemove is deprecated)",
+        ));
+    }
+    if let Some(message) = image_problem(&spec.container_image) {
+        found.push(finding(container.field("containerImage"), message));
+    }
+    let mappings = container.field("kernelMappings");
+    for (index, mapping) in spec.kernel_mappings.iter().enumerate() {
+        let at = mappings.index(index);
+        found.extend(
+            kernel_mapping_problems(mapping, spec, container_list)
+                .into_iter()
+                .map(|(field, message)| finding(at.field(field), message)),
+        );
+    }
     let modprobe = container.field("modprobe");
     found.extend(
-        modprobe_problems(&loader.container.modprobe)
+        modprobe_problems(&spec.modprobe)
             .into_iter()
             .map(|(field, message)| finding(modprobe.field(field), message)),
     );
-    let mappings = container.field("kernelMappings");
-    for (index, mapping) in loader.container.kernel_mappings.iter().enumerate() {
-        if let Some((field, message)) = kernel_mapping_problem(mapping) {
-            found.push(finding(mappings.index(index).field(field), message));
-        }
+    let signs = std::iter::once((container.clone(), &spec.sign)).chain(
+        spec.kernel_mappings
+            .iter()
+            .enumerate()
+            .map(|(index, mapping)| (mappings.index(index), &mapping.sign)),
+    );
+    for (at, sign) in signs {
+        let Some(sign) = sign else { continue };
+        let files = at.field("sign").field("filesToSign");
+        found.extend(
+            files_to_sign_problems(sign, &spec.modprobe.dir_name)
+                .into_iter()
+                .map(|(index, message)| {
+                    let path = index.map_or_else(|| files.clone(), |index| files.index(index));
+                    finding(path, message)
+                }),
+        );
     }
     found
+}
+
+/// What is wrong with a toleration, as (field, message), as upstream's
+/// `validateTolerations` checks it: a key that is a qualified name, `Exists` for an empty key,
+/// `tolerationSeconds` only with `NoExecute`, a label value for `Equal` and none for `Exists`,
+/// and a known effect.
+fn toleration_problems(toleration: &Toleration) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    let key = toleration.key.as_deref().unwrap_or_default();
+    let operator = toleration.operator.as_deref().unwrap_or_default();
+    let value = toleration.value.as_deref().unwrap_or_default();
+    let effect = toleration.effect.as_deref().unwrap_or_default();
+    if !key.is_empty() {
+        let errors = qualified_name_errors(key);
+        if !errors.is_empty() {
+            problems.push(("key", format!("invalid key {key:?}: {}", errors.join("; "))));
+        }
+    } else if operator != "Exists" {
+        problems.push((
+            "operator",
+            "must be Exists when key is empty (a toleration of every taint)".to_string(),
+        ));
+    }
+    if toleration.toleration_seconds.is_some() && effect != "NoExecute" {
+        problems.push((
+            "tolerationSeconds",
+            "can only be set with effect NoExecute".to_string(),
+        ));
+    }
+    match operator {
+        "Equal" | "" => {
+            let errors = label_value_errors(value);
+            if !errors.is_empty() {
+                problems.push((
+                    "value",
+                    format!(
+                        "invalid value {value:?} for operator Equal: {}",
+                        errors.join("; ")
+                    ),
+                ));
+            }
+        }
+        "Exists" if !value.is_empty() => {
+            problems.push(("value", "must be empty when operator is Exists".to_string()))
+        }
+        "Exists" => {}
+        other => problems.push((
+            "operator",
+            format!("{other:?} is not an operator: use Equal or Exists"),
+        )),
+    }
+    if !matches!(effect, "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        problems.push((
+            "effect",
+            format!("{effect:?} is not an effect: use NoSchedule, PreferNoSchedule or NoExecute"),
+        ));
+    }
+    problems
+}
+
+/// Why a kmod image cannot be pulled as written: upstream insists on an explicit tag or
+/// digest (a `:` or `@` anywhere), so that a node never loads whatever `latest` is today.
+/// An empty image is no problem here.
+fn image_problem(image: &str) -> Option<String> {
+    (!image.is_empty() && !image.contains([':', '@'])).then(|| {
+        format!(
+            "{image:?} names no tag or digest: add one, such as {image}:v1 or {image}@sha256:..."
+        )
+    })
+}
+
+/// What is wrong with files to sign, as (index in `filesToSign`, message): there must be
+/// some, each under the module directory `dir_name`.
+fn files_to_sign_problems(sign: &Sign, dir_name: &str) -> Vec<(Option<usize>, String)> {
+    if sign.files_to_sign.is_empty() {
+        return vec![(None, "required when sign is set".to_string())];
+    }
+    let under = format!("{dir_name}/");
+    sign.files_to_sign
+        .iter()
+        .enumerate()
+        .filter(|(_, file)| !file.starts_with(&under))
+        .map(|(index, file)| {
+            (
+                Some(index),
+                format!("{file:?} must be under modprobe.dirName {dir_name:?}"),
+            )
+        })
+        .collect()
 }
 
 /// What is wrong with a modprobe setup, as (field, message): either `moduleName` without
@@ -486,20 +626,75 @@ fn modprobe_problems(modprobe: &ModprobeSpec) -> Vec<(&'static str, String)> {
     problems
 }
 
-/// A kernel mapping matches by `literal` or by `regexp`, exactly one of them. (The regexp
-/// itself is compiled where kernels are matched.)
-fn kernel_mapping_problem(mapping: &KernelMapping) -> Option<(&'static str, String)> {
+/// What is wrong with a kernel mapping of `container`, as (field, message): it matches by
+/// `literal` or by a `regexp` that compiles, exactly one of them; it or the container names
+/// an image, with a tag or digest; and it removes in-tree modules in the form the container
+/// uses (`container_list`: the container's `inTreeModulesToRemove` is present).
+fn kernel_mapping_problems(
+    mapping: &KernelMapping,
+    container: &ModuleLoaderContainerSpec,
+    container_list: bool,
+) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
     match (mapping.literal.is_empty(), mapping.regexp.is_empty()) {
-        (true, true) => Some((
+        (true, true) => problems.push((
             "literal",
             "set literal or regexp: a kernel mapping must say which kernels it matches".to_string(),
         )),
-        (false, false) => Some((
+        (false, false) => problems.push((
             "regexp",
             "literal and regexp cannot both be set in one kernel mapping".to_string(),
         )),
-        _ => None,
+        _ => {}
     }
+    if let Some(reason) = kernel_mapping::regexp_problem(&mapping.regexp) {
+        problems.push((
+            "regexp",
+            format!(
+                "{:?} is not a valid regular expression: {reason}",
+                mapping.regexp
+            ),
+        ));
+    }
+    if mapping.container_image.is_empty() {
+        if container.container_image.is_empty() {
+            problems.push((
+                "containerImage",
+                "required: neither this mapping nor spec.moduleLoader.container.containerImage \
+                 names the kmod image"
+                    .to_string(),
+            ));
+        }
+    } else if let Some(message) = image_problem(&mapping.container_image) {
+        problems.push(("containerImage", message));
+    }
+    let list = mapping.in_tree_modules_to_remove.is_some();
+    let single = !mapping.in_tree_module_to_remove.is_empty();
+    if list && single {
+        problems.push((
+            "inTreeModuleToRemove",
+            "cannot be set with inTreeModulesToRemove: list the module there \
+             (inTreeModuleToRemove is deprecated)"
+                .to_string(),
+        ));
+    }
+    if list && !container.in_tree_module_to_remove.is_empty() {
+        problems.push((
+            "inTreeModulesToRemove",
+            "cannot be set while the container sets the deprecated inTreeModuleToRemove: use \
+             inTreeModulesToRemove in both"
+                .to_string(),
+        ));
+    }
+    if single && container_list {
+        problems.push((
+            "inTreeModuleToRemove",
+            "cannot be set while the container sets inTreeModulesToRemove: use \
+             inTreeModulesToRemove in both"
+                .to_string(),
+        ));
+    }
+    problems
 }
 
 /// Upstream's validating webhook for a LeaderWorkerSet (`generalValidate`, which it runs on
@@ -788,6 +983,14 @@ pub fn version_labels(documents: &[Parsed]) -> Vec<ManifestError> {
                         module.version_module_label()
                     ),
                 )),
+                // KMM reads an empty version as no label at all.
+                KmmLabel::Version(module) if value.is_empty() => errors.push(parsed.error(
+                    &path,
+                    format!(
+                        "version label of Module {module} is empty, which KMM reads as no \
+                         label; name the version to load, or remove the label"
+                    ),
+                )),
                 KmmLabel::Version(module) => match modules.get(&module) {
                     None => errors.push(parsed.error(
                         &path,
@@ -1019,26 +1222,250 @@ mod tests {
         }
     }
 
-    #[test]
-    fn kernel_mapping_decision_table() {
-        let mapping = |literal: &str, regexp: &str| KernelMapping {
+    fn mapping(literal: &str, regexp: &str, image: &str) -> KernelMapping {
+        KernelMapping {
             literal: literal.to_string(),
             regexp: regexp.to_string(),
-            container_image: "img".to_string(),
+            container_image: image.to_string(),
             ..KernelMapping::default()
+        }
+    }
+
+    fn mapping_fields(
+        mapping: &KernelMapping,
+        container: &ModuleLoaderContainerSpec,
+        container_list: bool,
+    ) -> Vec<&'static str> {
+        kernel_mapping_problems(mapping, container, container_list)
+            .into_iter()
+            .map(|(field, _)| field)
+            .collect()
+    }
+
+    #[test]
+    fn kernel_mapping_decision_table() {
+        let no_default = ModuleLoaderContainerSpec::default();
+        let with_default = ModuleLoaderContainerSpec {
+            container_image: "image-url:mytag".to_string(),
+            ..ModuleLoaderContainerSpec::default()
         };
-        let cases = [
-            (mapping("6.0.15", ""), None),
-            (mapping("", "^.+$"), None),
-            (mapping("", ""), Some("literal")),
-            (mapping("6.0.15", "^.+$"), Some("regexp")),
+        let cases: &[(KernelMapping, &ModuleLoaderContainerSpec, &[&str])] = &[
+            (mapping("6.0.15", "", "img:v1"), &no_default, &[]),
+            (mapping("", "^.+$", "img:v1"), &no_default, &[]),
+            (mapping("", "", "img:v1"), &no_default, &["literal"]),
+            (
+                mapping("6.0.15", "^.+$", "img:v1"),
+                &no_default,
+                &["regexp"],
+            ),
+            // Upstream's webhook tests.
+            (
+                mapping("", "valid-regexp", "image-url:mytag"),
+                &no_default,
+                &[],
+            ),
+            (mapping("", "valid-regexp", ""), &with_default, &[]),
+            (mapping("any-value", "", ""), &with_default, &[]),
+            (
+                mapping("", "*-invalid-regexp", "img:v1"),
+                &no_default,
+                &["regexp"],
+            ),
+            (mapping("", "(", "img:v1"), &no_default, &["regexp"]),
+            (
+                mapping("", "valid-regexp", ""),
+                &no_default,
+                &["containerImage"],
+            ),
+            (
+                mapping("", "valid-regexp", "image-url"),
+                &no_default,
+                &["containerImage"],
+            ),
+            (
+                mapping("", "valid-regexp", "image-url"),
+                &with_default,
+                &["containerImage"],
+            ),
+            (mapping("", ".", "image-url@sha256:0123"), &no_default, &[]),
+            // A registry port counts as the ':' upstream looks for.
+            (mapping("", ".", "registry:5000/img"), &no_default, &[]),
         ];
-        for (mapping, expected) in cases {
+        for (mapping, container, expected) in cases {
             assert_eq!(
-                kernel_mapping_problem(&mapping).map(|(f, _)| f),
-                expected,
-                "{mapping:?}"
+                mapping_fields(mapping, container, false),
+                *expected,
+                "{mapping:?} {:?}",
+                container.container_image
             );
+        }
+        let (_, message) =
+            &kernel_mapping_problems(&mapping("", "valid-regexp", ""), &no_default, false)[0];
+        assert!(
+            message.starts_with("required: neither this mapping nor"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn in_tree_removal_uses_one_form() {
+        let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        type Names = &'static [&'static str];
+        // (container list present, container single, mapping list, mapping single, problems)
+        type Case = (bool, &'static str, Option<Names>, &'static str, Names);
+        let cases: &[Case] = &[
+            (false, "", None, "", &[]),
+            (true, "", Some(&["m"]), "", &[]),
+            (false, "old", None, "mapped", &[]),
+            (true, "", Some(&[]), "", &[]),
+            (false, "", Some(&["m"]), "mapped", &["inTreeModuleToRemove"]),
+            // Present but empty is present, as upstream's `!= nil`.
+            (false, "", Some(&[]), "mapped", &["inTreeModuleToRemove"]),
+            (false, "old", Some(&["m"]), "", &["inTreeModulesToRemove"]),
+            (true, "", None, "mapped", &["inTreeModuleToRemove"]),
+        ];
+        for (container_list, container_single, mapping_list, mapping_single, expected) in cases {
+            let container = ModuleLoaderContainerSpec {
+                in_tree_module_to_remove: container_single.to_string(),
+                ..ModuleLoaderContainerSpec::default()
+            };
+            let mapping = KernelMapping {
+                in_tree_modules_to_remove: mapping_list.map(strings),
+                in_tree_module_to_remove: mapping_single.to_string(),
+                ..mapping("", "^.+$", "img:v1")
+            };
+            assert_eq!(
+                mapping_fields(&mapping, &container, *container_list),
+                *expected,
+                "{container_list} {container_single:?} {mapping_list:?} {mapping_single:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn toleration_decision_table() {
+        let toleration = |key: &str, operator: &str, value: &str, effect: &str| Toleration {
+            key: (!key.is_empty()).then(|| key.to_string()),
+            operator: (!operator.is_empty()).then(|| operator.to_string()),
+            value: (!value.is_empty()).then(|| value.to_string()),
+            effect: (!effect.is_empty()).then(|| effect.to_string()),
+            toleration_seconds: None,
+        };
+        let seconds = |toleration: Toleration| Toleration {
+            toleration_seconds: Some(30),
+            ..toleration
+        };
+        // Upstream's validateTolerations tests, one toleration each.
+        let cases: &[(Toleration, &[&str])] = &[
+            (
+                toleration("Test-Key1", "Exists", "", "PreferNoSchedule"),
+                &[],
+            ),
+            (
+                toleration("Test-Key2", "Equal", "Test-Value", "NoSchedule"),
+                &[],
+            ),
+            (
+                toleration("Test-Key3", "Equal", "Test-Value", "NoExecute"),
+                &[],
+            ),
+            (
+                toleration("Test-Key2", "Exists", "", "Invalid-Effect"),
+                &["effect"],
+            ),
+            (
+                toleration(
+                    "Test-Key2",
+                    "Invalid-operator-value",
+                    "Test-Value2",
+                    "NoExecute",
+                ),
+                &["operator"],
+            ),
+            (
+                toleration("Test-Key2", "Exists", "Test-Value2", "NoExecute"),
+                &["value"],
+            ),
+            (
+                toleration("Invalid Key!", "Equal", "Test-Value", ""),
+                &["key"],
+            ),
+            (toleration("", "Equal", "Test-Value", ""), &["operator"]),
+            (
+                seconds(toleration("Test-Key", "Equal", "Test-Value", "NoSchedule")),
+                &["tolerationSeconds"],
+            ),
+            (
+                seconds(toleration("Test-Key", "Equal", "Test-Value", "NoExecute")),
+                &[],
+            ),
+            (
+                toleration("Test-Key", "InvalidOperator", "Test-Value", ""),
+                &["operator"],
+            ),
+            // No operator is Equal; an empty key needs Exists, which tolerates everything.
+            (toleration("k", "", "v", ""), &[]),
+            (toleration("", "", "", ""), &["operator"]),
+            (toleration("", "Exists", "", ""), &[]),
+            (
+                toleration("k", "Equal", "not a label value", ""),
+                &["value"],
+            ),
+            (toleration("example.com/k", "Exists", "", "NoExecute"), &[]),
+        ];
+        for (toleration, expected) in cases {
+            let fields: Vec<&str> = toleration_problems(toleration)
+                .into_iter()
+                .map(|(field, _)| field)
+                .collect();
+            assert_eq!(fields, *expected, "{toleration:?}");
+        }
+    }
+
+    #[test]
+    fn images_name_a_tag_or_digest() {
+        let cases = [
+            ("image-url:tag", true),
+            ("image-url@sha256:xxxxxxxxxxxx", true),
+            (
+                "registry.example/org/my-kmod:v1-${KERNEL_FULL_VERSION}",
+                true,
+            ),
+            ("", true),
+            ("image-ur", false),
+            ("registry.example/org/my-kmod", false),
+        ];
+        for (image, fine) in cases {
+            assert_eq!(image_problem(image).is_none(), fine, "{image:?}");
+        }
+        assert_eq!(
+            image_problem("repo/img").as_deref(),
+            Some(
+                "\"repo/img\" names no tag or digest: add one, such as repo/img:v1 or repo/img@sha256:..."
+            )
+        );
+    }
+
+    #[test]
+    fn files_to_sign_are_under_the_module_directory() {
+        let sign = |files: &[&str]| Sign {
+            files_to_sign: files.iter().map(|f| f.to_string()).collect(),
+            ..Sign::default()
+        };
+        let cases: &[(&[&str], &[Option<usize>])] = &[
+            (&["/opt/lib/modules/my_kmod.ko"], &[]),
+            (&[], &[None]),
+            (
+                &["/opt/a.ko", "/lib/b.ko", "/optional/c.ko"],
+                &[Some(1), Some(2)],
+            ),
+        ];
+        for (files, expected) in cases {
+            let found: Vec<Option<usize>> = files_to_sign_problems(&sign(files), "/opt")
+                .into_iter()
+                .map(|(index, _)| index)
+                .collect();
+            assert_eq!(found, *expected, "{files:?}");
         }
     }
 
@@ -1069,6 +1496,13 @@ mod tests {
             (
                 "kmm.node.kubernetes.io/kmm-demo.my-kmod.ready",
                 Some(KmmLabel::ControllerOwned(ModuleLabel::Ready, demo.clone())),
+            ),
+            (
+                "kmm.node.kubernetes.io/kmm-demo.my-kmod.dra-ready",
+                Some(KmmLabel::ControllerOwned(
+                    ModuleLabel::DraReady,
+                    demo.clone(),
+                )),
             ),
             ("node-role.kubernetes.io/worker", None),
             ("example.com/version-module.a.b", None),

@@ -380,12 +380,75 @@ fn module_rules_from_kmm() {
             "version: \"v 1\"",
             "m.yaml:8: spec.moduleLoader.container.version: must be usable as a label value",
         ),
+        (
+            "- regexp: '^.+$'",
+            "- regexp: '('",
+            "m.yaml:13: spec.moduleLoader.container.kernelMappings[1].regexp: \"(\" is not a valid regular expression",
+        ),
+        (
+            "containerImage: registry.example/org/my-kmod:v1-6.0.15",
+            "containerImage: \"\"",
+            "m.yaml:12: spec.moduleLoader.container.kernelMappings[0].containerImage: required: neither this mapping nor spec.moduleLoader.container.containerImage",
+        ),
+        (
+            "containerImage: registry.example/org/my-kmod:v1-6.0.15",
+            "containerImage: registry.example/org/my-kmod",
+            "m.yaml:12: spec.moduleLoader.container.kernelMappings[0].containerImage: \"registry.example/org/my-kmod\" names no tag or digest",
+        ),
+        (
+            "      version: \"v1\"\n",
+            "      version: \"v1\"\n      containerImage: registry.example/org/my-kmod\n",
+            "m.yaml:9: spec.moduleLoader.container.containerImage: \"registry.example/org/my-kmod\" names no tag or digest",
+        ),
+        (
+            "  selector: {node-role.kubernetes.io/worker: \"\"}\n",
+            "  selector: {node-role.kubernetes.io/worker: \"\"}\n  tolerations:\n    - operator: Equal\n      value: x\n",
+            "m.yaml:7: spec.tolerations[0].operator: must be Exists when key is empty",
+        ),
+        (
+            "  selector: {node-role.kubernetes.io/worker: \"\"}\n",
+            "  selector: {node-role.kubernetes.io/worker: \"\"}\n  tolerations:\n    - {key: gpu, operator: Exists, effect: NoSchedule, tolerationSeconds: 30}\n",
+            "m.yaml:7: spec.tolerations[0].tolerationSeconds: can only be set with effect NoExecute",
+        ),
+        (
+            "          containerImage: registry.example/org/my-kmod:v1-6.0.15\n",
+            "          containerImage: registry.example/org/my-kmod:v1-6.0.15\n          inTreeModulesToRemove: []\n          inTreeModuleToRemove: old_kmod\n",
+            "m.yaml:14: spec.moduleLoader.container.kernelMappings[0].inTreeModuleToRemove: cannot be set with inTreeModulesToRemove",
+        ),
+        (
+            "      version: \"v1\"\n",
+            "      version: \"v1\"\n      inTreeModulesToRemove: []\n      inTreeModuleToRemove: old_kmod\n",
+            "m.yaml:10: spec.moduleLoader.container.inTreeModuleToRemove: cannot be set with inTreeModulesToRemove",
+        ),
+        (
+            "      version: \"v1\"\n",
+            "      version: \"v1\"\n      sign:\n        keySecret: {name: key}\n        certSecret: {name: cert}\n        filesToSign:\n          - /lib/modules/my_kmod.ko\n",
+            "m.yaml:13: spec.moduleLoader.container.sign.filesToSign[0]: \"/lib/modules/my_kmod.ko\" must be under modprobe.dirName \"/opt\"",
+        ),
     ];
     for (from, to, expected) in cases {
         let text = MODULE_V1.replace(from, to);
         assert_ne!(text, MODULE_V1, "{from}");
         assert_errors(&rejected(&[("m.yaml", text)]), &[expected]);
     }
+}
+
+#[test]
+fn a_mapping_may_remove_no_in_tree_modules_where_the_container_removes_some() {
+    let text = MODULE_V1
+        .replace(
+            "      version: \"v1\"\n",
+            "      version: \"v1\"\n      inTreeModulesToRemove: [old_kmod]\n",
+        )
+        .replace(
+            "          containerImage: registry.example/org/my-kmod:v1-6.0.15\n",
+            "          containerImage: registry.example/org/my-kmod:v1-6.0.15\n          inTreeModulesToRemove: []\n",
+        );
+    let desired = load_all(&[("m.yaml", text)]).expect("valid");
+    let mapping = desired.manifests[0]
+        .object
+        .pointer("/spec/moduleLoader/container/kernelMappings/0/inTreeModulesToRemove");
+    assert_eq!(mapping, Some(&json!([])));
 }
 
 #[test]
@@ -579,6 +642,15 @@ fn version_labels_need_a_declared_module_with_a_version() {
         (
             vec![
                 ("m.yaml", MODULE_V1.to_string()),
+                ("n.yaml", node_label("worker-1", "my-kmod", "")),
+            ],
+            vec![
+                "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod]: version label of Module kmm-demo/my-kmod is empty, which KMM reads as no label",
+            ],
+        ),
+        (
+            vec![
+                ("m.yaml", MODULE_V1.to_string()),
                 (
                     "n.yaml",
                     node_label("worker-1", "my-kmod", "v1")
@@ -602,6 +674,21 @@ fn version_labels_need_a_declared_module_with_a_version() {
             ],
             vec![
                 "n.yaml:6: metadata.labels[beta.kmm.node.kubernetes.io/version-worker-pod.kmm-demo.my-kmod]: is set by capstan's controllers",
+            ],
+        ),
+        (
+            vec![
+                ("m.yaml", MODULE_V1.to_string()),
+                (
+                    "n.yaml",
+                    node_label("worker-1", "my-kmod", "").replace(
+                        "kmm.node.kubernetes.io/version-module.kmm-demo.my-kmod",
+                        "kmm.node.kubernetes.io/kmm-demo.my-kmod.dra-ready",
+                    ),
+                ),
+            ],
+            vec![
+                "n.yaml:6: metadata.labels[kmm.node.kubernetes.io/kmm-demo.my-kmod.dra-ready]: is set by capstan's controllers (DraReady of Module kmm-demo/my-kmod)",
             ],
         ),
         (
@@ -903,6 +990,31 @@ fn settings_errors_reject_the_commit() {
         &found,
         &["fleet/capstan.yaml:2: drfit: unknown setting; did you mean drift?"],
     );
+}
+
+#[test]
+fn a_zero_drain_wait_rejects_the_commit() {
+    let list = [
+        (
+            "fleet/capstan.yaml",
+            "prune: true\nnodeDrain: {timeOut: 0}\n".to_string(),
+        ),
+        ("fleet/m.yaml", MODULE_V1.to_string()),
+    ];
+    let errors = load(&files(&list), "fleet", &StaticCatalog::new()).unwrap_err();
+    let found: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_errors(
+        &found,
+        &["fleet/capstan.yaml:2: nodeDrain.timeOut: must be at least 1"],
+    );
+    // Left out, it is MUO's documented default, as before.
+    let list = [
+        ("fleet/capstan.yaml", "nodeDrain: {}\n".to_string()),
+        ("fleet/m.yaml", MODULE_V1.to_string()),
+    ];
+    let desired = load(&files(&list), "fleet", &StaticCatalog::new()).expect("valid");
+    assert_eq!(desired.settings.node_drain.time_out, 45);
+    assert_eq!(desired.settings.node_drain.expected_node_drain_time, 8);
 }
 
 #[test]

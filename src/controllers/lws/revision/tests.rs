@@ -400,13 +400,61 @@ fn updated_revision_table() {
             false,
         ),
         (
-            "a field present on one side only",
+            "an empty metadata on one side only",
             Box::new(move |data| {
                 data.pointer_mut(worker_template)
                     .unwrap()
                     .as_object_mut()
                     .unwrap()
                     .remove("metadata");
+            }),
+            false,
+        ),
+        (
+            "empty resources stored, none live",
+            Box::new(move |data| {
+                let template = data.pointer_mut(worker_template).unwrap();
+                template["spec"]["containers"][0]["resources"] = json!({});
+            }),
+            false,
+        ),
+        (
+            "resources emptied to nothing but an empty limits",
+            Box::new(move |data| {
+                let template = data.pointer_mut(worker_template).unwrap();
+                template["spec"]["containers"][0]["resources"] = json!({"limits": {}});
+            }),
+            false,
+        ),
+        (
+            "a field present on one side only",
+            Box::new(move |data| {
+                data.pointer_mut(worker_template).unwrap()["metadata"] =
+                    json!({"labels": {"team": "ml"}});
+            }),
+            true,
+        ),
+        (
+            "requests stored, none live",
+            Box::new(move |data| {
+                let template = data.pointer_mut(worker_template).unwrap();
+                template["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});
+            }),
+            true,
+        ),
+        (
+            "an empty list stored, none live",
+            Box::new(move |data| {
+                let template = data.pointer_mut(worker_template).unwrap();
+                template["spec"]["containers"][0]["args"] = json!([]);
+            }),
+            false,
+        ),
+        (
+            "an argument stored, none live",
+            Box::new(move |data| {
+                let template = data.pointer_mut(worker_template).unwrap();
+                template["spec"]["containers"][0]["args"] = json!(["--verbose"]);
             }),
             true,
         ),
@@ -453,4 +501,44 @@ fn spec_changes_outside_the_revision_make_none() {
     assert!(updated_revision(&scaled, &current, 2).is_none());
     let resized = sample_with(|v| v["spec"]["leaderWorkerTemplate"]["size"] = json!(3));
     assert!(updated_revision(&resized, &current, 2).is_some());
+}
+
+/// Upstream's webhook stores the deprecated `Default` as `None`: following the deprecation
+/// notice, or upgrading capstan past revisions that stored `Default`, rolls nothing.
+#[test]
+fn the_deprecated_default_restart_policy_is_none_in_revisions() {
+    let with_policy = |policy: &str| {
+        let policy = policy.to_string();
+        sample_with(move |v| v["spec"]["leaderWorkerTemplate"]["restartPolicy"] = json!(policy))
+    };
+    let default = with_policy("Default");
+    let none = with_policy("None");
+    assert_eq!(content_key(&default), content_key(&none));
+    assert_eq!(
+        patch(&default)["spec"]["leaderWorkerTemplate"]["restartPolicy"],
+        "None"
+    );
+    assert!(updated_revision(&none, &new_revision(&default, None, 1), 2).is_none());
+
+    // A revision an older capstan stored with `Default` still matches either spelling.
+    let mut stored = new_revision(&default, None, 1);
+    stored.data.as_mut().unwrap().0["spec"]["leaderWorkerTemplate"]["restartPolicy"] =
+        json!("Default");
+    assert!(updated_revision(&none, &stored, 2).is_none());
+    assert!(updated_revision(&default, &stored, 2).is_none());
+
+    let recreate = with_policy("RecreateGroupAfterStart");
+    assert!(updated_revision(&recreate, &stored, 2).is_some());
+}
+
+#[test]
+fn empty_objects_and_lists_are_dropped_innermost_first_and_list_items_kept() {
+    let value = json!({
+        "a": {}, "b": {"c": {"d": {}}}, "e": [{}, {"f": {}}], "g": 0, "h": {"i": "x", "j": []},
+        "k": [[]], "l": ""
+    });
+    assert_eq!(
+        without_empty(value),
+        json!({"e": [{}, {}], "g": 0, "h": {"i": "x"}, "k": [[]], "l": ""})
+    );
 }

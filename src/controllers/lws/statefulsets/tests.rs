@@ -82,7 +82,7 @@ fn leader_body(
 fn leader_one_replica_size_one_no_leader_template() {
     let lws = basic(1, 1, |_| {});
     assert_eq!(
-        leader(&lws, 0, 1, KEY).unwrap(),
+        leader(&lws, 0, 1, KEY, false).unwrap(),
         leader_body(
             1,
             json!({"leaderworkerset.sigs.k8s.io/replicas": "1"}),
@@ -102,7 +102,7 @@ fn leader_two_replicas_leader_template_exclusive_placement() {
             json!({"spec": {"containers": [{"name": "leader", "image": IMAGE}]}});
     });
     assert_eq!(
-        leader(&lws, 0, 2, KEY).unwrap(),
+        leader(&lws, 0, 2, KEY, false).unwrap(),
         leader_body(
             2,
             json!({"leaderworkerset.sigs.k8s.io/exclusive-topology": "topologyKey",
@@ -152,7 +152,7 @@ fn leader_with_claim_templates_and_retention_policy() {
             "resources": {"requests": {"storage": "1Gi"}, "limits": {"storage": "2Gi"}}
         }
     }]);
-    assert_eq!(leader(&lws, 0, 1, KEY).unwrap(), expected);
+    assert_eq!(leader(&lws, 0, 1, KEY, false).unwrap(), expected);
 }
 
 #[test]
@@ -194,7 +194,7 @@ fn leader_max_unavailable_and_replicas_rows() {
         ),
     ];
     for (name, lws, replicas, max_unavailable, annotation) in cases {
-        let body = leader(&lws, 0, replicas, KEY).unwrap();
+        let body = leader(&lws, 0, replicas, KEY, false).unwrap();
         assert_eq!(body["spec"]["replicas"], replicas, "{name}");
         assert_eq!(
             body["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], max_unavailable,
@@ -206,7 +206,7 @@ fn leader_max_unavailable_and_replicas_rows() {
         );
     }
     let bad = basic(1, 1, rolling(json!("lots"), json!(0)));
-    assert!(leader(&bad, 0, 1, KEY).is_err());
+    assert!(leader(&bad, 0, 1, KEY, false).is_err());
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn leader_sub_group_and_unique_subdomain_annotations() {
         v["spec"]["leaderWorkerTemplate"]["subGroupPolicy"] = json!({"subGroupSize": 2});
         v["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
     });
-    let body = leader(&lws, 0, 1, KEY).unwrap();
+    let body = leader(&lws, 0, 1, KEY, false).unwrap();
     assert_eq!(
         body["spec"]["template"]["metadata"]["annotations"],
         json!({
@@ -247,7 +247,7 @@ fn leader_propagates_the_lws_metadata_under_its_own() {
         v["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] =
             json!({"labels": {"app": "inference"}, "annotations": {"team": "ml"}});
     });
-    let body = leader(&lws, 0, 2, "revision-1").unwrap();
+    let body = leader(&lws, 0, 2, "revision-1", false).unwrap();
     assert_eq!(
         body["metadata"]["labels"],
         json!({"app": "inference", "leaderworkerset.sigs.k8s.io/name": "test-sample",
@@ -362,7 +362,10 @@ fn worker_built_from_an_old_revision() {
                             "leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"
                         }
                     },
-                    "spec": {"containers": [worker_container()]}
+                    "spec": {"containers": [container_with_env(
+                        worker_container(),
+                        expected_worker_env("test-sample-0.test-sample.default", "4"),
+                    )]}
                 }
             }
         })
@@ -437,4 +440,240 @@ fn exclusive_placement_pins_workers_to_the_leaders_domain() {
         .node_selector
         .unwrap();
     assert_eq!(node_selector["topology.kubernetes.io/zone"], "zone-a");
+}
+
+/// `AddTPUAnnotations`: the workers learn that their leader asks for TPUs.
+#[test]
+fn workers_are_told_when_their_leader_requests_tpus() {
+    let lws = sized(2, "worker", |_| {});
+    let revision = new_revision(&lws, None, 1);
+    let with_spec = |spec: Value| {
+        let mut pod = leader_pod("k");
+        pod.spec = Some(serde_json::from_value(spec).unwrap());
+        pod
+    };
+    let container = |resources: Value| json!({"name": "leader", "resources": resources});
+    let cases = [
+        (
+            "limits",
+            json!({"containers": [container(json!({"limits": {"google.com/tpu": "4"}}))]}),
+            true,
+        ),
+        (
+            "requests only",
+            json!({"containers": [container(json!({"requests": {"google.com/tpu": "4"}}))]}),
+            true,
+        ),
+        (
+            "zero limits, requests",
+            json!({"containers": [container(json!({"limits": {"google.com/tpu": "0"},
+                                                   "requests": {"google.com/tpu": "1"}}))]}),
+            true,
+        ),
+        (
+            "an init container",
+            json!({"containers": [container(json!({}))],
+                   "initContainers": [container(json!({"limits": {"google.com/tpu": "1"}}))]}),
+            true,
+        ),
+        (
+            "zero",
+            json!({"containers": [container(json!({"limits": {"google.com/tpu": "0.0"}}))]}),
+            false,
+        ),
+        (
+            "GPUs only",
+            json!({"containers": [container(json!({"limits": {"nvidia.com/gpu": "8"}}))]}),
+            false,
+        ),
+        (
+            "no resources",
+            json!({"containers": [{"name": "leader"}]}),
+            false,
+        ),
+    ];
+    for (name, spec, expected) in cases {
+        let set = worker(&with_spec(spec), &lws, &revision).unwrap();
+        let annotations = set
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap();
+        assert_eq!(
+            annotations
+                .get(LEADER_REQUESTS_TPUS_ANNOTATION)
+                .map(String::as_str),
+            expected.then_some("true"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_quantity_is_zero_whatever_its_suffix() {
+    for zero in ["0", "0.0", "0Ki", "0e3", "-0", ""] {
+        assert!(is_zero(&Quantity(zero.to_string())), "{zero}");
+    }
+    for some in ["1", "0.5", "1Ki", "1e3", "100m"] {
+        assert!(!is_zero(&Quantity(some.to_string())), "{some}");
+    }
+}
+
+/// `container` with `env` first.
+fn container_with_env(container: Value, env: Value) -> Value {
+    let mut container = container;
+    container["env"] = env;
+    container
+}
+
+/// The variables of a worker container: the leader's address, the group size, the worker
+/// index from the StatefulSet's ordinal label.
+fn expected_worker_env(address: &str, size: &str) -> Value {
+    json!([
+        {"name": "LWS_LEADER_ADDRESS", "value": address},
+        {"name": "LWS_GROUP_SIZE", "value": size},
+        {"name": "LWS_WORKER_INDEX", "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}
+    ])
+}
+
+/// The variables of a leader container: its own name, then its address written from it.
+fn expected_leader_env(subdomain: &str, size: &str) -> Value {
+    json!([
+        {"name": "LWS_LEADER_POD_NAME", "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.name"}}},
+        {"name": "LWS_LEADER_ADDRESS",
+         "value": format!("$(LWS_LEADER_POD_NAME).{subdomain}.default")},
+        {"name": "LWS_GROUP_SIZE", "value": size},
+        {"name": "LWS_WORKER_INDEX", "value": "0"}
+    ])
+}
+
+/// `AddLWSVariables` on worker pods: first in every container and init container, the
+/// container's own of the same name dropped, its others kept after them.
+#[test]
+fn workers_get_the_lws_variables_first() {
+    let lws = sized(4, "worker", |v| {
+        let spec = &mut v["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"];
+        spec["containers"][0]["env"] = json!([
+            {"name": "LWS_GROUP_SIZE", "value": "9"},
+            {"name": "RAY_PORT", "value": "6379"},
+            {"name": "RAY_PORT", "value": "6380"},
+            {"name": "ADDRESS", "value": "$(LWS_LEADER_ADDRESS):$(RAY_PORT)"}
+        ]);
+        spec["initContainers"] = json!([{"name": "wait", "image": IMAGE}]);
+    });
+    let mut leader = leader_pod("k");
+    leader.metadata.name = Some("test-sample-1".into());
+    leader
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(GROUP_INDEX_LABEL.to_string(), "1".to_string());
+    let set = worker(&leader, &lws, &new_revision(&lws, None, 1)).unwrap();
+    let spec = serde_json::to_value(set.spec.unwrap().template.spec.unwrap()).unwrap();
+    let mut expected = expected_worker_env("test-sample-1.test-sample.default", "4");
+    let expected_init = expected.clone();
+    expected.as_array_mut().unwrap().extend([
+        json!({"name": "RAY_PORT", "value": "6379"}),
+        json!({"name": "ADDRESS", "value": "$(LWS_LEADER_ADDRESS):$(RAY_PORT)"}),
+    ]);
+    assert_eq!(spec["containers"][0]["env"], expected);
+    assert_eq!(spec["initContainers"][0]["env"], expected_init);
+}
+
+#[test]
+fn a_worker_finds_its_leader_through_its_groups_service_under_unique_per_replica() {
+    let lws = sized(3, "worker", |v| {
+        v["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
+    });
+    let set = worker(&leader_pod("k"), &lws, &new_revision(&lws, None, 1)).unwrap();
+    let spec = serde_json::to_value(set.spec.unwrap().template.spec.unwrap()).unwrap();
+    assert_eq!(
+        spec["containers"][0]["env"],
+        expected_worker_env("test-sample-0.test-sample-0.default", "3")
+    );
+}
+
+#[test]
+fn leaders_get_the_lws_variables_only_when_asked() {
+    let shared = basic(2, 3, |v| {
+        v["spec"]["leaderWorkerTemplate"]["leaderTemplate"] = json!({"spec": {
+            "containers": [{"name": "leader", "image": IMAGE,
+                            "env": [{"name": "LWS_WORKER_INDEX", "value": "7"},
+                                    {"name": "MODEL", "value": "llama"}]}],
+            "initContainers": [{"name": "wait", "image": IMAGE}]
+        }});
+    });
+    let body = leader(&shared, 0, 2, KEY, true).unwrap();
+    let mut expected = expected_leader_env("test-sample", "3");
+    let expected_init = expected.clone();
+    expected
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "MODEL", "value": "llama"}));
+    assert_eq!(
+        body["spec"]["template"]["spec"]["containers"][0]["env"],
+        expected
+    );
+    assert_eq!(
+        body["spec"]["template"]["spec"]["initContainers"][0]["env"],
+        expected_init
+    );
+
+    let without = leader(&shared, 0, 2, KEY, false).unwrap();
+    assert_eq!(
+        without["spec"]["template"]["spec"]["containers"][0]["env"],
+        json!([{"name": "LWS_WORKER_INDEX", "value": "7"}, {"name": "MODEL", "value": "llama"}]),
+        "the template's own"
+    );
+
+    let unique = basic(1, 2, |v| {
+        v["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
+    });
+    let body = leader(&unique, 0, 1, KEY, true).unwrap();
+    assert_eq!(
+        body["spec"]["template"]["spec"]["containers"][0]["env"],
+        container_with_env(
+            worker_container(),
+            expected_leader_env("$(LWS_LEADER_POD_NAME)", "2")
+        )["env"],
+        "the leader's own name is its subdomain"
+    );
+}
+
+/// Adding the variables to the leader template restarts every leader pod, so only a
+/// template that changes anyway gets them, and one that has them keeps them.
+#[test]
+fn leader_variables_wait_for_a_template_change() {
+    let live = |key: &str, env: Value| -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "test-sample",
+                         "labels": {"leaderworkerset.sigs.k8s.io/template-revision-hash": key}},
+            "spec": {
+                "selector": {},
+                "template": {"spec": {"containers": [{"name": "leader", "env": env}]}}
+            }
+        }))
+        .unwrap()
+    };
+    let with_size = json!([{"name": "LWS_GROUP_SIZE", "value": "2"}]);
+    let own = json!([{"name": "MODEL", "value": "llama"}]);
+    let cases = [
+        ("a new LWS", None, true),
+        (
+            "a running LWS upgraded to this capstan",
+            Some(live("k1", own.clone())),
+            false,
+        ),
+        ("a rolling update", Some(live("k0", own)), true),
+        ("already there", Some(live("k1", with_size)), true),
+    ];
+    for (name, live, expected) in cases {
+        assert_eq!(leader_env_wanted(live.as_ref(), "k1"), expected, "{name}");
+    }
 }

@@ -189,6 +189,23 @@ fn being_deleted(mut pod: Pod) -> Pod {
     pod
 }
 
+/// `pod` as upstream KMM created it: with its finalizer.
+fn from_upstream(mut pod: Pod) -> Pod {
+    pod.metadata.finalizers = Some(vec![WORKER_POD_FINALIZER.to_string()]);
+    pod
+}
+
+/// The removal of upstream KMM's finalizer from the worker pod.
+fn release_worker() -> Call {
+    let body = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [WORKER_POD_FINALIZER]}});
+    Call::new(
+        "PATCH",
+        "/api/v1/namespaces/kmm-demo/pods/kmm-worker-node-1-my-kmod?&fieldManager=capstan-nmc",
+        Some(body),
+        json!({}),
+    )
+}
+
 /// The Module `kmm-demo/my-kmod`.
 fn module_object() -> Module {
     let mut object = Module::new("my-kmod", ModuleSpec::default());
@@ -201,6 +218,7 @@ fn module_object() -> Module {
 struct Cluster {
     node: Node,
     nmc: NodeModulesConfig,
+    nmc_deleted: bool,
     pods: Vec<Pod>,
     modules: Vec<Module>,
 }
@@ -210,9 +228,16 @@ impl Cluster {
         Cluster {
             node,
             nmc,
+            nmc_deleted: false,
             pods: Vec::new(),
             modules: Vec::new(),
         }
+    }
+
+    /// The NMC is deleted: gone from the cache, its pods not yet.
+    fn nmc_deleted(mut self) -> Cluster {
+        self.nmc_deleted = true;
+        self
     }
 
     fn pod(mut self, pod: Pod) -> Cluster {
@@ -243,7 +268,11 @@ impl Cluster {
             ctx,
             nodes: store(vec![self.node]),
             modules: store(self.modules),
-            nmcs: store(vec![self.nmc]),
+            nmcs: store(if self.nmc_deleted {
+                Vec::new()
+            } else {
+                vec![self.nmc]
+            }),
             worker_pods: store(self.pods),
             expectations: Arc::default(),
             own_writes: Arc::default(),
@@ -402,6 +431,63 @@ async fn failures_of_a_module_that_left_the_node_are_forgotten() {
             nmc_answer("11"),
         )])
         .await;
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn a_pod_upstream_kmm_created_is_freed_of_its_finalizer_then_deleted() {
+    let cluster = Cluster::new(node(&[]), nmc(vec![wanted()], Vec::new(), None))
+        .pod(from_upstream(loader("pod-1", "Succeeded", None)))
+        .module(module_object());
+    let status = json!({"status": {"modules": [loaded()]}});
+    let labels = json!({"metadata": {"labels": {
+        module().ready_label(): "",
+        module().version_ready_label(): "v1",
+    }}});
+    let (action, _) = cluster
+        .reconcile(vec![
+            Call::new("PATCH", NMC_STATUS_PATH, Some(status), nmc_answer("11")),
+            release_worker(),
+            delete_worker("pod-1"),
+            Call::new(
+                "PATCH",
+                "/api/v1/nodes/node-1?&fieldManager=capstan-nmc",
+                Some(labels),
+                json!({}),
+            ),
+            fixtures::event("default"),
+        ])
+        .await;
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn a_pod_upstream_kmm_created_already_being_deleted_is_freed_of_its_finalizer() {
+    let cluster = Cluster::new(labelled_node(), nmc(vec![wanted()], vec![loaded()], None)).pod(
+        being_deleted(from_upstream(loader("pod-1", "Succeeded", None))),
+    );
+    let (action, _) = cluster.reconcile(vec![release_worker()]).await;
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn pods_upstream_kmm_created_lose_their_finalizer_once_the_nmc_is_gone() {
+    let mut elsewhere = from_upstream(loader("pod-2", "Running", None));
+    elsewhere.metadata.name = Some("kmm-worker-node-2-my-kmod".to_string());
+    if let Some(spec) = elsewhere.spec.as_mut() {
+        spec.node_name = Some("node-2".to_string());
+    }
+    let mut capstans = loader("pod-3", "Running", None);
+    capstans.metadata.name = Some("kmm-worker-node-1-other".to_string());
+    let cluster = Cluster::new(node(&[]), nmc(vec![wanted()], Vec::new(), None))
+        .nmc_deleted()
+        .pod(being_deleted(from_upstream(loader(
+            "pod-1", "Running", None,
+        ))))
+        .pod(elsewhere)
+        .pod(capstans);
+    // Only the pod on this node that carries the finalizer.
+    let (action, _) = cluster.reconcile(vec![release_worker()]).await;
     assert_eq!(action, Action::await_change());
 }
 

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::controllers::fixtures::{self, Call, REVISION_12, SHA_12, commit_12, store};
+use crate::controllers::metrics::UpgradeMetrics;
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION, UNSCHEDULABLE_TAINT};
 
@@ -48,13 +49,18 @@ fn worker_1(cordoned_at: Option<&str>) -> Value {
 
 /// The campaign: Upgrading, `PDBForceDrainTimeout` 60.
 fn campaign() -> UpgradeConfig {
+    campaign_in("Upgrading")
+}
+
+/// The campaign, its entry for v2 in `phase`.
+fn campaign_in(phase: &str) -> UpgradeConfig {
     parse(json!({
         "apiVersion": "upgrade.managed.openshift.io/v1alpha1",
         "kind": "UpgradeConfig",
         "metadata": {"name": "my-kmod-v2", "namespace": "fleet"},
         "spec": {"type": "OSD", "upgradeAt": "2026-11-26T09:00:00Z",
                  "PDBForceDrainTimeout": 60, "desired": {"version": "v2"}},
-        "status": {"history": [{"version": "v2", "phase": "Upgrading"}]},
+        "status": {"history": [{"version": "v2", "phase": phase}]},
     }))
 }
 
@@ -101,11 +107,26 @@ async fn reconcile_once(
     campaigns: Vec<UpgradeConfig>,
     calls: Vec<Call>,
 ) -> (Result<Action, ReconcileError>, Option<i64>) {
+    let (result, metrics) = reconcile_after_failures(&[], node, campaigns, calls).await;
+    (result, metrics.node_drain_timeout("worker-1"))
+}
+
+/// As [`reconcile_once`], the drains of `failed` nodes having raised their metric before
+/// it; returns the metrics after it.
+async fn reconcile_after_failures(
+    failed: &[&str],
+    node: Value,
+    campaigns: Vec<UpgradeConfig>,
+    calls: Vec<Call>,
+) -> (Result<Action, ReconcileError>, Arc<UpgradeMetrics>) {
     let (client, server) = fixtures::client();
     let server = server.run(calls);
     let clock = ManualClock::new(NOW.parse().expect("a time"));
     let ctx = Context::with_clock(client, Arc::new(clock), CancellationToken::new());
     let metrics = ctx.metrics.clone();
+    for node in failed {
+        metrics.set_node_drain_timeout(node);
+    }
     let shared = Arc::new(Shared {
         ctx,
         configs: store(campaigns),
@@ -116,7 +137,7 @@ async fn reconcile_once(
     server
         .await
         .expect("the reconcile made the scenario's calls, in order");
-    (result, metrics.node_drain_timeout("worker-1"))
+    (result, metrics)
 }
 
 /// The history record of `strategy` on worker-1, asked by #12.
@@ -286,8 +307,12 @@ async fn before_the_drain_timeout_the_pods_are_not_read() {
 }
 
 #[tokio::test]
-async fn a_failed_deletion_stops_the_pass_and_leaves_the_metric() {
-    let two = vec![pod("cache", json!({})), pod("web", json!({}))];
+async fn a_failed_deletion_still_tries_every_pod_of_its_strategy_then_stops_the_pass() {
+    // DELETE acts on both pods, then DEFAULT-FINALIZER would strip cache's finalizers.
+    let two = vec![
+        pod("cache", json!({"finalizers": ["example.com/hold"]})),
+        pod("web", json!({})),
+    ];
     let record = strategy_record(
         "strategy-0",
         "DELETE",
@@ -304,16 +329,94 @@ async fn a_failed_deletion_stops_the_pass_and_leaves_the_metric() {
             post_record(&record).any_body(),
             fixtures::event("default"),
             delete_pod("cache").failing(500, "InternalError"),
+            // web is still deleted; DEFAULT-FINALIZER waits for the retry.
+            delete_pod("web"),
         ],
     )
     .await;
     let err = result.expect_err("the deletion failed");
     assert!(
         err.to_string()
-            .starts_with("node worker-1: forcing a pod off the node:"),
+            .starts_with("node worker-1: DELETE: forcing pods off the node: apps/cache: "),
         "{err}"
     );
+    assert!(!err.to_string().contains("apps/web"), "{err}");
     assert_eq!(metric, None);
+}
+
+#[tokio::test]
+async fn every_pod_a_strategy_could_not_force_is_in_its_error() {
+    let two = vec![pod("cache", json!({})), pod("web", json!({}))];
+    let record = strategy_record("strategy-0", "DELETE", "any");
+    let (result, _) = reconcile_once(
+        worker_1(Some(CORDONED_AT)),
+        vec![campaign()],
+        vec![
+            Call::get("/api/v1/nodes/worker-1", worker_1(Some(CORDONED_AT))),
+            Call::get(PODS_ON_WORKER_1, list("PodList", two)),
+            Call::get(PDBS, list("PodDisruptionBudgetList", vec![])),
+            post_record(&record).any_body(),
+            fixtures::event("default"),
+            delete_pod("cache").failing(500, "InternalError"),
+            delete_pod("web").failing(403, "Forbidden"),
+        ],
+    )
+    .await;
+    let Err(ReconcileError::Forcing {
+        node,
+        strategy,
+        failures,
+    }) = result
+    else {
+        panic!("a forcing error: {result:?}");
+    };
+    let pods: Vec<String> = failures.iter().map(|(pod, _)| pod.to_string()).collect();
+    assert_eq!(
+        (node.as_str(), strategy, pods),
+        (
+            "worker-1",
+            "DELETE",
+            vec!["apps/cache".into(), "apps/web".into()]
+        )
+    );
+}
+
+/// The campaign's end, by each way it can end, with worker-1 still cordoned past its
+/// drain's time and worker-2's drain failed earlier.
+#[tokio::test]
+async fn once_no_campaign_is_upgrading_every_drain_alert_is_dropped() {
+    let ends = [
+        ("Upgraded", vec![campaign_in("Upgraded")]),
+        ("Failed", vec![campaign_in("Failed")]),
+        ("the UpgradeConfig deleted", vec![]),
+    ];
+    for (end, campaigns) in ends {
+        let (result, metrics) = reconcile_after_failures(
+            &["worker-1", "worker-2"],
+            worker_1(Some(CORDONED_AT)),
+            campaigns,
+            vec![],
+        )
+        .await;
+        assert_eq!(result.expect("reconciled"), Action::await_change(), "{end}");
+        assert_eq!(metrics.node_drain_timeout("worker-1"), None, "{end}");
+        assert_eq!(metrics.node_drain_timeout("worker-2"), None, "{end}");
+    }
+}
+
+#[tokio::test]
+async fn while_a_campaign_upgrades_other_nodes_keep_their_drain_alerts() {
+    // worker-1, cordoned 30 minutes ago, is not failed; worker-2's alert stands.
+    let (result, metrics) = reconcile_after_failures(
+        &["worker-1", "worker-2"],
+        worker_1(Some("2026-11-26T11:30:00Z")),
+        vec![campaign()],
+        vec![],
+    )
+    .await;
+    assert_eq!(result.expect("reconciled"), Action::requeue(RECHECK));
+    assert_eq!(metrics.node_drain_timeout("worker-1"), Some(0));
+    assert_eq!(metrics.node_drain_timeout("worker-2"), Some(1));
 }
 
 #[tokio::test]

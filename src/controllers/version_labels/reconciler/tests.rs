@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::controllers::fixtures::{self, Call, REVISION_12, SHA_12, commit_12, store};
-use crate::controllers::version_labels::{POLICY_RECHECK, UPGRADE_RECHECK};
+use crate::controllers::version_labels::{GUARD_RECHECK, POLICY_RECHECK, UPGRADE_RECHECK};
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
 
@@ -88,6 +88,21 @@ fn device_plugin_pod(node: &str) -> Pod {
     }))
 }
 
+/// The Module's DRA driver pod on `node`, in `phase`.
+fn dra_driver_pod(node: &str, phase: &str) -> Pod {
+    parse(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("my-kmod-dra-v1-{node}"),
+            "namespace": "kmm-demo",
+            "labels": {ROLE_LABEL: DRA_ROLE, MODULE_NAME_LABEL: "my-kmod"},
+        },
+        "spec": {"nodeName": node, "containers": []},
+        "status": {"phase": phase},
+    }))
+}
+
 /// The `GitSync` that applies both workers, under `maxNodesInFlight: 1`, and lists the
 /// commit of #12.
 fn git_sync() -> GitSync {
@@ -117,6 +132,7 @@ fn git_sync() -> GitSync {
 struct Caches {
     nodes: Vec<Value>,
     device_plugins: Vec<Pod>,
+    dra_drivers: Vec<Pod>,
 }
 
 /// Runs one reconcile of `name` (as the node cache has it) at [`NOW`] against an API server
@@ -137,6 +153,7 @@ async fn reconcile_once(caches: Caches, name: &str, calls: Vec<Call>) -> Action 
         nodes: store(nodes),
         modules: store(vec![module()]),
         device_plugins: store(caches.device_plugins),
+        dra_drivers: store(caches.dra_drivers),
         syncs: store(vec![git_sync()]),
         upgrade_configs: store(Vec::new()),
         failures: crate::controllers::retries::Retries::default(),
@@ -146,6 +163,24 @@ async fn reconcile_once(caches: Caches, name: &str, calls: Vec<Call>) -> Action 
         .await
         .expect("the reconcile made the scenario's calls, in order");
     result.expect("the reconcile succeeds")
+}
+
+/// The list of the Module's device-plugin and DRA driver pods on `node` (metadata only),
+/// answered with `pods`.
+fn list_pods_on(node: &str, pods: Vec<Pod>) -> Call {
+    let items: Vec<Value> = pods
+        .iter()
+        .map(|pod| json!({"metadata": pod.metadata}))
+        .collect();
+    Call::get(
+        format!(
+            "/api/v1/namespaces/kmm-demo/pods?&fieldSelector=spec.nodeName%3D{node}\
+             &labelSelector=kmm.node.kubernetes.io%2Frole+in+%28device-plugin%2Cdra%29%2C\
+             kmm.node.kubernetes.io%2Fmodule.name%3Dmy-kmod"
+        ),
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+            "metadata": {}, "items": items}),
+    )
 }
 
 fn get_node(node: &Value) -> Call {
@@ -209,6 +244,7 @@ async fn a_settled_node_is_not_read() {
         Caches {
             nodes: vec![settled_worker_2()],
             device_plugins: vec![device_plugin_pod("worker-2")],
+            dra_drivers: vec![],
         },
         "worker-2",
         vec![],
@@ -237,6 +273,7 @@ async fn a_relabelled_node_with_a_free_slot_counts_the_slots_live_then_stops_its
         Caches {
             nodes: vec![worker_1.clone(), settled_worker_2()],
             device_plugins: vec![device_plugin_pod("worker-1")],
+            dra_drivers: vec![],
         },
         "worker-1",
         vec![
@@ -278,22 +315,16 @@ async fn a_node_whose_device_plugin_stopped_confirms_it_records_step_1_and_unloa
          asked by 3cf3bea (#12)",
         2.0,
     );
-    let no_pods = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
-        "metadata": {}, "items": []});
     let action = reconcile_once(
         Caches {
             nodes: vec![worker_1.clone(), settled_worker_2()],
             device_plugins: vec![],
+            dra_drivers: vec![],
         },
         "worker-1",
         vec![
             get_node(&worker_1),
-            Call::get(
-                "/api/v1/namespaces/kmm-demo/pods?&fieldSelector=spec.nodeName%3Dworker-1\
-                 &labelSelector=kmm.node.kubernetes.io%2Frole%3Ddevice-plugin%2C\
-                 kmm.node.kubernetes.io%2Fmodule.name%3Dmy-kmod",
-                no_pods,
-            ),
+            list_pods_on("worker-1", vec![]),
             post_record(&record),
             fixtures::event("default"),
             fixtures::event("kmm-demo"),
@@ -311,6 +342,59 @@ async fn a_node_whose_device_plugin_stopped_confirms_it_records_step_1_and_unloa
     )
     .await;
     assert_eq!(action, Action::requeue(UPGRADE_RECHECK));
+}
+
+/// worker-1 upgrading from v1 to v2 since 10:14:11, its device plugin stopped (D gone).
+fn worker_1_stopping_its_device_plugin() -> Value {
+    node(
+        "worker-1",
+        json!({M: "v2", W: "v1", READY: "", VERSION_READY: "v1"}),
+        json!({
+            REVISION_ANNOTATION: REVISION_12,
+            PULL_REQUEST_ANNOTATION: "12",
+            UPGRADE: format!(
+                r#"{{"from":"v1","to":"v2","revision":"{REVISION_12}","pullRequest":12,"startedAt":"2026-11-21T10:14:11Z"}}"#
+            ),
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_dra_driver_left_on_the_node_keeps_its_module_loaded() {
+    // (name, DRA driver pods in the cache, pods the API server lists)
+    let rows = [
+        (
+            "a running driver in the cache",
+            vec![dra_driver_pod("worker-1", "Running")],
+            None,
+        ),
+        (
+            "a pending driver in the cache",
+            vec![dra_driver_pod("worker-1", "Pending")],
+            None,
+        ),
+        (
+            "a driver the cache has not seen yet",
+            vec![],
+            Some(vec![dra_driver_pod("worker-1", "Running")]),
+        ),
+    ];
+    for (name, cached, listed) in rows {
+        let worker_1 = worker_1_stopping_its_device_plugin();
+        let mut calls = vec![get_node(&worker_1)];
+        calls.extend(listed.map(|pods| list_pods_on("worker-1", pods)));
+        let action = reconcile_once(
+            Caches {
+                nodes: vec![worker_1.clone(), settled_worker_2()],
+                device_plugins: vec![],
+                dra_drivers: cached,
+            },
+            "worker-1",
+            calls,
+        )
+        .await;
+        assert_eq!(action, Action::requeue(GUARD_RECHECK), "{name}");
+    }
 }
 
 /// worker-1 upgrading (it holds the only slot), worker-2 relabelled by #13.
@@ -352,6 +436,7 @@ async fn a_node_waiting_for_a_slot_keeps_its_labels_and_says_so_once() {
         Caches {
             nodes: vec![worker_1_upgrading(), worker_2.clone()],
             device_plugins: vec![device_plugin_pod("worker-2")],
+            dra_drivers: vec![],
         },
         "worker-2",
         vec![
@@ -374,6 +459,7 @@ async fn a_node_waiting_for_a_slot_keeps_its_labels_and_says_so_once() {
         Caches {
             nodes: vec![worker_1_upgrading(), worker_2.clone()],
             device_plugins: vec![device_plugin_pod("worker-2")],
+            dra_drivers: vec![],
         },
         "worker-2",
         vec![get_node(&worker_2)],
@@ -389,6 +475,7 @@ async fn a_node_changed_under_its_write_announces_nothing_and_looks_again_soon()
         Caches {
             nodes: vec![worker_1_upgrading(), worker_2.clone()],
             device_plugins: vec![device_plugin_pod("worker-2")],
+            dra_drivers: vec![],
         },
         "worker-2",
         vec![
@@ -431,6 +518,7 @@ async fn a_node_whose_new_device_plugin_runs_records_step_4_and_drops_its_upgrad
         Caches {
             nodes: vec![worker_1.clone(), settled_worker_2()],
             device_plugins: vec![device_plugin_pod("worker-1")],
+            dra_drivers: vec![],
         },
         "worker-1",
         vec![
@@ -475,6 +563,7 @@ async fn a_step_recorded_before_a_restart_keeps_its_time_and_is_not_announced_ag
         Caches {
             nodes: vec![worker_1.clone(), settled_worker_2()],
             device_plugins: vec![],
+            dra_drivers: vec![],
         },
         "worker-1",
         vec![
