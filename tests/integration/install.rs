@@ -101,6 +101,24 @@ const NOT_SHOWN_HERE: &[(&str, &str, &str, &str)] = &[
         "records beyond historyRetention: sync_apply::",
     ),
     (
+        "create",
+        "resource.k8s.io",
+        "deviceclasses",
+        "created by apply, for a Module with DRA DeviceClasses: kmm_dra::",
+    ),
+    (
+        "patch",
+        "resource.k8s.io",
+        "deviceclasses",
+        "a Module with DRA DeviceClasses: kmm_dra::",
+    ),
+    (
+        "delete",
+        "resource.k8s.io",
+        "deviceclasses",
+        "a DeviceClass a Module no longer lists: kmm_dra::",
+    ),
+    (
         "delete",
         "kmm.sigs.x-k8s.io",
         "modules",

@@ -208,23 +208,6 @@ fn out_of_range(settings: &Settings) -> Vec<(String, String)> {
             ),
         ));
     }
-    // MUO's upgrader refuses a zero wait; here it would force every pod off a node the
-    // minute after its cordon, before the drain's evictions had a chance.
-    let drain = &settings.node_drain;
-    for (field, minutes) in [
-        ("nodeDrain.timeOut", drain.time_out),
-        (
-            "nodeDrain.expectedNodeDrainTime",
-            drain.expected_node_drain_time,
-        ),
-    ] {
-        if minutes == 0 {
-            problems.push((
-                field.to_string(),
-                "must be at least 1 (minutes); leave it out for the default".to_string(),
-            ));
-        }
-    }
     for (index, pattern) in settings
         .node_drain
         .ignored_namespace_patterns
@@ -332,17 +315,6 @@ mod tests {
             (
                 "nodeDrain:\n  timeOut: -5\n",
                 &["fleet/capstan.yaml:2: nodeDrain: "],
-            ),
-            (
-                "nodeDrain:\n  timeOut: 0\n  expectedNodeDrainTime: 0\n",
-                &[
-                    "fleet/capstan.yaml:2: nodeDrain.timeOut: must be at least 1",
-                    "fleet/capstan.yaml:3: nodeDrain.expectedNodeDrainTime: must be at least 1",
-                ],
-            ),
-            (
-                "nodeDrain: {expectedNodeDrainTime: 0}\n",
-                &["fleet/capstan.yaml:1: nodeDrain.expectedNodeDrainTime: must be at least 1"],
             ),
             (
                 "upgradeWindow:\n  timeout: 5\n",

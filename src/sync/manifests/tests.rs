@@ -993,21 +993,17 @@ fn settings_errors_reject_the_commit() {
 }
 
 #[test]
-fn a_zero_drain_wait_rejects_the_commit() {
+fn a_zero_drain_wait_forces_at_once_and_an_absent_one_is_muos_default() {
+    // As MUO's nodekeeper takes its settings: only a negative wait is refused.
     let list = [
         (
             "fleet/capstan.yaml",
-            "prune: true\nnodeDrain: {timeOut: 0}\n".to_string(),
+            "prune: true\nnodeDrain: {timeOut: 0, expectedNodeDrainTime: 0}\n".to_string(),
         ),
         ("fleet/m.yaml", MODULE_V1.to_string()),
     ];
-    let errors = load(&files(&list), "fleet", &StaticCatalog::new()).unwrap_err();
-    let found: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    assert_errors(
-        &found,
-        &["fleet/capstan.yaml:2: nodeDrain.timeOut: must be at least 1"],
-    );
-    // Left out, it is MUO's documented default, as before.
+    let desired = load(&files(&list), "fleet", &StaticCatalog::new()).expect("valid");
+    assert_eq!(desired.settings.node_drain.time_out, 0);
     let list = [
         ("fleet/capstan.yaml", "nodeDrain: {}\n".to_string()),
         ("fleet/m.yaml", MODULE_V1.to_string()),
