@@ -157,8 +157,8 @@ pub fn leader(
 /// config and claims, while labels, annotations and placement keys come from the live LWS.
 /// Named after the leader pod, `size - 1` pods with ordinals from 1, controlled by the
 /// leader pod; its containers get upstream's `LWS_*` variables, and its pods the
-/// `leader-requests-tpus` annotation when the leader pod asks for TPUs. The caller makes sure the leader pod carries its `group-index` and
-/// `group-key` labels.
+/// `leader-requests-tpus` annotation when the leader pod asks for TPUs. The caller makes
+/// sure the leader pod carries its `group-index` and `group-key` labels.
 ///
 /// Fails when the revision does not apply to `lws`.
 pub fn worker(
