@@ -161,3 +161,49 @@ impl Verdict {
         }
     }
 }
+
+/// The controllers one side of a comparison runs: capstan's in this process, or upstream's
+/// manager as a child process. `stop` also ends whatever watches the side started with it.
+pub struct Running {
+    pub stop: tokio_util::sync::CancellationToken,
+    capstan: Option<tokio::task::JoinHandle<()>>,
+    upstream: Option<std::process::Child>,
+}
+
+impl Running {
+    /// capstan's controllers of `selection` (a `--controllers` list) against `client`.
+    pub fn capstan(client: &kube::Client, selection: &str) -> Running {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let ctx = capstan::controllers::Context::new(client.clone(), stop.clone());
+        let selection: capstan::controllers::Selection = selection.parse().expect("selection");
+        let capstan = tokio::spawn(async move {
+            capstan::controllers::run(ctx, &selection).await;
+        });
+        Running {
+            stop,
+            capstan: Some(capstan),
+            upstream: None,
+        }
+    }
+
+    /// Upstream's manager, already started.
+    pub fn upstream(manager: std::process::Child) -> Running {
+        Running {
+            stop: tokio_util::sync::CancellationToken::new(),
+            capstan: None,
+            upstream: Some(manager),
+        }
+    }
+
+    /// Stops the controllers and the side's watches.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(capstan) = self.capstan.take() {
+            capstan.await.expect("capstan's controllers stop");
+        }
+        if let Some(mut upstream) = self.upstream.take() {
+            let _ = upstream.kill();
+            let _ = upstream.wait();
+        }
+    }
+}

@@ -16,13 +16,12 @@
 //! says so and passes (hack/test runs it with the real server only).
 
 use crate::common;
-use crate::oracle::{Named, Shown, Verdict};
+use crate::oracle::{Named, Running, Shown, Verdict};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan::controllers::{self, Context};
 use capstan_api::labels::ModuleKey;
 use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
 use capstan_real_cluster::ControlPlane;
@@ -290,9 +289,7 @@ struct Side {
     system: System,
     plane: ControlPlane,
     client: kube::Client,
-    stop: CancellationToken,
-    capstan: Option<tokio::task::JoinHandle<()>>,
-    upstream: Option<std::process::Child>,
+    running: Running,
     pods: SeenPods,
 }
 
@@ -334,54 +331,37 @@ impl Side {
                 .expect("namespace");
         }
         let pods = Arc::new(Mutex::new(BTreeMap::new()));
-        let stop = CancellationToken::new();
-        tokio::spawn(watch_worker_pods(
-            client.clone(),
-            pods.clone(),
-            stop.clone(),
-        ));
-        let (mut capstan, mut upstream) = (None, None);
-        match system {
+        let running = match system {
             System::Capstan => {
-                let ctx = Context::new(client.clone(), stop.clone());
-                let selection: controllers::Selection =
-                    "module-nmc,nmc,device-plugin,version-labels"
-                        .parse()
-                        .expect("selection");
-                capstan = Some(tokio::spawn(async move {
-                    controllers::run(ctx, &selection).await
-                }));
+                Running::capstan(&client, "module-nmc,nmc,device-plugin,version-labels")
             }
             System::Upstream => {
                 let log = std::env::temp_dir().join("capstan-upstream-oracle-kmm.log");
                 let kubeconfig = plane.dir().join("admin.kubeconfig");
-                upstream = Some(
+                Running::upstream(
                     capstan_real_cluster::kmm::start(&client, &kubeconfig, &log)
                         .await
                         .unwrap_or_else(|err| panic!("upstream KMM starts: {err:#}")),
-                );
+                )
             }
-        }
+        };
+        // Started before any step, so they see every pod the steps make.
+        tokio::spawn(watch_worker_pods(
+            client.clone(),
+            pods.clone(),
+            running.stop.clone(),
+        ));
         Side {
             system,
             plane,
             client,
-            stop,
-            capstan,
-            upstream,
+            running,
             pods,
         }
     }
 
-    async fn stop(mut self) {
-        self.stop.cancel();
-        if let Some(capstan) = self.capstan.take() {
-            capstan.await.expect("capstan's controllers stop");
-        }
-        if let Some(mut upstream) = self.upstream.take() {
-            let _ = upstream.kill();
-            let _ = upstream.wait();
-        }
+    async fn stop(self) {
+        self.running.stop().await;
         self.plane.shutdown().await;
     }
 

@@ -18,13 +18,12 @@
 //! says so and passes (hack/test runs it with the real server only).
 
 use crate::common;
-use crate::oracle::{Named, Shown, Verdict};
+use crate::oracle::{Named, Running, Shown, Verdict};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan::controllers::{self, Context};
 use capstan_api::LeaderWorkerSet;
 use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
 use capstan_real_cluster::ControlPlane;
@@ -292,9 +291,7 @@ struct Side {
     system: System,
     plane: ControlPlane,
     client: kube::Client,
-    stop: CancellationToken,
-    capstan: Option<tokio::task::JoinHandle<()>>,
-    upstream: Option<std::process::Child>,
+    running: Running,
     seen: Arc<Mutex<Seen>>,
 }
 
@@ -329,22 +326,8 @@ impl Side {
                 .expect("namespace");
         }
         let seen = Arc::new(Mutex::new(Seen::default()));
-        let stop = CancellationToken::new();
-        tokio::spawn(watch_leader_sets(
-            client.clone(),
-            seen.clone(),
-            stop.clone(),
-        ));
-        tokio::spawn(watch_pods(client.clone(), seen.clone(), stop.clone()));
-        let (mut capstan, mut upstream) = (None, None);
-        match system {
-            System::Capstan => {
-                let ctx = Context::new(client.clone(), stop.clone());
-                let selection: controllers::Selection = "lws".parse().expect("selection");
-                capstan = Some(tokio::spawn(async move {
-                    controllers::run(ctx, &selection).await
-                }));
-            }
+        let running = match system {
+            System::Capstan => Running::capstan(&client, "lws"),
             System::Upstream => {
                 let log = std::env::temp_dir().join("capstan-upstream-oracle-lws.log");
                 let kubeconfig = plane.dir().join("admin.kubeconfig");
@@ -357,29 +340,31 @@ impl Side {
                     manager.crd,
                     log.display()
                 );
-                upstream = Some(manager.child);
+                Running::upstream(manager.child)
             }
-        }
+        };
+        // Started before any step, so they see every pod the steps make.
+        tokio::spawn(watch_leader_sets(
+            client.clone(),
+            seen.clone(),
+            running.stop.clone(),
+        ));
+        tokio::spawn(watch_pods(
+            client.clone(),
+            seen.clone(),
+            running.stop.clone(),
+        ));
         Side {
             system,
             plane,
             client,
-            stop,
-            capstan,
-            upstream,
+            running,
             seen,
         }
     }
 
-    async fn stop(mut self) {
-        self.stop.cancel();
-        if let Some(capstan) = self.capstan.take() {
-            capstan.await.expect("capstan's controllers stop");
-        }
-        if let Some(mut upstream) = self.upstream.take() {
-            let _ = upstream.kill();
-            let _ = upstream.wait();
-        }
+    async fn stop(self) {
+        self.running.stop().await;
         self.plane.shutdown().await;
     }
 
