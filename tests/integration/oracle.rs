@@ -207,3 +207,33 @@ impl Running {
         }
     }
 }
+
+/// A fresh real control plane with `nodes` and capstan's CRDs, and a namespace for each of
+/// `namespaces` (one per scenario), for the side `side` names.
+pub async fn start_plane(
+    side: &str,
+    nodes: Vec<capstan_cluster::sim::config::NodeConfig>,
+    namespaces: impl IntoIterator<Item = &str>,
+) -> (capstan_real_cluster::ControlPlane, kube::Client) {
+    use kube::api::{Api, PostParams};
+    let config = capstan_cluster::sim::config::ClusterConfig {
+        nodes,
+        ..Default::default()
+    };
+    let plane = capstan_real_cluster::ControlPlane::start(&config)
+        .await
+        .unwrap_or_else(|err| panic!("{side}: the control plane starts: {err:#}"));
+    let client = plane.client().await.expect("client");
+    capstan_real_cluster::install_crds(&client, capstan_api::crds::all())
+        .await
+        .expect("CRDs");
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for name in namespaces {
+        let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .expect("namespace");
+        api.create(&PostParams::default(), &namespace)
+            .await
+            .expect("namespace");
+    }
+    (plane, client)
+}

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use capstan_api::labels::ModuleKey;
-use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
+use capstan_cluster::sim::config::NodeConfig;
 use capstan_real_cluster::ControlPlane;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -308,28 +308,12 @@ impl Side {
                 })
             })
             .collect();
-        let config = ClusterConfig {
+        let (plane, client) = crate::oracle::start_plane(
+            &format!("{system:?}"),
             nodes,
-            ..ClusterConfig::default()
-        };
-        let plane = ControlPlane::start(&config)
-            .await
-            .unwrap_or_else(|err| panic!("{system:?}: the control plane starts: {err:#}"));
-        let client = plane.client().await.expect("client");
-        capstan_real_cluster::install_crds(&client, capstan_api::crds::all())
-            .await
-            .expect("CRDs");
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        for scenario in scenarios {
-            namespaces
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(json!({"metadata": {"name": scenario.name}}))
-                        .expect("namespace"),
-                )
-                .await
-                .expect("namespace");
-        }
+            scenarios.iter().map(|scenario| scenario.name),
+        )
+        .await;
         let pods = Arc::new(Mutex::new(BTreeMap::new()));
         let running = match system {
             System::Capstan => {

@@ -25,11 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use capstan_api::LeaderWorkerSet;
-use capstan_cluster::sim::config::{ClusterConfig, NodeConfig};
+use capstan_cluster::sim::config::NodeConfig;
 use capstan_real_cluster::ControlPlane;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::runtime::watcher;
@@ -303,28 +303,12 @@ impl Side {
                     .expect("node config")
             })
             .collect();
-        let config = ClusterConfig {
+        let (plane, client) = crate::oracle::start_plane(
+            &format!("{system:?}"),
             nodes,
-            ..ClusterConfig::default()
-        };
-        let plane = ControlPlane::start(&config)
-            .await
-            .unwrap_or_else(|err| panic!("{system:?}: the control plane starts: {err:#}"));
-        let client = plane.client().await.expect("client");
-        capstan_real_cluster::install_crds(&client, capstan_api::crds::all())
-            .await
-            .expect("CRDs");
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        for scenario in scenarios {
-            namespaces
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(json!({"metadata": {"name": scenario.name}}))
-                        .expect("namespace"),
-                )
-                .await
-                .expect("namespace");
-        }
+            scenarios.iter().map(|scenario| scenario.name),
+        )
+        .await;
         let seen = Arc::new(Mutex::new(Seen::default()));
         let running = match system {
             System::Capstan => Running::capstan(&client, "lws"),
