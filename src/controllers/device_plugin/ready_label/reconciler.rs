@@ -11,7 +11,8 @@
 //! reconcile kept is still there although no pod serves it). It runs beside the
 //! device-plugin DaemonSet controller, whose pods carry the finalizer.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -68,16 +69,40 @@ struct Shared {
     client: Client,
     nodes: Store<Node>,
     pods: Store<Pod>,
+    /// The device-plugin pods of each node: a node's change, and each pod's decision, look
+    /// at the few pods on one node, not at every device-plugin pod of the fleet.
+    by_node: Mutex<HashMap<String, HashSet<ObjectRef<Pod>>>>,
     failures: Retries,
 }
 
 impl Shared {
+    /// Takes in `pod`'s change, the cache holding it as it is now (gone when deleted). A
+    /// pod's node is set once, when it is bound.
+    fn index(&self, pod: &Pod) {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            return;
+        };
+        let reference = ObjectRef::from_obj(pod);
+        let present = self.pods.get(&reference).is_some();
+        let mut by_node = self.by_node.lock().unwrap_or_else(PoisonError::into_inner);
+        if present {
+            by_node.entry(node).or_default().insert(reference);
+        } else if let Some(pods) = by_node.get_mut(&node) {
+            pods.remove(&reference);
+            if pods.is_empty() {
+                by_node.remove(&node);
+            }
+        }
+    }
+
     /// The device-plugin pods on `node`.
     fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
-        self.pods
-            .state()
+        let by_node = self.by_node.lock().unwrap_or_else(PoisonError::into_inner);
+        by_node
+            .get(node)
             .into_iter()
-            .filter(|pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .flatten()
+            .filter_map(|reference| self.pods.get(reference))
             .collect()
     }
 
@@ -114,14 +139,24 @@ pub fn run(
         client: ctx.client.clone(),
         nodes,
         pods: pods.clone(),
+        by_node: Mutex::default(),
         failures: Retries::default(),
     });
+    let pod_changes = {
+        let shared = shared.clone();
+        pod_changes.inspect(move |pod| shared.index(pod))
+    };
     async move {
         // A pod decided on before the node list is in would see no node to label.
         for mut ready in [nodes_ready, pods_ready] {
             if ready.wait_for(|listed| *listed).await.is_err() || ctx.shutdown.is_cancelled() {
                 return;
             }
+        }
+        // The pods listed before the stream was read are indexed from the cache; a change
+        // seen twice leaves the index as the cache is.
+        for pod in shared.pods.state() {
+            shared.index(&pod);
         }
         let shutdown = ctx.shutdown.clone();
         Controller::for_shared_stream(pod_changes, pods)
