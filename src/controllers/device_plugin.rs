@@ -114,20 +114,7 @@ pub struct Step {
 }
 
 /// The write to one DaemonSet.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StepAction {
-    /// Server-side apply this DaemonSet (create or update).
-    Apply(Box<DaemonSet>),
-    /// Delete the DaemonSet, provided it is still the object the decision saw.
-    Delete {
-        /// `metadata.uid` of the DaemonSet decided on.
-        uid: Option<String>,
-        /// `metadata.resourceVersion` of the DaemonSet decided on.
-        resource_version: Option<String>,
-    },
-    /// Leave it as it is.
-    Unchanged,
-}
+pub type StepAction = super::module_daemon_sets::Action<DaemonSet>;
 
 /// The row of the decision table a step took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -59,6 +59,7 @@ use kube::Resource;
 use thiserror::Error;
 
 use super::device_plugin::{self, PRIORITY_CLASS};
+pub use super::module_daemon_sets::Action;
 use super::module_daemon_sets::{
     annotate_digest, container, has_labels, is_applied, node_selector, non_empty, non_empty_list,
     owned_daemon_set, schedules_nothing, status_counts,
@@ -147,22 +148,6 @@ pub struct ClassStep {
     pub action: Action<DeviceClass>,
     /// The row of the decision table that chose it.
     pub why: Why,
-}
-
-/// The write to one object.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action<K> {
-    /// Server-side apply this object (create or update).
-    Apply(Box<K>),
-    /// Delete the object, provided it is still the one the decision saw.
-    Delete {
-        /// `metadata.uid` of the object decided on.
-        uid: Option<String>,
-        /// `metadata.resourceVersion` of the object decided on.
-        resource_version: Option<String>,
-    },
-    /// Leave it as it is.
-    Unchanged,
 }
 
 /// The row of the decision table a step took.

@@ -280,3 +280,20 @@ pub async fn follow_node_labels(
         }
     }
 }
+
+/// The write to one object a Module's DaemonSet controller owns (a DaemonSet, a
+/// DeviceClass).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action<K> {
+    /// Server-side apply this object (create or update).
+    Apply(Box<K>),
+    /// Delete the object, provided it is still the one the decision saw.
+    Delete {
+        /// `metadata.uid` of the object decided on.
+        uid: Option<String>,
+        /// `metadata.resourceVersion` of the object decided on.
+        resource_version: Option<String>,
+    },
+    /// Leave it as it is.
+    Unchanged,
+}
