@@ -435,23 +435,15 @@ async fn a_broken_image_shows_in_the_module_status_and_backs_off() {
         },
     )
     .await;
-    let events: Api<Event> = Api::namespaced(fleet.client.clone(), NS);
-    wait_until("a WorkerFailed event on the Module", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .expect("events")
-            .items
-            .iter()
-            .any(|e| {
-                e.reason.as_deref() == Some("WorkerFailed")
-                    && e.involved_object.kind.as_deref() == Some("Module")
-                    && e.message
-                        .as_deref()
-                        .is_some_and(|m| m.contains("manifest unknown"))
-            })
-    })
-    .await;
+    fleet
+        .wait_for_event(NS, "a WorkerFailed event on the Module", |e| {
+            e.reason.as_deref() == Some("WorkerFailed")
+                && e.involved_object.kind.as_deref() == Some("Module")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("manifest unknown"))
+        })
+        .await;
     // The second attempt comes only after the backoff (10 s after the first failure).
     let first = std::time::Instant::now();
     let attempts = |nmc: Option<NodeModulesConfig>| {
@@ -521,6 +513,21 @@ impl Fleet {
         api.replace(name, &PostParams::default(), &module)
             .await
             .expect("replace module");
+    }
+
+    /// Waits for an Event in `namespace` that `wanted` accepts.
+    async fn wait_for_event(&self, namespace: &str, what: &str, wanted: impl Fn(&Event) -> bool) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        wait_until(what, || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .expect("events")
+                .items
+                .iter()
+                .any(&wanted)
+        })
+        .await;
     }
 
     async fn wait_loaded(&self, node: &str, modules: &[&str]) {
@@ -695,15 +702,11 @@ async fn worker_events_name_their_module_as_upstream_does() {
     let fleet = Fleet::start(&[("events-1", FEDORA)], &[]).await;
     create_module(&fleet, &any_kernel_module("event-drv")).await;
     fleet.wait_loaded("events-1", &["event-drv"]).await;
-    let events: Api<Event> = Api::namespaced(fleet.client.clone(), "default");
-    wait_until("a ModuleLoaded Event annotated with its Module", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .expect("events")
-            .items
-            .iter()
-            .any(|e| {
+    fleet
+        .wait_for_event(
+            "default",
+            "a ModuleLoaded Event annotated with its Module",
+            |e| {
                 e.reason.as_deref() == Some("ModuleLoaded")
                     && e.involved_object.name.as_deref() == Some("events-1")
                     && e.message.as_deref() == Some("Module kmm/event-drv loaded into the kernel")
@@ -713,9 +716,9 @@ async fn worker_events_name_their_module_as_upstream_does() {
                         .and_then(|a| a.get("module"))
                         .map(String::as_str)
                         == Some("kmm/event-drv")
-            })
-    })
-    .await;
+            },
+        )
+        .await;
     fleet.stop().await;
 }
 
