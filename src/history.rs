@@ -10,6 +10,8 @@
 //! Records of upgrade steps have names derived from what they record (node, module,
 //! versions, step, commit), so writing one twice (after a restart) keeps one record.
 
+#[cfg(test)]
+pub mod log_lines;
 pub mod recorder;
 
 use std::collections::BTreeMap;
@@ -19,6 +21,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde::Serialize;
 
+use crate::controllers::drain::DrainStep;
+use crate::controllers::version_labels::records::asked_by;
 use capstan_api::canonical::sha256_hex;
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::clock::rfc3339_micros;
@@ -93,6 +97,19 @@ pub fn record_name(spec: &HistoryRecordSpec) -> String {
                 &spec.message,
             ])
         ),
+        // One release per upgrade and reason: the upgrade is named by its start.
+        RecordType::SlotReleased => format!(
+            "released-{}-{}",
+            spec.commit.short_sha,
+            hash(&[
+                &spec.sync,
+                spec.node.as_deref().unwrap_or(""),
+                spec.module.as_deref().unwrap_or(""),
+                spec.to_version.as_deref().unwrap_or(""),
+                spec.step.as_deref().unwrap_or(""),
+                &spec.message,
+            ])
+        ),
         RecordType::Sync => format!(
             "sync-{}-{}",
             spec.commit.short_sha,
@@ -133,7 +150,9 @@ pub async fn write_record(
 ) -> Result<bool, kube::Error> {
     let api: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
     let (before, after) = match spec.type_ {
-        RecordType::UpgradeStep => ("upgrade.record.before", "upgrade.record.after"),
+        RecordType::UpgradeStep | RecordType::SlotReleased => {
+            ("upgrade.record.before", "upgrade.record.after")
+        }
         RecordType::Drain | RecordType::DrainStrategy => {
             ("drain.record.before", "drain.record.after")
         }
@@ -145,6 +164,16 @@ pub async fn write_record(
     crate::crash::point(before);
     match api.create(&PostParams::default(), &record).await {
         Ok(_) => {
+            // Logged where it is created: a record is one state change, created once.
+            if let Some(line) = log_line(&record.spec) {
+                tracing::info!(
+                    record = %record.metadata.name.as_deref().unwrap_or_default(),
+                    node = %record.spec.node.as_deref().unwrap_or_default(),
+                    commit = %short_or_unknown(&record.spec.commit),
+                    pull_request = %pull_request(&record.spec.commit),
+                    "{line}"
+                );
+            }
             crate::crash::point(after);
             Ok(true)
         }
@@ -252,8 +281,61 @@ pub async fn list(
         .into_iter()
         .filter(|record| filter.matches(&record.spec))
         .collect();
-    records.sort_by(|a, b| (&a.spec.time, &a.metadata.name).cmp(&(&b.spec.time, &b.metadata.name)));
+    sort_chronologically(&mut records);
     Ok(records)
+}
+
+/// Sorts records oldest first: by time, records of the same time in the order of the steps
+/// of an upgrade (cordoned, forced, drained, steps 1-4, uncordoned), then by name.
+pub fn sort_chronologically(records: &mut [HistoryRecord]) {
+    records.sort_by(|a, b| {
+        (&a.spec.time, step_rank(&a.spec), &a.metadata.name).cmp(&(
+            &b.spec.time,
+            step_rank(&b.spec),
+            &b.metadata.name,
+        ))
+    });
+}
+
+/// Where a record stands among the records of one upgrade of a node: a campaign's drain
+/// around the four steps. Records written in one reconcile share a time (step 4 and the
+/// uncordon), so the time alone does not order them.
+fn step_rank(spec: &HistoryRecordSpec) -> usize {
+    let step = spec.step.as_deref().unwrap_or_default();
+    match spec.type_ {
+        RecordType::Drain => match DrainStep::parse(step) {
+            Some(DrainStep::Cordoned) => 1,
+            Some(DrainStep::Drained) => 3,
+            Some(DrainStep::Uncordoned) => 8,
+            None => 9,
+        },
+        // The nodekeeper forces a drain between its cordon and its end.
+        RecordType::DrainStrategy => 2,
+        RecordType::UpgradeStep => UpgradeStep::ALL
+            .iter()
+            .find(|s| s.as_str() == step)
+            .map_or(7, |s| 3 + s.number()),
+        // A sync comes before what it asked for.
+        _ => 0,
+    }
+}
+
+/// The log line of a record just created: the controllers' state changes (upgrade steps,
+/// drains, forced drains) reach the log once each, as they reach the history, naming the
+/// node, the step, the commit and its pull request. `None` for syncs and rejected commits,
+/// which `capstan sync` prints itself.
+pub fn log_line(spec: &HistoryRecordSpec) -> Option<String> {
+    match spec.type_ {
+        RecordType::Sync | RecordType::Rejected => None,
+        // The message names what was forced; the record's name is a hash of it, so the
+        // commit is added here.
+        RecordType::DrainStrategy => Some(format!(
+            "the nodekeeper forced a drain: {}{}",
+            spec.message,
+            asked_by(&spec.commit)
+        )),
+        _ => Some(spec.message.clone()),
+    }
 }
 
 /// A record as `capstan history --format json` prints it.
@@ -299,13 +381,16 @@ pub fn upgrade_id(spec: &HistoryRecordSpec) -> Option<String> {
 }
 
 /// The steps of one ordered upgrade: one Module on one node, between two versions, asked
-/// for by one commit.
+/// for by one commit; under a campaign, with the drain around them.
 #[derive(Clone, Debug)]
 pub struct Upgrade<'a> {
     /// Its [`upgrade_id`].
     pub id: String,
     /// The step records, oldest first.
     pub steps: Vec<&'a HistoryRecord>,
+    /// The records of the drain around the steps (cordoned, forced by the nodekeeper,
+    /// drained, uncordoned), oldest first; none outside a campaign ([`attach_drains`]).
+    pub drain: Vec<&'a HistoryRecord>,
 }
 
 impl Upgrade<'_> {
@@ -334,10 +419,43 @@ pub fn upgrades(records: &[HistoryRecord]) -> Vec<Upgrade<'_>> {
             None => grouped.push(Upgrade {
                 id,
                 steps: vec![record],
+                drain: Vec::new(),
             }),
         }
     }
     grouped
+}
+
+/// Gives each of `upgrades` the drain records of `records` that belong to it: of the same
+/// node, towards the same version, asked for by the same commit (a forced drain names no
+/// version: the same node and commit). One drain moves every Module of its node that goes
+/// to the version, so its records go with the first such upgrade. Returns the records that
+/// are neither steps nor attached, in their order.
+pub fn attach_drains<'a>(
+    upgrades: &mut [Upgrade<'a>],
+    records: &'a [HistoryRecord],
+) -> Vec<&'a HistoryRecord> {
+    let mut others = Vec::new();
+    for record in records {
+        let spec = &record.spec;
+        let drain = match spec.type_ {
+            RecordType::Drain | RecordType::DrainStrategy => true,
+            RecordType::UpgradeStep => continue,
+            _ => false,
+        };
+        let owner = upgrades.iter_mut().find(|upgrade| {
+            let first = upgrade.first();
+            drain
+                && first.node == spec.node
+                && first.commit.sha == spec.commit.sha
+                && (spec.type_ == RecordType::DrainStrategy || first.to_version == spec.to_version)
+        });
+        match owner {
+            Some(upgrade) => upgrade.drain.push(record),
+            None => others.push(record),
+        }
+    }
+    others
 }
 
 /// Upgrades as text: a heading per upgrade (node, module, versions, commit and pull
@@ -376,16 +494,34 @@ pub fn render_upgrades_text(upgrades: &[Upgrade<'_>]) -> String {
         out.push_str(
             "  TIME                  STEP                       COMMIT   PR     DURATION\n",
         );
-        for record in &upgrade.steps {
+        let mut rows: Vec<&HistoryRecord> = upgrade
+            .steps
+            .iter()
+            .chain(&upgrade.drain)
+            .copied()
+            .collect();
+        rows.sort_by(|a, b| {
+            (&a.spec.time, step_rank(&a.spec)).cmp(&(&b.spec.time, step_rank(&b.spec)))
+        });
+        let mut before: Option<&str> = None;
+        for record in rows {
             let spec = &record.spec;
             let step = spec.step.as_deref().unwrap_or("?");
-            let number = UpgradeStep::ALL
-                .iter()
-                .find(|s| s.as_str() == step)
-                .map_or("?".to_string(), |s| s.number().to_string());
-            let duration = spec
-                .duration_seconds
-                .map_or("-".to_string(), |seconds| format!("{seconds:.1}s"));
+            let (number, duration) = if spec.type_ == RecordType::UpgradeStep {
+                let number = UpgradeStep::ALL
+                    .iter()
+                    .find(|s| s.as_str() == step)
+                    .map_or("?".to_string(), |s| s.number().to_string());
+                (number, spec.duration_seconds)
+            } else {
+                // A drain's record has no duration of its own: the time since the row
+                // before is how long the cordon, the drain or the steps took.
+                (
+                    " ".to_string(),
+                    before.and_then(|at| seconds_between(at, &spec.time)),
+                )
+            };
+            let duration = duration.map_or("-".to_string(), |seconds| format!("{seconds:.1}s"));
             let _ = writeln!(
                 out,
                 "  {:<21} {number} {step:<24} {:<8} {:<6} {duration}",
@@ -393,6 +529,7 @@ pub fn render_upgrades_text(upgrades: &[Upgrade<'_>]) -> String {
                 short_or_unknown(&spec.commit),
                 pull_request(&spec.commit),
             );
+            before = Some(&spec.time);
         }
         out.push('\n');
     }
@@ -407,10 +544,19 @@ fn short_or_unknown(commit: &CommitRef) -> &str {
     }
 }
 
-fn pull_request(commit: &CommitRef) -> String {
+/// `#12`, or `-` for a commit that merged no pull request (as the tables and log lines
+/// show it).
+pub fn pull_request(commit: &CommitRef) -> String {
     commit
         .pull_request
         .map_or("-".to_string(), |pr| format!("#{pr}"))
+}
+
+/// Seconds from one RFC 3339 time to another; `None` when either does not parse.
+fn seconds_between(from: &str, to: &str) -> Option<f64> {
+    let from: jiff::Timestamp = from.parse().ok()?;
+    let to: jiff::Timestamp = to.parse().ok()?;
+    Some(to.duration_since(from).as_secs_f64())
 }
 
 /// `2026-11-21 10:14:13` of an RFC 3339 time.
@@ -690,6 +836,114 @@ mod tests {
 
     fn spec_record(spec: HistoryRecordSpec) -> HistoryRecord {
         HistoryRecord::new("sync-record", spec)
+    }
+
+    #[test]
+    fn records_of_one_time_are_in_the_order_of_the_steps() {
+        use UpgradeStep::*;
+        let time = "2026-11-21T10:00:05.000000Z";
+        let drain = |step: DrainStep| {
+            let mut spec = spec(RecordType::Drain);
+            spec.time = time.into();
+            spec.node = Some("worker-1".into());
+            spec.to_version = Some("v2".into());
+            spec.step = Some(step.as_str().into());
+            HistoryRecord::new(&record_name(&spec), spec)
+        };
+        let mut strategy = spec(RecordType::DrainStrategy);
+        strategy.time = time.into();
+        strategy.step = Some("PDB-DELETE".into());
+        let mut sync = spec(RecordType::Sync);
+        sync.time = time.into();
+        let mut records = vec![
+            drain(DrainStep::Uncordoned),
+            step_record("worker-1", DevicePluginStarted, "v2", 'b', time),
+            step_record("worker-1", NewModuleLoaded, "v2", 'b', time),
+            step_record("worker-1", OldModuleUnloaded, "v2", 'b', time),
+            step_record("worker-1", DevicePluginStopped, "v2", 'b', time),
+            drain(DrainStep::Drained),
+            HistoryRecord::new(&record_name(&strategy), strategy),
+            drain(DrainStep::Cordoned),
+            spec_record(sync),
+            // Earlier than the rest: first whatever its step.
+            step_record(
+                "worker-1",
+                DevicePluginStarted,
+                "v2",
+                'a',
+                "2026-11-21T10:00:04.999999Z",
+            ),
+        ];
+        sort_chronologically(&mut records);
+        let steps: Vec<String> = records
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {}",
+                    r.spec.type_.as_str(),
+                    r.spec.step.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "UpgradeStep device-plugin-started",
+                "Sync ",
+                "Drain cordoned",
+                "DrainStrategy PDB-DELETE",
+                "Drain drained",
+                "UpgradeStep device-plugin-stopped",
+                "UpgradeStep old-module-unloaded",
+                "UpgradeStep new-module-loaded",
+                "UpgradeStep device-plugin-started",
+                "Drain uncordoned",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_controllers_records_are_logged_syncs_are_not() {
+        let mut step = spec(RecordType::UpgradeStep);
+        step.message = "kmm/a v1 -> v2 on worker-1: step 1 device-plugin-stopped after 1.5s, \
+                        asked by aaaaaaa (#42)"
+            .into();
+        let mut drain = spec(RecordType::Drain);
+        drain.message = "worker-1 cordoned and marked upgrading for its upgrade to v2 (campaign \
+                         kmm/c), asked by aaaaaaa (#42)"
+            .into();
+        let mut strategy = spec(RecordType::DrainStrategy);
+        strategy.message = "DELETE (Default pod deletion) on worker-1, draining since \
+                            2026-11-21T09:00:00Z: apps/web deleted"
+            .into();
+        let mut unstamped = strategy.clone();
+        unstamped.commit = CommitRef::default();
+        // (record, line)
+        let rows = [
+            (spec(RecordType::Sync), None),
+            (spec(RecordType::Rejected), None),
+            (step.clone(), Some(step.message.clone())),
+            (drain.clone(), Some(drain.message.clone())),
+            (
+                strategy,
+                Some(
+                    "the nodekeeper forced a drain: DELETE (Default pod deletion) on worker-1, \
+                     draining since 2026-11-21T09:00:00Z: apps/web deleted, asked by aaaaaaa (#42)"
+                        .to_string(),
+                ),
+            ),
+            (
+                unstamped,
+                Some(
+                    "the nodekeeper forced a drain: DELETE (Default pod deletion) on worker-1, \
+                     draining since 2026-11-21T09:00:00Z: apps/web deleted"
+                        .to_string(),
+                ),
+            ),
+        ];
+        for (spec, line) in rows {
+            assert_eq!(log_line(&spec), line, "{:?}", spec.type_);
+        }
     }
 
     #[test]

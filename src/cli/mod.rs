@@ -23,11 +23,16 @@ pub enum Command {
     /// Run or manage the embedded Kubernetes cluster.
     #[cfg(feature = "embedded-cluster")]
     Cluster(cluster::ClusterArgs),
-    /// Print capstan's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
+    /// Print the CustomResourceDefinitions of every kind capstan handles, as YAML for
+    /// `kubectl apply -f -`.
+    ///
+    /// Module and NodeModulesConfig (kmm.sigs.x-k8s.io), UpgradeConfig
+    /// (upgrade.managed.openshift.io), LeaderWorkerSet (leaderworkerset.x-k8s.io), and
+    /// capstan's own GitSync and HistoryRecord (capstan.dev).
     Crds,
     /// Follow a Git branch and make the cluster match it.
     Sync(Box<sync::SyncArgs>),
-    /// Show the commit-linked history: syncs, rejected commits, upgrade steps.
+    /// Show the commit-linked history: syncs, rejected commits, upgrade steps, drains.
     History(history::HistoryArgs),
     /// Show what merging a change will do: objects, node upgrades and policy, before the merge.
     Plan(plan::PlanArgs),

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use crate::sync::inventory::DEFAULT_SYNC_NAME;
 use crate::sync::plan::{self, Plan, PlanInput};
-use crate::sync::source::{Auth, Source};
+use crate::sync::source::{Auth, Source, WORK_TREE};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -22,10 +22,12 @@ pub struct PlanArgs {
     /// The synced folder inside the repository.
     #[arg(long)]
     pub path: Option<PathBuf>,
-    /// The revision compared with [default: where --head left the branch (their merge base)].
+    /// The revision compared with [default: where --head left the branch (their merge base);
+    /// HEAD for --head WORKTREE].
     #[arg(long)]
     pub base: Option<String>,
-    /// The revision planned (HEAD: the checked-out commit).
+    /// The revision planned (HEAD: the checked-out commit), or WORKTREE: the work tree's
+    /// files as they are, uncommitted changes included, as `git add -A` would take them.
     #[arg(long, default_value = "HEAD")]
     pub head: String,
     /// Compare head with this live cluster (server-side apply dry runs) instead of base.
@@ -85,10 +87,19 @@ fn read_commits(args: &PlanArgs, state_dir: &Path) -> anyhow::Result<PlanInput> 
         state_dir,
         Auth::None,
     )?;
-    let head = source.resolve(&args.head)?;
-    let base = match &args.base {
-        Some(rev) => source.resolve(rev)?,
-        None => source.merge_base(&args.head, &args.branch)?,
+    // The work tree is planned as a commit on top of HEAD: against HEAD by default, so
+    // the plan shows the uncommitted change alone.
+    let (head, base) = if args.head == WORK_TREE {
+        let head = source.work_tree_commit()?;
+        let base = source.resolve(args.base.as_deref().unwrap_or("HEAD"))?;
+        (head, base)
+    } else {
+        let head = source.resolve(&args.head)?;
+        let base = match &args.base {
+            Some(rev) => source.resolve(rev)?,
+            None => source.merge_base(&args.head, &args.branch)?,
+        };
+        (head, base)
     };
     Ok(PlanInput::read(&source, base, head, args.pull_request)?)
 }

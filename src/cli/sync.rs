@@ -26,7 +26,7 @@ pub const EXIT_TIMEOUT: i32 = 3;
 #[derive(Debug, Args)]
 pub struct SyncArgs {
     /// The repository: a local repository, a folder inside one (which becomes --path), or
-    /// an https/ssh URL (cloned into --state-dir).
+    /// an https/ssh URL (cloned into the state directory).
     #[arg(long)]
     pub repo: String,
     /// The branch to follow.
@@ -35,23 +35,27 @@ pub struct SyncArgs {
     /// The folder inside the repository to sync (default: all of it).
     #[arg(long)]
     pub path: Option<PathBuf>,
-    /// The cluster to sync into. Without it capstan starts its embedded (simulated) cluster;
-    /// it never guesses a real one.
+    /// The cluster to sync into. Without it, in a pod, the pod's own cluster; elsewhere
+    /// capstan starts its embedded (simulated) cluster: it never guesses a real one.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// How often to fetch a remote and check for drift (`30s`, `5m`).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub interval: Duration,
-    /// Apply the head commit, wait until it is applied, and exit: 0 applied, 1 error
-    /// (rejected commit included), 3 not done within --timeout.
+    /// Apply the head commit, wait until the controllers have carried it out (the moves a
+    /// campaign holds until its upgradeAt are named, not waited for), and exit: 0 done, 1
+    /// error (rejected commit included), 3 not done within --timeout.
     #[arg(long)]
     pub once: bool,
     /// With --once: how long to wait.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// Where capstan keeps its clone of a remote and the embedded cluster's state.
-    #[arg(long, default_value = ".capstan")]
-    pub state_dir: PathBuf,
+    /// Where capstan keeps its clone of a remote and the embedded cluster's state (its CA
+    /// key, token and kubeconfig) [default: $XDG_STATE_HOME/capstan, else
+    /// ~/.local/state/capstan]. Never inside the synced repository's work tree, unless Git
+    /// ignores it: `git add` would pick up the credentials.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
     /// Address of the /metrics, /healthz, /readyz and /hooks/github endpoints; port 0
     /// picks a free one.
     #[arg(long, default_value = "127.0.0.1:9477")]
@@ -109,6 +113,11 @@ pub struct SyncArgs {
 }
 
 impl SyncArgs {
+    /// The state directory: --state-dir, else [`default_state_dir`].
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(default_state_dir)
+    }
+
     /// The Lease to hold before acting, with --leader-elect.
     fn lease(&self) -> Option<LeaseOptions> {
         self.leader_elect.then(|| LeaseOptions {
@@ -122,6 +131,92 @@ impl SyncArgs {
             grace: self.lease_grace,
         })
     }
+}
+
+/// Where capstan keeps its state without --state-dir: `$XDG_STATE_HOME/capstan`, else
+/// `~/.local/state/capstan` (the XDG base directories' place for state), else `.capstan`
+/// when there is no home. Never the current folder by default: started inside a fleet
+/// repository, that would put the embedded cluster's credentials where `git add -A`
+/// commits them.
+pub fn default_state_dir() -> PathBuf {
+    let from = |var: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    from("XDG_STATE_HOME")
+        .or_else(|| from("HOME").map(|home| home.join(".local").join("state")))
+        .map_or_else(|| PathBuf::from(".capstan"), |dir| dir.join("capstan"))
+}
+
+/// Fails when `state_dir` lies in the work tree of the local repository `repo` (the one
+/// synced) and Git does not ignore it: the embedded cluster's CA key, token and kubeconfig
+/// would be committed by the next `git add -A`, and published by the next push.
+fn refuse_state_in_work_tree(repo: &str, state_dir: &std::path::Path) -> anyhow::Result<()> {
+    let Ok(repository) = git2::Repository::discover(repo) else {
+        // A URL, or not a repository: Source::open says which.
+        return Ok(());
+    };
+    let Some(work_tree) = repository.workdir().and_then(|dir| dir.canonicalize().ok()) else {
+        return Ok(());
+    };
+    let state = canonical_to_be(state_dir);
+    let Ok(inside) = state.strip_prefix(&work_tree) else {
+        return Ok(());
+    };
+    // A `dir/` pattern matches the folder's files: ask about one inside it.
+    if repository
+        .is_path_ignored(inside.join("kubeconfig"))
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "the state directory {} is inside the repository {} that capstan syncs, and Git does \
+         not ignore it: it would hold the embedded cluster's CA key, token and kubeconfig, \
+         which `git add -A` would commit. Pass --state-dir outside the repository (without \
+         --state-dir it is {}), or list it in the repository's .gitignore",
+        state.display(),
+        work_tree.display(),
+        default_state_dir().display()
+    )
+}
+
+/// `path` made absolute with the symbolic links of its existing part resolved (the rest
+/// may not exist yet).
+fn canonical_to_be(path: &std::path::Path) -> PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = path.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(canonical) = existing.canonicalize() {
+            return rest
+                .iter()
+                .rev()
+                .fold(canonical, |dir, part| dir.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return path,
+        }
+    }
+}
+
+/// Binds the endpoints' address, saying what to do when it is taken.
+async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen).await.map_err(|err| {
+        if err.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(
+                "--listen {listen}: the address is in use (another capstan sync?); stop it, or \
+                 pass --listen with another port (127.0.0.1:0 picks a free one)"
+            )
+        } else {
+            anyhow::Error::new(err).context(format!("--listen {listen}"))
+        }
+    })
 }
 
 /// Reads `30s`, `5m`, `1h30m`, `500ms`.
@@ -211,13 +306,13 @@ async fn start_embedded(args: &SyncArgs) -> anyhow::Result<(kube::Client, Embedd
     };
     let options = ClusterOptions {
         simulation: Some(config),
-        state_dir: Some(args.state_dir.join("cluster")),
+        state_dir: Some(args.state_dir().join("cluster")),
         ..ClusterOptions::default()
     };
     let cluster = EmbeddedCluster::start(options)
         .await
         .context("starting the embedded cluster")?;
-    let path = absolute(&args.state_dir.join("kubeconfig"));
+    let path = absolute(&args.state_dir().join("kubeconfig"));
     kubeconfig::write(&path, &cluster.kubeconfig())
         .with_context(|| format!("writing the kubeconfig to {}", path.display()))?;
     eprintln!("================================================================================");
@@ -244,13 +339,22 @@ fn absolute(path: &std::path::Path) -> PathBuf {
 pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     let lease = args.lease();
     let auth = auth(&args)?;
+    let state_dir = args.state_dir();
+    refuse_state_in_work_tree(&args.repo, &state_dir)?;
     let source = Source::open(
         &args.repo,
         &args.branch,
         args.path.as_deref(),
-        &args.state_dir,
+        &state_dir,
         auth,
     )?;
+    // Bound before the embedded cluster starts: a port in use (another capstan sync) is
+    // reported before anything else happens.
+    let listener = if args.once {
+        None
+    } else {
+        Some(bind(args.listen).await?)
+    };
     let (client, cluster) = connect(&args).await?;
     // A missing permission stops capstan here, named, rather than as a failure halfway
     // through an upgrade.
@@ -265,7 +369,13 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     let endpoints = if args.once {
         None
     } else {
-        Some(Endpoints::start(&args, metrics.clone(), &client, lease.is_some()).await?)
+        Some(Endpoints::start(
+            &args,
+            listener.expect("bound unless --once"),
+            metrics.clone(),
+            &client,
+            lease.is_some(),
+        )?)
     };
     let leadership = match &lease {
         Some(options) => match lead(&client, options).await? {
@@ -396,8 +506,9 @@ struct Endpoints {
 }
 
 impl Endpoints {
-    async fn start(
+    fn start(
         args: &SyncArgs,
+        listener: tokio::net::TcpListener,
         metrics: Arc<Metrics>,
         client: &kube::Client,
         elected: bool,
@@ -429,10 +540,9 @@ impl Endpoints {
             }),
         };
         let server_shutdown = shutdown.clone();
-        let (address, task) = server::serve(args.listen, state, async move {
+        let (address, task) = server::serve_on(listener, state, async move {
             server_shutdown.notified().await;
         })
-        .await
         .with_context(|| format!("listening on {}", args.listen))?;
         eprintln!(
             "metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github"
@@ -511,12 +621,14 @@ async fn wait_for_convergence(
 ) -> i32 {
     let mut shown: Vec<String> = Vec::new();
     loop {
-        match controllers::converge::check(client, selection).await {
-            Ok(pending) if pending.is_empty() => {
-                eprintln!("converged: every module is where the commit wants it");
+        match controllers::converge::survey(client, selection).await {
+            // What campaigns hold for later is said, not waited for.
+            Ok(survey) if survey.pending.is_empty() => {
+                eprintln!("{}", survey.summary());
                 return 0;
             }
-            Ok(pending) => {
+            Ok(survey) => {
+                let pending = survey.pending;
                 if tokio::time::Instant::now() >= deadline {
                     eprintln!("not converged within {timeout:?}; still pending:");
                     for line in &pending {
@@ -606,12 +718,14 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
             for (id, reason) in &report.kept {
                 eprintln!("{time}   kept {id}: {reason}");
             }
+            explain_unregistered(&time, report);
         }
         Ok(Outcome::Drift(report)) => {
             eprintln!("{time} drift: {}", report.summary());
             for change in &report.changes {
                 eprintln!("{time}   {}", crate::history::describe_change(change));
             }
+            explain_unregistered(&time, report);
         }
         Ok(Outcome::Interrupted(report)) => {
             eprintln!(
@@ -630,6 +744,16 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
             }
         }
         Err(err) => eprintln!("{time} sync failed: {err}"),
+    }
+}
+
+/// What an `absent` Node line means, once per outcome that has one.
+fn explain_unregistered(time: &impl std::fmt::Display, report: &crate::sync::run::Report) {
+    if report.count(crate::sync::apply::Action::Absent.as_str()) > 0 {
+        eprintln!(
+            "{time}   (capstan never creates a Node: an absent one gets its labels from \
+             Git once a kubelet registers it)"
+        );
     }
 }
 

@@ -180,6 +180,73 @@ impl Decision {
     }
 }
 
+/// The log line of a campaign's reconcile that wrote `after` over `before` (its entry for
+/// the version, `None` before the first): one line per phase change, and one when the
+/// campaign is said delayed. `None` when the phase stayed and nothing is said. `campaign` is
+/// `namespace/name`, `asked` the `, asked by <sha> (#<pr>)` of its commit.
+pub fn phase_line(
+    campaign: &str,
+    before: Option<&UpgradeHistory>,
+    after: &UpgradeHistory,
+    event: Option<&CampaignEvent>,
+    asked: &str,
+) -> Option<String> {
+    let version = &after.version;
+    let from = before.map(|entry| entry.phase);
+    if from == Some(after.phase) {
+        return match event {
+            Some(delayed @ CampaignEvent::Delayed(_)) => Some(format!(
+                "campaign {campaign} still {:?}: {}{asked}",
+                after.phase,
+                delayed.message(version)
+            )),
+            _ => None,
+        };
+    }
+    let what = match (after.phase, event) {
+        (_, Some(event)) if !matches!(event, CampaignEvent::Delayed(_)) => event.message(version),
+        (UpgradePhase::New, _) if after.preceding_version.is_empty() => {
+            format!("a campaign for {version}")
+        }
+        (UpgradePhase::New, _) => {
+            format!(
+                "a campaign for {version}, its nodes leaving {}",
+                after.preceding_version
+            )
+        }
+        (UpgradePhase::Pending, _) => {
+            format!("the upgrade to {version} is held until its upgradeAt, which does not parse")
+        }
+        (phase, _) => format!("the upgrade to {version} is {phase:?}"),
+    };
+    let change = match from {
+        Some(from) => format!("{from:?} -> {:?}", after.phase),
+        None => format!("{:?}", after.phase),
+    };
+    Some(format!("campaign {campaign} {change}: {what}{asked}"))
+}
+
+/// The log line of a campaign whose entry is `entry`, when it was Upgrading before
+/// `started_at` (when this process's campaign controller started): it resumes after a
+/// restart (or a change of leader). `None` for a campaign that is not Upgrading, or that
+/// started upgrading under this process.
+pub fn resumed_line(
+    campaign: &str,
+    entry: &UpgradeHistory,
+    nodes: &NodeTally,
+    started_at: Timestamp,
+    asked: &str,
+) -> Option<String> {
+    let start = entry.start_time.as_ref()?.0;
+    (entry.phase == UpgradePhase::Upgrading && start < started_at).then(|| {
+        format!(
+            "resumed campaign {campaign} after a restart: Upgrading to {} since {start}, {} of \
+             {} labelled nodes done{asked}",
+            entry.version, nodes.finished, nodes.labelled
+        )
+    })
+}
+
 fn minutes(minutes: u32) -> Duration {
     Duration::from_secs(u64::from(minutes) * 60)
 }

@@ -21,7 +21,9 @@
 //!   updated), and its surge groups are gone (`status.replicas` equals `spec.replicas`).
 //!
 //! The check reads; it never writes. [`check`] returns what is still pending, one line per
-//! thing, so a waiting `--once` can say what it waits for.
+//! thing, so a waiting `--once` can say what it waits for; [`survey`] also returns the moves
+//! it does not wait for, so that a converged `--once` says what is held and until when
+//! ([`Convergence::summary`]).
 
 use std::collections::BTreeMap;
 
@@ -30,7 +32,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::campaign::Campaigns;
+use super::campaign::{CampaignGate, Campaigns};
 use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
 use super::version_labels::Progress;
@@ -44,9 +46,93 @@ use capstan_api::{LeaderWorkerSet, UpgradeConfig};
 /// Most pending items [`check`] lists.
 const SHOWN: usize = 20;
 
+/// The node moves one campaign holds, which `--once` does not wait for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldMoves {
+    /// `namespace/name` of the campaign's `UpgradeConfig`.
+    pub campaign: String,
+    /// Why they are held.
+    pub hold: Hold,
+    /// How many (node, Module) moves.
+    pub moves: usize,
+}
+
+/// Why a campaign holds its moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Its `upgradeAt` is still ahead.
+    Until(jiff::Timestamp),
+    /// It failed: its moves stay held until its `UpgradeConfig` leaves the repository.
+    Failed,
+}
+
+/// Whether `campaign` holds the moves to its version at `now`: a campaign due already is
+/// about to start, so its moves are waited for.
+pub fn hold(campaign: &CampaignGate, now: jiff::Timestamp) -> Option<Hold> {
+    if campaign.failed() {
+        return Some(Hold::Failed);
+    }
+    match campaign.upgrade_at {
+        Some(at) if !campaign.started() && at > now => Some(Hold::Until(at)),
+        _ => None,
+    }
+}
+
+/// Where the cluster stands against the commit: what is still to happen, and the moves
+/// campaigns hold for later.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Convergence {
+    /// What is still to happen, one line per thing; empty when the cluster has converged.
+    pub pending: Vec<String>,
+    /// The moves held, by campaign.
+    pub held: Vec<HeldMoves>,
+}
+
+impl Convergence {
+    /// What a converged `--once` says: that every module is where the commit wants it, or,
+    /// when campaigns hold moves, which and until when.
+    pub fn summary(&self) -> String {
+        if self.held.is_empty() {
+            return "converged: every module is where the commit wants it".to_string();
+        }
+        let held: Vec<String> = self
+            .held
+            .iter()
+            .map(|held| {
+                let moves = match held.moves {
+                    1 => "1 node move".to_string(),
+                    n => format!("{n} node moves"),
+                };
+                match held.hold {
+                    Hold::Until(at) => {
+                        format!("{moves} held until {at} by campaign {}", held.campaign)
+                    }
+                    Hold::Failed => format!(
+                        "{moves} held by campaign {}, which failed (remove its UpgradeConfig to \
+                         release them)",
+                        held.campaign
+                    ),
+                }
+            })
+            .collect();
+        let rest = if self.pending.is_empty() {
+            "nothing else pending"
+        } else {
+            "more pending"
+        };
+        format!("applied; {}; {rest}", held.join("; "))
+    }
+}
+
 /// What is still to happen; empty when the cluster has converged.
 pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>, kube::Error> {
+    Ok(survey(client, selection).await?.pending)
+}
+
+/// What is still to happen, and the moves campaigns hold.
+pub async fn survey(client: &Client, selection: &Selection) -> Result<Convergence, kube::Error> {
     let mut pending = Vec::new();
+    let mut held: BTreeMap<String, HeldMoves> = BTreeMap::new();
     let modules = Api::<Module>::all(client.clone())
         .list(&ListParams::default())
         .await?
@@ -192,12 +278,19 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
                 let Some(key) = ModuleKey::from_upgrade_annotation(annotation) else {
                     continue;
                 };
-                if Progress::from_annotation(value).is_some_and(|p| p.upgrading()) {
-                    pending.push(format!(
+                match Progress::from_annotation(value).filter(Progress::upgrading) {
+                    Some(progress) if progress.released_at.is_some() => pending.push(format!(
+                        "node {} gave up its slot while NotReady; its upgrade of {} goes on \
+                         once it is Ready",
+                        node.name_any(),
+                        key
+                    )),
+                    Some(_) => pending.push(format!(
                         "node {} has not finished its upgrade of {}",
                         node.name_any(),
                         key
-                    ));
+                    )),
+                    None => {}
                 }
             }
         }
@@ -213,17 +306,24 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
                     }
                     let worker = node.labels.get(&key.version_worker_pod_label());
                     let plugin = node.labels.get(&key.version_device_plugin_label());
-                    // A campaign due already is about to start: its moves are waited for.
-                    let held = campaigns.get(Some(value)).is_some_and(|campaign| {
-                        campaign.failed()
-                            || (!campaign.started()
-                                && campaign.upgrade_at.is_some_and(|at| at > now))
-                    });
-                    if !held && (worker != Some(value) || plugin != Some(value)) {
-                        pending.push(format!(
+                    if worker == Some(value) && plugin == Some(value) {
+                        continue;
+                    }
+                    let campaign = campaigns.get(Some(value));
+                    match campaign.and_then(|campaign| Some((campaign, hold(campaign, now)?))) {
+                        Some((campaign, hold)) => {
+                            held.entry(campaign.name.clone())
+                                .or_insert_with(|| HeldMoves {
+                                    campaign: campaign.name.clone(),
+                                    hold,
+                                    moves: 0,
+                                })
+                                .moves += 1;
+                        }
+                        None => pending.push(format!(
                             "node {} is moving {} to version {value}",
                             node.name, key
-                        ));
+                        )),
                     }
                 }
             }
@@ -264,7 +364,10 @@ pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>
         pending.truncate(SHOWN);
         pending.push(format!("and {more} more"));
     }
-    Ok(pending)
+    Ok(Convergence {
+        pending,
+        held: held.into_values().collect(),
+    })
 }
 
 /// What the DaemonSet `ds` of a Module (its `what`: device plugin, DRA driver) still waits
@@ -311,6 +414,111 @@ fn lws_pending(lws: &LeaderWorkerSet) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capstan_api::upgrade_config::UpgradePhase;
+
+    fn at(text: &str) -> jiff::Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn gate(phase: Option<UpgradePhase>, upgrade_at: Option<&str>) -> CampaignGate {
+        CampaignGate {
+            name: "kmm-demo/my-kmod-v2".into(),
+            phase,
+            upgrade_at: upgrade_at.map(at),
+            pdb_force_drain_timeout: std::time::Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_campaign_holds_its_moves_until_it_is_due_and_for_good_once_failed() {
+        use UpgradePhase::*;
+        let now = at("2027-05-31T12:00:00Z");
+        let ahead = Some("2027-06-01T02:00:00Z");
+        let due = Some("2027-05-31T11:00:00Z");
+        // (phase, upgradeAt, hold)
+        let rows = [
+            (None, ahead, Some(Hold::Until(at("2027-06-01T02:00:00Z")))),
+            (
+                Some(New),
+                ahead,
+                Some(Hold::Until(at("2027-06-01T02:00:00Z"))),
+            ),
+            (
+                Some(Pending),
+                ahead,
+                Some(Hold::Until(at("2027-06-01T02:00:00Z"))),
+            ),
+            // Due already: about to start, waited for.
+            (Some(Pending), due, None),
+            (None, due, None),
+            (Some(Pending), Some("2027-05-31T12:00:00Z"), None),
+            // Started (a clock ahead of upgradeAt's writer): not held.
+            (Some(Upgrading), ahead, None),
+            (Some(Upgraded), ahead, None),
+            (Some(Failed), due, Some(Hold::Failed)),
+            (Some(Failed), ahead, Some(Hold::Failed)),
+            // An upgradeAt that does not parse keeps the campaign Pending: waited for, as
+            // before (validation refuses such a commit).
+            (Some(Pending), None, None),
+        ];
+        for (phase, upgrade_at, expected) in rows {
+            assert_eq!(
+                hold(&gate(phase, upgrade_at), now),
+                expected,
+                "{phase:?} {upgrade_at:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_converged_once_says_what_campaigns_hold_and_until_when() {
+        let until = Hold::Until(at("2027-06-01T02:00:00Z"));
+        let held = |campaign: &str, hold: Hold, moves: usize| HeldMoves {
+            campaign: campaign.into(),
+            hold,
+            moves,
+        };
+        // (held, pending, summary)
+        let rows = [
+            (
+                vec![],
+                vec![],
+                "converged: every module is where the commit wants it",
+            ),
+            (
+                vec![held("kmm-demo/my-kmod-v2", until, 3)],
+                vec![],
+                "applied; 3 node moves held until 2027-06-01T02:00:00Z by campaign \
+                 kmm-demo/my-kmod-v2; nothing else pending",
+            ),
+            (
+                vec![held("kmm-demo/my-kmod-v2", until, 1)],
+                vec![],
+                "applied; 1 node move held until 2027-06-01T02:00:00Z by campaign \
+                 kmm-demo/my-kmod-v2; nothing else pending",
+            ),
+            (
+                vec![
+                    held("a/v3", Hold::Failed, 2),
+                    held("kmm-demo/my-kmod-v2", until, 1),
+                ],
+                vec![],
+                "applied; 2 node moves held by campaign a/v3, which failed (remove its \
+                 UpgradeConfig to release them); 1 node move held until \
+                 2027-06-01T02:00:00Z by campaign kmm-demo/my-kmod-v2; nothing else pending",
+            ),
+            (
+                vec![held("kmm-demo/my-kmod-v2", until, 1)],
+                vec!["worker pod kmm-demo/x is still there".to_string()],
+                "applied; 1 node move held until 2027-06-01T02:00:00Z by campaign \
+                 kmm-demo/my-kmod-v2; more pending",
+            ),
+        ];
+        for (held, pending, summary) in rows {
+            let convergence = Convergence { pending, held };
+            assert_eq!(convergence.summary(), summary);
+        }
+    }
     use k8s_openapi::api::apps::v1::DaemonSetStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -49,6 +49,7 @@ use capstan_api::labels::{
 use capstan_api::{HistoryRecordSpec, RecordType};
 
 pub mod reconciler;
+pub mod refusals;
 
 /// A drain capstan runs on a node, as kept in its `capstan.dev/drain` annotation (JSON).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,6 +188,18 @@ pub enum DrainStep {
 }
 
 impl DrainStep {
+    /// Every step, in the order a drain takes them.
+    pub const ALL: [DrainStep; 3] = [
+        DrainStep::Cordoned,
+        DrainStep::Drained,
+        DrainStep::Uncordoned,
+    ];
+
+    /// The step a record's `step` names.
+    pub fn parse(step: &str) -> Option<DrainStep> {
+        DrainStep::ALL.into_iter().find(|s| s.as_str() == step)
+    }
+
     /// The record's `step`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -259,6 +272,61 @@ pub fn record(
         reason: step.reason(),
         annotations,
     }
+}
+
+/// What a drain state found at start-up says in the log: a drain or an upgrade begun by an
+/// earlier capstan (a restart, or another replica that led before this one) and not over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resumed {
+    /// The node is cordoned and its pods still being moved.
+    Drain,
+    /// The node is drained; its kmod steps and the uncordon are to come.
+    Upgrade,
+}
+
+/// Whether `state` was begun before `started_at` (when this process's drain controller
+/// started): the drain, or the upgrade it is for, resumes after a restart. `None` for a
+/// drain this process began.
+pub fn resumed(state: &DrainState, started_at: Timestamp) -> Option<Resumed> {
+    if state.cordoned_at >= started_at {
+        return None;
+    }
+    Some(if state.drained() {
+        Resumed::Upgrade
+    } else {
+        Resumed::Drain
+    })
+}
+
+/// The log line of a drain or upgrade resumed on `node` at `now`.
+pub fn resumed_message(
+    policies: &Policies,
+    node: &str,
+    state: &DrainState,
+    resumed: Resumed,
+    now: Timestamp,
+) -> String {
+    let ago = |at: Timestamp| {
+        let seconds = now.duration_since(at).as_secs().max(0);
+        format!("{:#}", jiff::SignedDuration::from_secs(seconds))
+    };
+    let what = match (resumed, state.drained_at) {
+        (Resumed::Upgrade, Some(drained)) => format!(
+            "the upgrade of {node} after a restart: drained {} ago, its kmod steps and the \
+             uncordon to come",
+            ago(drained)
+        ),
+        _ => format!(
+            "the drain of {node} after a restart: cordoned {} ago, its pods still to move",
+            ago(state.cordoned_at)
+        ),
+    };
+    let to = state.to.as_deref().unwrap_or("none");
+    let asked = asked_by(&policies.commit_of(node, &state.stamp()));
+    format!(
+        "resumed {what}, for its upgrade to {to} (campaign {}){asked}",
+        state.campaign
+    )
 }
 
 /// A pod on a draining node, as the drain sees it.
@@ -418,6 +486,47 @@ mod tests {
         };
         assert_eq!(start_patch(&cordoned, &before).1, None);
         assert_eq!(end_patch(&cordoned, &before).1, None);
+    }
+
+    #[test]
+    fn a_drain_begun_before_the_start_is_said_resumed() {
+        let cordoned = state().cordoned_at;
+        let drained = DrainState {
+            drained_at: Some(cordoned + jiff::SignedDuration::from_secs(30)),
+            ..state()
+        };
+        let later = |seconds: i64| cordoned + jiff::SignedDuration::from_secs(seconds);
+        // (state, controller started, resumed)
+        let rows = [
+            (state(), later(60), Some(Resumed::Drain)),
+            (drained.clone(), later(60), Some(Resumed::Upgrade)),
+            // Begun by this process: its own cordon is at or after its start.
+            (state(), cordoned, None),
+            (state(), later(-1), None),
+            (drained, later(-1), None),
+        ];
+        for (state, started, expected) in rows {
+            assert_eq!(resumed(&state, started), expected, "{state:?} {started}");
+        }
+        let policies = Policies::of(Vec::new());
+        let drain = resumed_message(&policies, "worker-1", &state(), Resumed::Drain, later(150));
+        assert_eq!(
+            drain,
+            "resumed the drain of worker-1 after a restart: cordoned 2m 30s ago, its pods \
+             still to move, for its upgrade to v2 (campaign fleet/my-kmod-v2), asked by 0123456 \
+             (#7)"
+        );
+        let upgrade = DrainState {
+            drained_at: Some(later(30)),
+            ..state()
+        };
+        let upgrade = resumed_message(&policies, "worker-1", &upgrade, Resumed::Upgrade, later(90));
+        assert_eq!(
+            upgrade,
+            "resumed the upgrade of worker-1 after a restart: drained 1m ago, its kmod steps \
+             and the uncordon to come, for its upgrade to v2 (campaign fleet/my-kmod-v2), \
+             asked by 0123456 (#7)"
+        );
     }
 
     #[test]

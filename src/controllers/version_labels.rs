@@ -67,7 +67,7 @@ use serde_json::{Map, Value, json};
 use super::campaign::Campaigns;
 use super::drain::{Cordon, DrainRecord, DrainState, DrainStep};
 use capstan_api::labels::ModuleKey;
-use capstan_api::{UpgradePolicy, UpgradeStep};
+use capstan_api::{HistoryRecordSpec, UpgradePolicy, UpgradeStep};
 pub use policy::Policies;
 use records::{StepRecord, WaitEvent, step_record, wait_event};
 
@@ -252,12 +252,22 @@ pub struct Progress {
     /// uncordoned after the last.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drain: bool,
+    /// When the node gave up its slot, having stayed NotReady past `notReadyTimeout` during
+    /// the upgrade: it takes a slot again, in line, before its next step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<Timestamp>,
 }
 
 impl Progress {
-    /// True once the upgrade started: the node holds a slot until it ends.
+    /// True once the upgrade started, until it ends.
     pub fn upgrading(&self) -> bool {
         self.started_at.is_some()
+    }
+
+    /// True while the upgrade holds a slot: from its start to its end, unless the node gave
+    /// it up.
+    pub fn holds_slot(&self) -> bool {
+        self.upgrading() && self.released_at.is_none()
     }
 
     /// The annotation value.
@@ -362,8 +372,13 @@ pub fn standing<'a>(
 ) -> Standing {
     let mut standing = Standing::Settled;
     for facts in modules {
-        if facts.progress.as_ref().is_some_and(Progress::upgrading) {
+        if facts.progress.as_ref().is_some_and(Progress::holds_slot) {
             return Standing::Upgrading;
+        }
+        if facts.progress.as_ref().is_some_and(Progress::upgrading) {
+            // Given up while the node was NotReady: back in line.
+            standing = Standing::Queued;
+            continue;
         }
         let Some((from, to)) = pending_move(&facts.labels) else {
             continue;
@@ -464,9 +479,35 @@ pub fn decide(facts: &NodeModuleFacts, gate: &Gate, now: Timestamp) -> Decision 
         facts.device_plugin_pod_remains,
     );
     match facts.progress.as_ref().filter(|p| p.upgrading()) {
+        Some(progress) if progress.released_at.is_some() => {
+            resume_upgrade(progress.clone(), facts, gate, table, now)
+        }
         Some(progress) => continue_upgrade(progress.clone(), facts, gate, table, now),
         None => begin_upgrade(facts, gate, table, now),
     }
+}
+
+/// An upgrade whose node gave up its slot: it goes on once a slot is free again, as a
+/// node in line would start; until then nothing moves on it.
+fn resume_upgrade(
+    mut progress: Progress,
+    facts: &NodeModuleFacts,
+    gate: &Gate,
+    table: TableAction,
+    now: Timestamp,
+) -> Decision {
+    if gate.slot != Slot::Free {
+        let announce = progress.waiting != Some(PolicyWait::Slot);
+        progress.waiting = Some(PolicyWait::Slot);
+        return Decision {
+            outcome: Outcome::Wait(Wait::Policy(PolicyWait::Slot)),
+            step: None,
+            progress: Some(progress),
+            announce,
+        };
+    }
+    progress.released_at = None;
+    continue_upgrade(progress, facts, gate, table, now)
 }
 
 /// The table's action as an outcome.
@@ -725,22 +766,56 @@ pub struct FleetNode {
     /// It carries a campaign's drain: it holds its slot until it is uncordoned, after its
     /// last step.
     pub draining: bool,
+    /// Since when its Ready condition is not `True` (`None` while Ready).
+    pub not_ready_since: Option<Timestamp>,
 }
 
-/// Where each node of `fleet` stands, each under the policy that governs it.
+/// Whether a node NotReady since `since` has stayed so past the policy's
+/// `notReadyTimeout` at `now`: it neither starts an upgrade nor holds a slot.
+pub fn stalled(since: Option<Timestamp>, policy: &UpgradePolicy, now: Timestamp) -> bool {
+    since.is_some_and(|since| {
+        now.duration_since(since).as_secs() >= policy.not_ready_timeout_seconds as i64
+    })
+}
+
+/// Whether a node stays out of line: NotReady past `notReadyTimeout`, or NotReady at all
+/// once its upgrade gave up its slot (it takes one again only once Ready).
+fn out_of_line(
+    not_ready_since: Option<Timestamp>,
+    modules: &[NodeModuleFacts],
+    policy: &UpgradePolicy,
+    now: Timestamp,
+) -> bool {
+    stalled(not_ready_since, policy, now) || (not_ready_since.is_some() && released(modules))
+}
+
+/// Whether a Module's upgrade on the node gave up its slot.
+fn released(modules: &[NodeModuleFacts]) -> bool {
+    modules.iter().any(|facts| {
+        facts
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.released_at.is_some())
+    })
+}
+
+/// Where each node of `fleet` stands at `now`, each under the policy that governs it.
 pub fn standings(
     fleet: &[FleetNode],
     policies: &Policies,
     campaigns: &Campaigns,
+    now: Timestamp,
 ) -> Vec<(String, Standing)> {
     fleet
         .iter()
         .map(|node| {
-            let require_pull_request = policies.policy_for(&node.name).require_pull_request;
-            let standing = if node.draining {
+            let policy = policies.policy_for(&node.name);
+            let standing = if out_of_line(node.not_ready_since, &node.modules, &policy, now) {
+                Standing::Held
+            } else if node.draining && !released(&node.modules) {
                 Standing::Upgrading
             } else {
-                standing(&node.modules, require_pull_request, campaigns)
+                standing(&node.modules, policy.require_pull_request, campaigns)
             };
             (node.name.clone(), standing)
         })
@@ -789,6 +864,8 @@ pub struct NodeInputs {
     pub drain: Option<DrainState>,
     /// The node's cordon.
     pub cordon: Cordon,
+    /// Since when the node's Ready condition is not `True` (`None` while Ready).
+    pub not_ready_since: Option<Timestamp>,
 }
 
 /// What a node's decision rests on that the caches cannot be trusted with: the reconciler
@@ -831,6 +908,9 @@ pub struct NodePlan {
     pub waits: Vec<WaitEvent>,
     /// The drain this reconcile starts or ends on the node.
     pub drain: Option<DrainChange>,
+    /// The records of upgrades that give up their slot now, the node having stayed
+    /// NotReady past `notReadyTimeout`; written before the node's patch, which marks them.
+    pub released: Vec<HistoryRecordSpec>,
     /// When to look at the node again (`None`: on its next change).
     pub next_look: Option<Duration>,
 }
@@ -913,19 +993,19 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
     let node = inputs.node.as_str();
     let policies = &inputs.policies;
     let policy = policies.policy_for(node);
-    let own = if inputs.drain.is_some() {
+    let own_facts: Vec<NodeModuleFacts> = inputs.modules.iter().map(|(_, f)| f.clone()).collect();
+    if out_of_line(inputs.not_ready_since, &own_facts, &policy, now) {
+        return NodeDecision::Act(Box::new(stalled_plan(inputs, now)));
+    }
+    let own = if inputs.drain.is_some() && !released(&own_facts) {
         Standing::Upgrading
     } else {
-        standing(
-            inputs.modules.iter().map(|(_, facts)| facts),
-            policy.require_pull_request,
-            &inputs.campaigns,
-        )
+        standing(&own_facts, policy.require_pull_request, &inputs.campaigns)
     };
     let slot = slot(
         node,
         own,
-        &standings(&inputs.fleet, policies, &inputs.campaigns),
+        &standings(&inputs.fleet, policies, &inputs.campaigns, now),
         &policy,
     );
     if own == Standing::Queued && slot == Slot::Free && !inputs.fleet_listed {
@@ -971,6 +1051,17 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         .filter_map(|m| wait_event(policies, node, &m.key, &m.facts, &m.decision, &gate))
         .collect();
     let next_look = next_look(&modules);
+    // An upgrading node that stops being Ready is looked at again when its timeout is up:
+    // a node whose kubelet is gone sends no change.
+    let next_look = match inputs.not_ready_since {
+        Some(since) if own == Standing::Upgrading => {
+            let timeout = Duration::from_secs(policy.not_ready_timeout_seconds);
+            let waited = Duration::try_from(now.duration_since(since)).unwrap_or_default();
+            let left = timeout.saturating_sub(waited).max(GUARD_RECHECK);
+            Some(next_look.map_or(left, |look| look.min(left)))
+        }
+        _ => next_look,
+    };
     let drain = drain_change(inputs, &modules, now);
     NodeDecision::Act(Box::new(NodePlan {
         gate,
@@ -978,8 +1069,56 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         records,
         waits,
         drain,
+        released: Vec::new(),
         next_look,
     }))
+}
+
+/// The plan for a node NotReady past `notReadyTimeout`: nothing moves on it; an upgrade
+/// that holds a slot gives it up, recorded, so that the rest of the fleet moves on. It
+/// takes a slot again, in line, once the node is Ready.
+fn stalled_plan(inputs: &NodeInputs, now: Timestamp) -> NodePlan {
+    let node = inputs.node.as_str();
+    let policies = &inputs.policies;
+    let since = inputs.not_ready_since.unwrap_or(now);
+    let mut released = Vec::new();
+    let modules = inputs
+        .modules
+        .iter()
+        .map(|(key, facts)| {
+            let mut progress = facts.progress.clone();
+            if let Some(p) = progress.as_mut().filter(|p| p.holds_slot()) {
+                p.released_at = Some(now);
+                released.push(records::release_record(
+                    policies,
+                    node,
+                    key,
+                    p,
+                    records::Release::NotReady(since),
+                    now,
+                ));
+            }
+            ModuleDecision {
+                key: key.clone(),
+                facts: facts.clone(),
+                decision: Decision {
+                    outcome: Outcome::Nothing,
+                    step: None,
+                    progress,
+                    announce: false,
+                },
+            }
+        })
+        .collect();
+    NodePlan {
+        gate: Gate::default(),
+        modules,
+        records: Vec::new(),
+        waits: Vec::new(),
+        drain: None,
+        released,
+        next_look: None,
+    }
 }
 
 /// Whether `decision` removes W or records the device plugin stopped on the word of
@@ -1982,6 +2121,7 @@ mod tests {
             step_at: Some("2026-03-01T10:00:05.25Z".parse().unwrap()),
             waiting: None,
             drain: true,
+            released_at: Some("2026-03-01T10:20:00Z".parse().unwrap()),
         };
         let text = progress.to_annotation();
         assert!(text.contains("\"step\":\"old-module-unloaded\""), "{text}");
@@ -2041,8 +2181,18 @@ mod tests {
         FleetNode {
             name: name.to_string(),
             modules,
-            draining: false,
+            ..FleetNode::default()
         }
+    }
+
+    /// worker-1, with nothing to move.
+    fn quiet_fleet() -> Vec<FleetNode> {
+        vec![fleet_node("worker-1", vec![])]
+    }
+
+    /// worker-1, upgrading.
+    fn busy_fleet() -> Vec<FleetNode> {
+        vec![fleet_node("worker-1", vec![upgrading_facts()])]
     }
 
     fn relabelled() -> NodeModuleFacts {
@@ -2086,6 +2236,129 @@ mod tests {
         }
     }
 
+    /// A node upgrading, its slot given up at `released`.
+    fn released_facts(released: &str) -> NodeModuleFacts {
+        let mut facts = device_plugin_stopped();
+        if let Some(progress) = facts.progress.as_mut() {
+            progress.released_at = Some(released.parse().unwrap());
+        }
+        facts
+    }
+
+    #[test]
+    fn a_node_not_ready_past_its_timeout_gives_up_its_slot_and_takes_one_again_once_ready() {
+        let now: Timestamp = "2026-03-01T12:00:00Z".parse().unwrap();
+        let minutes_ago = |m: i64| Some(now - jiff::SignedDuration::from_mins(m));
+        let not_ready = |mut inputs: NodeInputs, since: Option<Timestamp>| {
+            inputs.not_ready_since = since;
+            inputs.fleet_listed = true;
+            inputs
+                .device_plugin_pods_listed
+                .insert(key("my-kmod"), false);
+            inputs
+        };
+        // (name, inputs, released now, whether the upgrade's progress afterwards holds a
+        // slot)
+        let rows = [
+            (
+                "NotReady for a while: it keeps its slot and goes on",
+                not_ready(
+                    inputs(device_plugin_stopped(), quiet_fleet()),
+                    minutes_ago(3),
+                ),
+                false,
+                Some(true),
+            ),
+            (
+                "NotReady past notReadyTimeout (10m): the slot is given up, recorded",
+                not_ready(
+                    inputs(device_plugin_stopped(), quiet_fleet()),
+                    minutes_ago(10),
+                ),
+                true,
+                Some(false),
+            ),
+            (
+                "given up and still NotReady: nothing more",
+                not_ready(
+                    inputs(released_facts("2026-03-01T11:50:00Z"), quiet_fleet()),
+                    minutes_ago(1),
+                ),
+                false,
+                Some(false),
+            ),
+            (
+                "Ready again, a slot free: it takes it and goes on",
+                not_ready(
+                    inputs(released_facts("2026-03-01T11:50:00Z"), quiet_fleet()),
+                    None,
+                ),
+                false,
+                Some(true),
+            ),
+            (
+                "Ready again, every slot taken: it waits in line",
+                not_ready(
+                    inputs(released_facts("2026-03-01T11:50:00Z"), busy_fleet()),
+                    None,
+                ),
+                false,
+                Some(false),
+            ),
+        ];
+        for (name, inputs, releases, holds) in rows {
+            let NodeDecision::Act(plan) = decide_node(&inputs, now) else {
+                panic!("{name}: asks to confirm")
+            };
+            assert_eq!(plan.released.len(), usize::from(releases), "{name}");
+            let progress = plan.modules[0].decision.progress.as_ref();
+            assert_eq!(progress.map(Progress::holds_slot), holds, "{name}");
+            if releases {
+                let record = &plan.released[0];
+                assert_eq!(record.type_, capstan_api::RecordType::SlotReleased);
+                assert_eq!(record.step.as_deref(), Some("not-ready"), "{name}");
+                assert_eq!(plan.modules[0].decision.outcome, Outcome::Nothing);
+            }
+        }
+        // The rest of the fleet: a node past its timeout, or NotReady after giving its slot
+        // up, takes no place in line; Ready again, it queues in name order.
+        let policies = Policies::default();
+        let node = |since: Option<Timestamp>, facts: NodeModuleFacts| FleetNode {
+            not_ready_since: since,
+            ..fleet_node("worker-1", vec![facts])
+        };
+        for (name, fleet_node, want) in [
+            (
+                "upgrading, Ready",
+                node(None, upgrading_facts()),
+                Standing::Upgrading,
+            ),
+            (
+                "upgrading, NotReady 3m",
+                node(minutes_ago(3), upgrading_facts()),
+                Standing::Upgrading,
+            ),
+            (
+                "upgrading, NotReady 10m",
+                node(minutes_ago(10), upgrading_facts()),
+                Standing::Held,
+            ),
+            (
+                "given up, NotReady",
+                node(minutes_ago(1), released_facts("2026-03-01T11:50:00Z")),
+                Standing::Held,
+            ),
+            (
+                "given up, Ready",
+                node(None, released_facts("2026-03-01T11:50:00Z")),
+                Standing::Queued,
+            ),
+        ] {
+            let standing = standings(&[fleet_node], &policies, &Campaigns::default(), now);
+            assert_eq!(standing[0].1, want, "{name}");
+        }
+    }
+
     #[test]
     fn what_a_node_confirms_with_the_api_server_before_acting() {
         use LabelWrite::*;
@@ -2105,53 +2378,51 @@ mod tests {
                 .insert(key("my-kmod"), remain);
             inputs
         };
-        let quiet = || vec![fleet_node("worker-1", vec![])];
-        let busy = || vec![fleet_node("worker-1", vec![upgrading_facts()])];
         // (name, inputs, want)
         let rows = [
             (
                 "a settled node acts at once",
-                inputs(Node::running("v1").facts, quiet()),
+                inputs(Node::running("v1").facts, quiet_fleet()),
                 Want::Act(Outcome::Nothing),
             ),
             (
                 "about to start by the cache: the slots are counted on a live list",
-                inputs(relabelled(), quiet()),
+                inputs(relabelled(), quiet_fleet()),
                 Want::Confirm(Confirm::Slots),
             ),
             (
                 "the live list agrees: it starts",
-                listed(inputs(relabelled(), quiet()), quiet()),
+                listed(inputs(relabelled(), quiet_fleet()), quiet_fleet()),
                 Want::Act(Outcome::Write(RemoveDevicePlugin)),
             ),
             (
                 "the live list shows another node upgrading: it waits",
-                listed(inputs(relabelled(), quiet()), busy()),
+                listed(inputs(relabelled(), quiet_fleet()), busy_fleet()),
                 Want::Act(Outcome::Wait(Wait::Policy(PolicyWait::Slot))),
             ),
             (
                 "the cache shows the slot taken: it waits without a list",
-                inputs(relabelled(), busy()),
+                inputs(relabelled(), busy_fleet()),
                 Want::Act(Outcome::Wait(Wait::Policy(PolicyWait::Slot))),
             ),
             (
                 "an upgrading node holds its slot: no list",
-                inputs(upgrading_facts(), busy()),
+                inputs(upgrading_facts(), busy_fleet()),
                 Want::Act(Outcome::Write(RemoveDevicePlugin)),
             ),
             (
                 "W removal on the cache's word: the pods are listed",
-                inputs(device_plugin_stopped(), quiet()),
+                inputs(device_plugin_stopped(), quiet_fleet()),
                 Want::Confirm(Confirm::DevicePluginPods(vec![key("my-kmod")])),
             ),
             (
                 "the list finds none: W goes",
-                pods_listed(inputs(device_plugin_stopped(), quiet()), false),
+                pods_listed(inputs(device_plugin_stopped(), quiet_fleet()), false),
                 Want::Act(Outcome::Write(RemoveWorkerPod)),
             ),
             (
                 "the list finds a pod the cache missed: W stays",
-                pods_listed(inputs(device_plugin_stopped(), quiet()), true),
+                pods_listed(inputs(device_plugin_stopped(), quiet_fleet()), true),
                 Want::Act(Outcome::Wait(Wait::Guard(Guard::DevicePluginPodRemains))),
             ),
             (
@@ -2161,7 +2432,7 @@ mod tests {
                         device_plugin_pod_remains: true,
                         ..device_plugin_stopped()
                     },
-                    quiet(),
+                    quiet_fleet(),
                 ),
                 Want::Act(Outcome::Wait(Wait::Guard(Guard::DevicePluginPodRemains))),
             ),

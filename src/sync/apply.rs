@@ -45,6 +45,10 @@ pub enum Action {
     DriftReverted,
     /// Changed by hand, and only reported (`drift: warn`).
     DriftDetected,
+    /// A Node in Git that no kubelet has registered: reported, never created. Nodes are
+    /// registered by kubelets; a Node capstan made would have no kubelet behind it, and an
+    /// upgrade started on it could never finish.
+    Absent,
 }
 
 impl Action {
@@ -55,7 +59,13 @@ impl Action {
             Action::Configured => "configured",
             Action::DriftReverted => "drift-reverted",
             Action::DriftDetected => "drift-detected",
+            Action::Absent => "absent",
         }
+    }
+
+    /// Whether the object is written (the others are only reported).
+    pub fn writes(self) -> bool {
+        !matches!(self, Action::DriftDetected | Action::Absent)
     }
 }
 
@@ -266,6 +276,16 @@ pub async fn decide(
             .is_some_and(|entry| entry.digest == digest(&manifest.object));
         let commit = attribution.commit_of(&id);
         let fresh = || stamped(&manifest.object, &commit.revision(), commit.pull_request);
+        if is_node(manifest) {
+            match decide_node(index, manifest, live_object, unchanged_in_git, fresh) {
+                NodeRule::Decided(decision) => {
+                    decisions.push(decision);
+                    continue;
+                }
+                NodeRule::Settled => continue,
+                NodeRule::CheckDrift => {}
+            }
+        }
         match (live_object, unchanged_in_git) {
             (None, false) => decisions.push(Decision {
                 index,
@@ -286,10 +306,15 @@ pub async fn decide(
                 let stamps_kept = stamps_of(live_object).0.is_some();
                 if !stamps_kept || !contains(live_object, &manifest.object) {
                     let (revision, pr) = drift_stamps(live_object, commit);
+                    let object = stamped(&manifest.object, &revision, pr);
                     suspects.push(Decision {
                         index,
                         action: drift_action(drift),
-                        object: stamped(&manifest.object, &revision, pr),
+                        object: if is_node(manifest) {
+                            pinned_to(object, live_object)
+                        } else {
+                            object
+                        },
                     });
                 }
             }
@@ -315,6 +340,76 @@ pub async fn decide(
         .into_iter()
         .map(|d| (manifests[d.index].id(), d.action, d.object))
         .collect())
+}
+
+fn is_node(manifest: &Manifest) -> bool {
+    manifest.api_version == "v1" && manifest.kind == "Node"
+}
+
+/// The decision for a Node manifest, which only ever patches a Node a kubelet registered:
+/// one the cluster does not have is [`Action::Absent`]; one registered afresh
+/// (without capstan's stamps: a new machine, or one that left and came back) gets its
+/// labels as a configuration, not as drift, whatever the drift policy; and every write is
+/// pinned to the live Node's UID, so that a Node deleted after it was read is not created
+/// again by the apply (the API server refuses an apply naming a UID it does not have).
+/// Drift on a Node capstan wrote before is left to the general rules.
+fn decide_node(
+    index: usize,
+    manifest: &Manifest,
+    live: Option<&Value>,
+    unchanged_in_git: bool,
+    fresh: impl Fn() -> Value,
+) -> NodeRule {
+    let Some(live) = live else {
+        return NodeRule::Decided(Decision {
+            index,
+            action: Action::Absent,
+            object: fresh(),
+        });
+    };
+    let configured = || {
+        NodeRule::Decided(Decision {
+            index,
+            action: Action::Configured,
+            object: pinned_to(fresh(), live),
+        })
+    };
+    if !unchanged_in_git {
+        return configured();
+    }
+    match stamps_of(live).0 {
+        Some(_) => NodeRule::CheckDrift,
+        None if contains(live, &manifest.object) => NodeRule::Settled,
+        None => configured(),
+    }
+}
+
+/// What [`decide_node`] leaves to the general rules.
+enum NodeRule {
+    /// This write (or report).
+    Decided(Decision),
+    /// Nothing to write.
+    Settled,
+    /// The Node is as capstan last wrote it, unless changed by hand.
+    CheckDrift,
+}
+
+/// `object` with the UID of `live`: applied, it changes that object or nothing.
+pub fn pinned_to(mut object: Value, live: &Value) -> Value {
+    if let (Some(uid), Some(metadata)) = (
+        live.pointer("/metadata/uid").cloned(),
+        object.get_mut("metadata").and_then(Value::as_object_mut),
+    ) {
+        metadata.insert("uid".into(), uid);
+    }
+    object
+}
+
+/// Whether a write was refused because the object it was pinned to is gone (see
+/// [`pinned_to`]).
+pub fn object_gone(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status)
+        if (status.code == 409 && status.message.contains("uid mismatch")) || status.code == 404)
 }
 
 fn drift_action(policy: DriftPolicy) -> Action {
@@ -409,7 +504,7 @@ pub async fn dry_run(
     let by_id: HashMap<ObjectId, &Manifest> = manifests.iter().map(|m| (m.id(), m)).collect();
     let checks: Vec<_> = writes
         .iter()
-        .filter(|(_, action, _)| *action != Action::DriftDetected)
+        .filter(|(_, action, _)| action.writes())
         .filter_map(|(id, _, object)| {
             let manifest = *by_id.get(id)?;
             let served = kinds
@@ -509,18 +604,26 @@ pub async fn write(
         let results = futures::stream::iter(writes.into_iter().map(|(id, action, object)| {
             let manifest = by_id[&id];
             async move {
-                if action == Action::DriftDetected {
+                if !action.writes() {
                     return Ok(Some((id, action, false)));
                 }
                 if stop.load(Ordering::SeqCst) {
                     return Ok(None);
                 }
-                ssa(client, kinds_now, manifest, &object, false)
-                    .await
-                    .map_err(|source| ApplyError::Write {
-                        object: format!("{}:{}: {id}", manifest.file, manifest.line),
-                        source,
-                    })?;
+                match ssa(client, kinds_now, manifest, &object, false).await {
+                    Ok(_) => {}
+                    // The Node left between the read and this write: the apply, pinned
+                    // to its UID, created nothing.
+                    Err(err) if is_node(manifest) && object_gone(&err) => {
+                        return Ok(Some((id, Action::Absent, false)));
+                    }
+                    Err(source) => {
+                        return Err(ApplyError::Write {
+                            object: format!("{}:{}: {id}", manifest.file, manifest.line),
+                            source,
+                        });
+                    }
+                }
                 Ok::<_, ApplyError>(Some((
                     id,
                     action,
@@ -647,6 +750,96 @@ mod tests {
         for (desired, expected) in cases {
             assert_eq!(contains(&live, &desired), expected, "{desired}");
         }
+    }
+
+    #[test]
+    fn a_node_manifest_only_ever_patches_the_node_a_kubelet_registered() {
+        let labels = json!({"kmm.node.kubernetes.io/version-module.ns.m": "v2"});
+        let manifest = Manifest {
+            file: "nodes/worker-3.yaml".into(),
+            line: 1,
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            namespace: None,
+            name: "worker-3".into(),
+            object: json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "worker-3", "labels": labels}}),
+        };
+        let registered = |labels: Value, stamped: bool| {
+            let mut node = json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "worker-3", "uid": "u-3", "labels": labels}});
+            if stamped {
+                node["metadata"]["annotations"] =
+                    json!({capstan_api::labels::REVISION_ANNOTATION: "main@sha1:abc"});
+            }
+            node
+        };
+        let with_labels = registered(labels.clone(), true);
+        let fresh = registered(json!({"kubernetes.io/hostname": "worker-3"}), false);
+        let fresh_labelled = registered(labels.clone(), false);
+        #[derive(Debug)]
+        enum Want {
+            Write(Action),
+            Settled,
+            CheckDrift,
+        }
+        // (name, live, unchanged in Git, want)
+        let rows = [
+            (
+                "not registered, new in Git",
+                None,
+                false,
+                Want::Write(Action::Absent),
+            ),
+            (
+                "not registered any more",
+                None,
+                true,
+                Want::Write(Action::Absent),
+            ),
+            (
+                "changed in Git",
+                Some(&with_labels),
+                false,
+                Want::Write(Action::Configured),
+            ),
+            (
+                "registered afresh",
+                Some(&fresh),
+                true,
+                Want::Write(Action::Configured),
+            ),
+            (
+                "registered afresh, labelled",
+                Some(&fresh_labelled),
+                true,
+                Want::Settled,
+            ),
+            (
+                "as capstan wrote it",
+                Some(&with_labels),
+                true,
+                Want::CheckDrift,
+            ),
+        ];
+        for (name, live, unchanged, want) in rows {
+            let rule = decide_node(0, &manifest, live, unchanged, || manifest.object.clone());
+            match (rule, want) {
+                (NodeRule::Decided(decision), Want::Write(action)) => {
+                    assert_eq!(decision.action, action, "{name}");
+                    let uid = decision.object.pointer("/metadata/uid");
+                    if action == Action::Absent {
+                        assert_eq!(uid, None, "{name}");
+                    } else {
+                        assert_eq!(uid, Some(&json!("u-3")), "{name}: pinned to the Node read");
+                    }
+                }
+                (NodeRule::Settled, Want::Settled) | (NodeRule::CheckDrift, Want::CheckDrift) => {}
+                (_, want) => panic!("{name}: want {want:?}"),
+            }
+        }
+        assert!(!Action::Absent.writes() && !Action::DriftDetected.writes());
+        assert!(Action::Configured.writes());
     }
 
     #[test]

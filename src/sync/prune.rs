@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::apply::{ApplyError, stage_of};
+use super::apply::{ApplyError, object_gone, pinned_to, stage_of};
 use super::discovery::ClusterKinds;
 use super::follow::Attribution;
 use super::inventory::{id_of, stamped_by};
@@ -100,15 +100,21 @@ async fn prune_one(
             "kind": "Node",
             "metadata": {"name": entry.name},
         });
-        let released = stamped_by(&empty, attribution.commit_of(&id));
-        api.patch(
-            &entry.name,
-            &PatchParams::apply(managers::SYNC).force(),
-            &Patch::Apply(&released),
-        )
-        .await
-        .map_err(failed)?;
-        return Ok(Pruned::Released);
+        // Pinned to the Node read: one deleted since is not created again.
+        let live = serde_json::to_value(&live).unwrap_or_default();
+        let released = pinned_to(stamped_by(&empty, attribution.commit_of(&id)), &live);
+        return match api
+            .patch(
+                &entry.name,
+                &PatchParams::apply(managers::SYNC).force(),
+                &Patch::Apply(&released),
+            )
+            .await
+        {
+            Ok(_) => Ok(Pruned::Released),
+            Err(err) if object_gone(&err) => Ok(Pruned::Gone),
+            Err(err) => Err(failed(err)),
+        };
     }
     let managed = live
         .metadata

@@ -134,7 +134,7 @@ impl Report {
             format!("{} configured", self.count("configured")),
             format!("{} pruned", self.count("pruned")),
         ];
-        for extra in ["released", "drift-reverted", "drift-detected"] {
+        for extra in ["released", "drift-reverted", "drift-detected", "absent"] {
             let n = self.count(extra);
             if n > 0 {
                 parts.push(format!("{n} {extra}"));
@@ -424,9 +424,7 @@ impl Syncer {
             .iter()
             .map(|m| (m.id(), inventory::entry_of(m)))
             .collect();
-        let writing = writes
-            .iter()
-            .any(|(_, action, _)| *action != Action::DriftDetected);
+        let writing = writes.iter().any(|(_, action, _)| action.writes());
         if writing || (!leftovers.is_empty() && desired.settings.prune) {
             // Whatever happens next, everything that may get written is in the inventory, so
             // a crash leaves nothing capstan cannot prune. The digests stay those of what was
@@ -539,9 +537,30 @@ impl Syncer {
         Ok((outcome, true))
     }
 
+    /// `writes` without drift already reported at the same live resourceVersion, nor Nodes
+    /// already reported unregistered (the status keeps them, so a restart does not report
+    /// them again); notes what is reported now.
+    fn unreported(
+        &mut self,
+        writes: Vec<(ObjectId, Action, serde_json::Value)>,
+        live: &apply::LiveObjects,
+    ) -> Vec<(ObjectId, Action, serde_json::Value)> {
+        let unregistered: Vec<String> = writes
+            .iter()
+            .filter(|(_, action, _)| *action == Action::Absent)
+            .map(|(id, _, _)| id.name.clone())
+            .collect();
+        let reported = std::mem::replace(&mut self.status.unregistered_nodes, unregistered);
+        let writes = writes
+            .into_iter()
+            .filter(|(id, action, _)| *action != Action::Absent || !reported.contains(&id.name))
+            .collect();
+        self.unreported_drift(writes, live)
+    }
+
     /// `writes` without drift already reported at the same live resourceVersion; notes the
     /// drift reported now.
-    fn unreported(
+    fn unreported_drift(
         &mut self,
         writes: Vec<(ObjectId, Action, serde_json::Value)>,
         live: &apply::LiveObjects,
@@ -577,6 +596,14 @@ impl Syncer {
         started: Instant,
     ) -> Result<(), SyncError> {
         let reference = commit.reference();
+        for change in &report.changes {
+            if change.action == Action::Absent.as_str()
+                && !self.status.unregistered_nodes.contains(&change.name)
+            {
+                self.status.unregistered_nodes.push(change.name.clone());
+            }
+        }
+        self.status.unregistered_nodes.sort();
         self.status.phase = result.into();
         self.status.last_attempted_commit = Some(reference.clone());
         if result == "Applied" {
@@ -642,9 +669,11 @@ impl Syncer {
             list_changes(&report.changes),
         );
         let drift = report.count("drift-reverted") + report.count("drift-detected") > 0;
-        let reason = match (result, drift) {
-            ("Applied", false) => "Synced",
-            ("Applied", true) => "DriftFound",
+        let unregistered = report.count(Action::Absent.as_str()) > 0;
+        let reason = match (result, drift, unregistered) {
+            ("Applied", true, _) => "DriftFound",
+            ("Applied", false, true) => "NodeAbsent",
+            ("Applied", false, false) => "Synced",
             _ => "SyncInterrupted",
         };
         self.record(
@@ -654,12 +683,20 @@ impl Syncer {
             report.changes.clone(),
         )
         .await;
-        self.event(drift || result != "Applied", reason, &message, &reference)
-            .await;
+        self.event(
+            drift || unregistered || result != "Applied",
+            reason,
+            &message,
+            &reference,
+        )
+        .await;
         // Each Node's Event names the commit that changed its labels, which is the applied
         // one unless several commits landed since the last sync.
-        let node_changes: Vec<&Change> =
-            report.changes.iter().filter(|c| c.kind == "Node").collect();
+        let node_changes: Vec<&Change> = report
+            .changes
+            .iter()
+            .filter(|c| c.kind == "Node" && c.action != Action::Absent.as_str())
+            .collect();
         for node in node_changes {
             let id = ObjectId {
                 group: String::new(),

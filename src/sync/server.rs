@@ -89,6 +89,16 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
+    serve_on(listener, state, shutdown)
+}
+
+/// [`serve`] on a listener bound already (so that a port in use is found before anything
+/// else starts).
+pub fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: ServerState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let address = listener.local_addr()?;
     let app = router(state);
     let task = tokio::spawn(async move {

@@ -1,6 +1,6 @@
 //! The command line of the embedded cluster: `capstan cluster serve --config` runs the
-//! simulated nodes of a cluster.yaml, `capstan cluster node ...` operates them, and
-//! `capstan crds` prints CRDs a server accepts.
+//! simulated nodes of a cluster.yaml over HTTPS, `capstan cluster node ...` operates them,
+//! and `capstan crds` prints CRDs a server accepts.
 
 use crate::common;
 
@@ -72,6 +72,11 @@ async fn serve_a_cluster_yaml_and_reboot_a_node_from_the_command_line() {
 
     let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
     let parsed: kube::config::Kubeconfig = serde_saphyr::from_str(&text).expect("kubeconfig");
+    // As `cluster serve --help` says: always HTTPS, the cluster's own CA in the kubeconfig.
+    let served = parsed.clusters[0].cluster.as_ref().expect("a cluster");
+    let url = served.server.as_deref().unwrap_or_default();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    assert!(served.certificate_authority_data.is_some(), "{text}");
     let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
         .await
         .expect("config");

@@ -208,7 +208,7 @@ fn actions(plan: &Value) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn a_live_plan_on_an_empty_cluster_creates_everything() {
+async fn a_live_plan_on_an_empty_cluster_creates_everything_but_its_nodes() {
     let (_cluster, _client, dir) = cluster_with_kubeconfig().await;
     let fleet = FleetRepo::proposal(&fleet_v1(), &fleet_v2());
     let (code, plan) = live_plan(&fleet, &dir.path().join("kubeconfig")).await;
@@ -218,13 +218,14 @@ async fn a_live_plan_on_an_empty_cluster_creates_everything() {
         plan["cluster"],
         json!({"sync": "capstan", "found": false, "lastAppliedRevision": null})
     );
+    // No kubelet registered worker-1 or worker-2: a sync never creates a Node.
     assert_eq!(
         actions(&plan),
         [
             "create Module my-kmod",
             "create Namespace kmm-demo",
-            "create Node worker-1",
-            "create Node worker-2",
+            "absent Node worker-1",
+            "absent Node worker-2",
             "create ConfigMap settings",
         ]
     );
@@ -235,26 +236,89 @@ async fn a_live_plan_on_an_empty_cluster_creates_everything() {
             .contains("+      version: v2"),
         "{plan:#}"
     );
-    // No node has a label yet: worker-1 and worker-2 get their first.
-    let moves: Vec<(&str, &Value, &str)> = plan["nodes"]
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .map(|n| {
-            (
-                n["node"].as_str().unwrap(),
-                &n["from"],
-                n["to"].as_str().unwrap(),
-            )
-        })
-        .collect();
     assert_eq!(
-        moves,
-        [
-            ("worker-1", &Value::Null, "v2"),
-            ("worker-2", &Value::Null, "v1")
-        ]
+        (&plan["summary"]["create"], &plan["summary"]["absent"]),
+        (&json!(3), &json!(2))
     );
+    // Their labels apply once a kubelet registers them: no node moves now.
+    assert_eq!(plan["nodes"], json!([]), "{plan:#}");
+}
+
+/// A Node in Git that no kubelet registered: the live plan says it is not in the cluster
+/// and not created, in every format, and that is no change for `--detailed-exitcode`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_plan_shows_a_node_no_kubelet_registered_as_absent_not_created() {
+    let (cluster, client) = common::start_default_simulated().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("kubeconfig");
+    kubeconfig::write(&config, &cluster.kubeconfig()).expect("kubeconfig");
+    // The cluster runs fleet_v1 (worker-1 and worker-2 registered and labelled); head
+    // adds worker-9, which no kubelet registered.
+    let head = with_changes(
+        &fleet_v1(),
+        &[(
+            "fleet/nodes/worker-9.yaml",
+            Some(node_label("worker-9", "my-kmod", "v1")),
+        )],
+    );
+    let fleet = FleetRepo::proposal(&fleet_v1(), &head);
+    let mut syncer = common::syncer(&client, fleet.path()).await;
+    syncer.sync().await.expect("base syncs");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    assert!(nodes.get_opt("worker-9").await.expect("nodes").is_none());
+
+    let (code, plan) = live_plan(&fleet, &config).await;
+    assert_eq!(code, Some(0), "an absent Node is no change: {plan:#}");
+    assert_eq!(plan["errors"], json!([]), "{plan:#}");
+    assert_eq!(actions(&plan), ["absent Node worker-9"], "{plan:#}");
+    assert_eq!(plan["nodes"], json!([]), "{plan:#}");
+    assert_eq!(
+        (&plan["summary"]["absent"], &plan["summary"]["hasChanges"]),
+        (&json!(1), &json!(false))
+    );
+    let diff = plan["objects"][0]["diff"].as_str().expect("a diff");
+    assert!(
+        diff.contains(&format!("+    {VERSION_LABEL}: v1")),
+        "{diff}"
+    );
+
+    let kubeconfig = config.to_str().expect("utf-8");
+    let run = |format: &'static str| {
+        let (dir, kubeconfig) = (fleet.path().to_path_buf(), kubeconfig.to_string());
+        tokio::task::spawn_blocking(move || {
+            let args = [
+                &PLAN[..],
+                &["--format", format, "--kubeconfig", &kubeconfig],
+            ]
+            .concat();
+            capstan(&dir, &args)
+        })
+    };
+    let text = run("text").await.expect("plan");
+    assert_eq!(text.status.code(), Some(0));
+    let text = stdout(&text);
+    assert!(
+        text.contains(
+            "! Node worker-9  absent     fleet/nodes/worker-9.yaml:1  (not in the cluster: not \
+             created; its labels apply when a kubelet registers it)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("Plan: No changes. 1 Node not in the cluster, not created (worker-9)\n"),
+        "{text}"
+    );
+    let markdown = stdout(&run("markdown").await.expect("plan"));
+    assert_eq!(
+        markdown.lines().next(),
+        Some("**capstan plan**: No changes. 1 Node not in the cluster, not created (worker-9)"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("| ! | `Node worker-9` | absent (not in the cluster: not created; "),
+        "{markdown}"
+    );
+    cluster.shutdown().await;
 }
 
 #[tokio::test]
@@ -389,4 +453,111 @@ fn offline_plan_knows_every_built_in_kind() {
         .map(|o| &o["id"]["namespace"])
         .collect();
     assert_eq!(namespaces, [&json!("kmm-demo"); 4]);
+}
+
+/// `--head WORKTREE` plans the work tree as `git add -A` would commit it (changed and
+/// untracked files, ignored ones left out) against HEAD, before anything is committed, and
+/// leaves the repository as it was.
+#[test]
+fn a_plan_of_the_work_tree_shows_the_uncommitted_change() {
+    let mut fleet = FleetRepo::new();
+    let mut files = fleet_v1();
+    files.push((".gitignore", "*.swp\n".to_string()));
+    fleet.commit_set(&files, "Initial fleet");
+    let args = |extra: &[&'static str]| {
+        let mut args = vec![
+            "plan",
+            "--repo",
+            ".",
+            "--path",
+            "fleet",
+            "--detailed-exitcode",
+        ];
+        args.extend(extra);
+        args
+    };
+    let clean = capstan(fleet.path(), &args(&["--head", "WORKTREE"]));
+    assert_eq!(clean.status.code(), Some(0), "{}", stdout(&clean));
+    assert!(
+        stdout(&clean).ends_with("Plan: No changes.\n"),
+        "{}",
+        stdout(&clean)
+    );
+
+    // The change as docs/upgrade-campaigns.md makes it: edited files, a new one, and an
+    // editor's swap file git ignores (it would not validate).
+    for (path, text) in fleet_v2() {
+        std::fs::write(fleet.path().join(path), text).expect("edit");
+    }
+    std::fs::write(
+        fleet.path().join("fleet/new.yaml"),
+        common::manifests::config_map("new", "1"),
+    )
+    .expect("untracked");
+    std::fs::write(fleet.path().join("fleet/.new.yaml.swp"), "\0not: [yaml").expect("swap");
+    let status = |fleet: &FleetRepo| -> Vec<(String, git2::Status)> {
+        let mut options = git2::StatusOptions::new();
+        options.include_untracked(true).include_ignored(true);
+        let statuses = fleet.git.statuses(Some(&mut options)).expect("status");
+        statuses
+            .iter()
+            .map(|entry| (entry.path().unwrap_or_default().to_string(), entry.status()))
+            .collect()
+    };
+    let before = status(&fleet);
+    let head_sha = fleet.git.head().expect("HEAD").target().expect("a commit");
+
+    let output = capstan(
+        fleet.path(),
+        &args(&["--base", "HEAD", "--head", "WORKTREE", "--format", "json"]),
+    );
+    let plan: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(output.status.code(), Some(2), "{plan:#}");
+    assert_eq!(plan["errors"], json!([]), "{plan:#}");
+    assert_eq!(plan["base"]["sha"], head_sha.to_string());
+    assert_eq!(
+        plan["head"]["subject"],
+        "Uncommitted changes in the work tree"
+    );
+    assert_eq!(
+        actions(&plan),
+        [
+            "configure Module my-kmod",
+            "create ConfigMap new",
+            "configure Node worker-1",
+        ]
+    );
+    assert_eq!(plan["nodes"][0]["node"], "worker-1", "{plan:#}");
+    assert_eq!(plan["nodes"][0]["to"], "v2", "{plan:#}");
+    // --base defaults to HEAD: the same plan.
+    let default_base = capstan(
+        fleet.path(),
+        &args(&["--head", "WORKTREE", "--format", "json"]),
+    );
+    let again: Value = serde_json::from_slice(&default_base.stdout).expect("JSON");
+    assert_eq!(again, plan);
+    assert_eq!(
+        status(&fleet),
+        before,
+        "the index and work tree are left as they were"
+    );
+    assert_eq!(fleet.git.head().expect("HEAD").target(), Some(head_sha));
+}
+
+#[test]
+fn a_url_has_no_work_tree_to_plan() {
+    let remote = FleetRepo::bare();
+    remote.commit_files("main", &common::git::tree(&fleet_v1()), "Initial fleet");
+    let url = format!("file://{}", remote.path().display());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = capstan(
+        dir.path(),
+        &[
+            "plan", "--repo", &url, "--path", "fleet", "--head", "WORKTREE",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("has no work tree to plan"), "{stderr}");
 }

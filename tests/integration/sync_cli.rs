@@ -1,7 +1,9 @@
-//! The `capstan sync` process: `--once` exit codes, a remote followed through signed GitHub
-//! webhooks (a forged one refused), and a clean stop on SIGTERM.
+//! The `capstan sync` process: `--once` exit codes and what a converged `--once` says of the
+//! moves a campaign holds, a remote followed through signed GitHub webhooks (a forged one
+//! refused), and a clean stop on SIGTERM.
 
 use crate::common;
+use crate::upgrade;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::process::{Child, Command, Stdio};
@@ -144,15 +146,67 @@ async fn once_exits_3_naming_what_did_not_converge_within_the_timeout() {
     assert!(pending.contains("kmm-demo/my-kmod"), "{stderr}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_exits_0_saying_which_moves_a_campaign_holds_and_until_when() {
+    let (cluster, _client) = common::start_default_simulated().await;
+    let state = tempfile::tempdir().unwrap();
+    let kubeconfig = write_kubeconfig(&cluster, state.path());
+    let mut repo = FleetRepo::new();
+    upgrade::commit_initial_fleet(&mut repo, &[]);
+    let path = repo.path().to_path_buf();
+    let run = || {
+        let (repo, kubeconfig, state) =
+            (path.clone(), kubeconfig.clone(), state.path().to_path_buf());
+        tokio::task::spawn_blocking(move || sync_once(&repo, &kubeconfig, &state))
+    };
+    let (code, stderr) = run().await.unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("converged: every module is where the commit wants it"),
+        "{stderr}"
+    );
+
+    // The Module at v2, two nodes relabelled, and a campaign that holds them for an hour.
+    let upgrade_at =
+        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 3600).expect("a time");
+    let at = upgrade_at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    repo.commit(
+        &[
+            ("module.yaml", Some(&upgrade::module("v2"))),
+            ("campaign.yaml", Some(&upgrade::campaign(&at))),
+            (
+                "nodes/worker-1.yaml",
+                Some(&upgrade::label("worker-1", "v2")),
+            ),
+            (
+                "nodes/worker-2.yaml",
+                Some(&upgrade::label("worker-2", "v2")),
+            ),
+        ],
+        "Merge pull request #2 from fleet/my-kmod-v2",
+    );
+    let (code, stderr) = run().await.unwrap();
+    // As docs/upgrade-campaigns.md says: --once does not wait for the campaign's time.
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "applied; 2 node moves held until {at} by campaign kmm-demo/my-kmod-v2; nothing \
+             else pending"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("converged: every module"), "{stderr}");
+}
+
 /// A running `capstan sync` whose stderr lines arrive on a channel.
-struct Running {
+pub(crate) struct Running {
     child: Child,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
 
 impl Running {
-    fn start(command: &mut Command) -> Running {
+    pub(crate) fn start(command: &mut Command) -> Running {
         let mut child = command
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
@@ -174,8 +228,17 @@ impl Running {
         }
     }
 
+    /// A line containing `text` seen already, or else the next one; for lines whose order
+    /// among others is not fixed.
+    pub(crate) fn seen_or_wait_for(&mut self, text: &str) -> String {
+        match self.seen.iter().find(|line| line.contains(text)) {
+            Some(line) => line.clone(),
+            None => self.wait_for(text),
+        }
+    }
+
     /// Waits for a line containing `text`, returning it.
-    fn wait_for(&mut self, text: &str) -> String {
+    pub(crate) fn wait_for(&mut self, text: &str) -> String {
         let deadline = Instant::now() + common::DEADLINE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -189,6 +252,26 @@ impl Running {
                 Err(_) => panic!("no line with {text:?}; saw:\n{}", self.seen.join("\n")),
             }
         }
+    }
+}
+
+impl Running {
+    /// Stops it with SIGTERM, as a user's Ctrl-C or Kubernetes would, and returns every line
+    /// it wrote, once it has exited.
+    pub(crate) fn stop(mut self) -> Vec<String> {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        // The channel closes when the process has closed its stderr: at its exit.
+        while let Ok(line) = self.lines.recv_timeout(common::DEADLINE) {
+            self.seen.push(line);
+        }
+        let status = self.child.wait().expect("wait");
+        assert_eq!(status.code(), Some(0), "{}", self.seen.join("\n"));
+        std::mem::take(&mut self.seen)
     }
 }
 

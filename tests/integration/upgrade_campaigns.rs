@@ -1,7 +1,8 @@
 //! An `UpgradeConfig` campaign from Git: the moves to its version are held until its
 //! `upgradeAt`, then each node is cordoned, drained through the Eviction API, taken through
 //! its four steps and uncordoned, one after the other, every drain step recorded against
-//! the commit beside the kmod steps; the campaign's status follows MUO's lifecycle.
+//! the commit beside the kmod steps and read back in that order by `capstan history`; the
+//! campaign's status follows MUO's lifecycle; each of these changes is one log line.
 
 use crate::common;
 use crate::upgrade;
@@ -178,6 +179,13 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     }
     // maxNodesInFlight 1: worker-2 is cordoned only once worker-1 is uncordoned.
     assert!(spans[0].1 <= spans[1].0, "{spans:?}");
+    // `capstan history --node` reads as docs/upgrade-campaigns.md says, oldest first.
+    let history = history_of_node(&cluster, "worker-1").await;
+    let campaign_upgrade = history
+        .split("\n\n")
+        .find(|block| block.starts_with("worker-1 kmm-demo/my-kmod v1 -> v2, commit "))
+        .unwrap_or_else(|| panic!("no upgrade to v2 in:\n{history}"));
+    assert_eq!(history_steps(campaign_upgrade), expected, "{history}");
     // worker-3 was not part of the campaign.
     assert!(workload_left(&client, "worker-3").await);
     assert!(upgrade::node_history(&client, "worker-3").await.is_empty());
@@ -212,6 +220,48 @@ async fn a_campaign_holds_its_moves_until_upgrade_at_then_drains_each_node_aroun
     assert!(entry.worker_start_time.is_some() && entry.worker_complete_time.is_some());
     assert!(entry.complete_time.is_some());
     capstan.stop().await;
+}
+
+/// What `capstan history --node <node>` prints for the cluster.
+async fn history_of_node(cluster: &common::TestCluster, node: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    capstan_cluster::kubeconfig::write(&kubeconfig, &cluster.kubeconfig()).expect("kubeconfig");
+    let node = node.to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        let kubeconfig = kubeconfig.to_str().expect("utf-8").to_string();
+        crate::fleet::capstan(
+            dir.path(),
+            &["history", "--node", &node, "--kubeconfig", &kubeconfig],
+        )
+    })
+    .await
+    .expect("history");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    crate::fleet::stdout(&output)
+}
+
+/// The STEP column of the rows of an upgrade table `capstan history --node` prints: a
+/// step's name after its number, a drain's record's alone.
+fn history_steps(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| line.starts_with("  ") && !line.trim_start().starts_with("TIME"))
+        .filter_map(|line| {
+            // `  2026-11-21 10:14:13   1 device-plugin-stopped    3cf3bea  #2     2.1s`
+            let mut words = line.split_whitespace().skip(2);
+            let first = words.next()?;
+            let step = if first.chars().all(|c| c.is_ascii_digit()) {
+                words.next()?
+            } else {
+                first
+            };
+            Some(step.to_string())
+        })
+        .collect()
 }
 
 /// The controllers in process until the token is cancelled.
@@ -343,4 +393,157 @@ async fn a_live_plan_says_what_each_drain_evicts_and_what_a_budget_protects() {
         ]
     );
     assert_eq!(plan["campaigns"][0]["phase"], serde_json::Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_due_later_is_not_waited_for_and_its_held_moves_are_named() {
+    let (_cluster, client) = common::start_default_simulated().await;
+    let mut repo = FleetRepo::new();
+    upgrade::commit_initial_fleet(&mut repo, &[]);
+    let mut syncer = common::syncer(&client, repo.path()).await;
+    let (stop, task) = controllers(&client);
+    syncer.sync().await.expect("sync");
+    upgrade::converged(&client).await;
+
+    let later = seconds_from_now(3600);
+    repo.commit(
+        &[
+            ("module.yaml", Some(&module("v2"))),
+            ("campaign.yaml", Some(&campaign(later))),
+            ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
+            ("nodes/worker-3.yaml", Some(&label("worker-3", "v2"))),
+        ],
+        "Merge pull request #2 from fleet/my-kmod-v2",
+    );
+    syncer.sync().await.expect("sync");
+    wait_until("the campaign pending", async || {
+        upgrade::campaign_phase(&client).await == Some(UpgradePhase::Pending)
+    })
+    .await;
+    // What --once waits for (nothing) and what it says instead of "converged".
+    let survey = common::wait_for("nothing pending but the held moves", async || {
+        let survey = controllers::converge::survey(&client, &Selection::all())
+            .await
+            .map_err(|err| err.to_string())?;
+        if survey.pending.is_empty() {
+            Ok(survey)
+        } else {
+            Err(format!("{:?}", survey.pending))
+        }
+    })
+    .await;
+    assert_eq!(
+        survey.summary(),
+        format!(
+            "applied; 2 node moves held until {later} by campaign kmm-demo/my-kmod-v2; nothing \
+             else pending"
+        )
+    );
+    stop.cancel();
+    task.await.expect("controllers stop");
+}
+
+/// `capstan sync` following `repo` into `cluster` as a process of its own, its log on a
+/// channel; `state` is its state directory (the same for a restart).
+fn sync_process(
+    repo: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    state: &std::path::Path,
+) -> crate::sync_cli::Running {
+    crate::sync_cli::Running::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args([
+                "sync",
+                "--interval",
+                "1h",
+                "--listen",
+                "127.0.0.1:0",
+                "--repo",
+            ])
+            .arg(repo)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--state-dir")
+            .arg(state)
+            // The default log: capstan's own lines at info, without colours.
+            .env("RUST_LOG", "capstan=info,warn")
+            .env("NO_COLOR", "1"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_state_change_is_one_log_line_and_a_restart_says_what_it_resumes() {
+    let (cluster, client) = common::start_default_simulated().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    capstan_cluster::kubeconfig::write(&kubeconfig, &cluster.kubeconfig()).expect("kubeconfig");
+    let state = dir.path().join("state");
+    let mut repo = FleetRepo::new();
+    upgrade::commit_initial_fleet(&mut repo, &[]);
+
+    let mut first = sync_process(repo.path(), &kubeconfig, &state);
+    first.wait_for("applied");
+    upgrade::converged(&client).await;
+    workload(&client, "worker-1").await;
+    // A budget that allows no disruption: the drain waits on it across the restart.
+    budget(&client, "demo").await;
+    // A campaign due already, worker-1 relabelled.
+    repo.commit(
+        &[
+            ("module.yaml", Some(&module("v2"))),
+            ("campaign.yaml", Some(&campaign(seconds_from_now(-60)))),
+            ("nodes/worker-1.yaml", Some(&label("worker-1", "v2"))),
+        ],
+        "Merge pull request #2 from fleet/my-kmod-v2",
+    );
+    first.wait_for(&format!(
+        "refused eviction of {NS}/app-worker-1 from worker-1"
+    ));
+    let mut lines = first.stop();
+
+    // A new capstan finds the campaign upgrading and worker-1 cordoned, its drain held.
+    let mut second = sync_process(repo.path(), &kubeconfig, &state);
+    // The controllers start together: these come in any order.
+    second.seen_or_wait_for("resumed campaign kmm-demo/my-kmod-v2 after a restart: Upgrading");
+    second.seen_or_wait_for("resumed the drain of worker-1 after a restart");
+    second.seen_or_wait_for(&format!(
+        "refused eviction of {NS}/app-worker-1 from worker-1"
+    ));
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+    budgets
+        .delete("demo", &Default::default())
+        .await
+        .expect("delete the budget");
+    second.wait_for(&format!("evicted {NS}/app-worker-1 from worker-1"));
+    second.wait_for("campaign kmm-demo/my-kmod-v2 Upgrading -> Upgraded");
+    lines.extend(second.stop());
+
+    let said =
+        |text: &str| -> Vec<&String> { lines.iter().filter(|line| line.contains(text)).collect() };
+    // Each state change, once over both runs, with the campaign's pull request.
+    for change in [
+        "campaign kmm-demo/my-kmod-v2 New: a campaign for v2",
+        "campaign kmm-demo/my-kmod-v2 New -> Pending",
+        "campaign kmm-demo/my-kmod-v2 Pending -> Upgrading",
+        "worker-1 cordoned and marked upgrading for its upgrade to v2",
+        "resumed campaign kmm-demo/my-kmod-v2 after a restart",
+        "resumed the drain of worker-1 after a restart",
+        "worker-1 drained for its upgrade to v2",
+        "v1 -> v2 on worker-1: step 1 device-plugin-stopped",
+        "v1 -> v2 on worker-1: step 2 old-module-unloaded",
+        "v1 -> v2 on worker-1: step 3 new-module-loaded",
+        "v1 -> v2 on worker-1: step 4 device-plugin-started",
+        "worker-1 uncordoned and unmarked for its upgrade to v2",
+        "campaign kmm-demo/my-kmod-v2 Upgrading -> Upgraded",
+        "evicted kmm-demo/app-worker-1 from worker-1",
+    ] {
+        let found = said(change);
+        assert_eq!(found.len(), 1, "{change}: {found:#?}\n{}", lines.join("\n"));
+        assert!(found[0].contains("pull_request=#2"), "{}", found[0]);
+    }
+    // The budget's refusal: once by each capstan, not at each retry.
+    let refused = said(&format!(
+        "refused eviction of {NS}/app-worker-1 from worker-1"
+    ));
+    assert_eq!(refused.len(), 2, "{refused:#?}");
 }

@@ -97,6 +97,10 @@ pub struct GitSyncStatus {
     /// the version-label controller follows; absent before the first apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<UpgradePolicy>,
+    /// Nodes the applied commit declares that no kubelet has registered, sorted: capstan
+    /// never creates a Node, and applies their labels once one registers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unregistered_nodes: Vec<String>,
 }
 
 /// How the version-label controller may move nodes: the `maxNodesInFlight` and
@@ -121,6 +125,19 @@ pub struct UpgradePolicy {
     /// `upgradeWindow`).
     #[serde(default)]
     pub upgrade_window: UpgradeWindow,
+    /// Seconds a node may stay NotReady in the middle of an upgrade before it gives up its
+    /// slot (`notReadyTimeout`).
+    #[serde(default = "not_ready_timeout")]
+    #[schemars(with = "i64", range(min = 1))]
+    pub not_ready_timeout_seconds: u64,
+}
+
+/// The default `notReadyTimeout`: ten minutes, twice the node lifecycle controller's
+/// default eviction timeout, so a node that reboots during its upgrade keeps its slot.
+pub const DEFAULT_NOT_READY_TIMEOUT_SECONDS: u64 = 600;
+
+fn not_ready_timeout() -> u64 {
+    DEFAULT_NOT_READY_TIMEOUT_SECONDS
 }
 
 /// MUO's `nodeDrain` settings, in minutes. Absent values take MUO's documented defaults
@@ -190,6 +207,7 @@ impl Default for UpgradePolicy {
             require_pull_request: false,
             node_drain: NodeDrain::default(),
             upgrade_window: UpgradeWindow::default(),
+            not_ready_timeout_seconds: DEFAULT_NOT_READY_TIMEOUT_SECONDS,
         }
     }
 }
@@ -342,6 +360,10 @@ pub enum RecordType {
     /// A nodekeeper drain strategy that deleted pods or stripped their finalizers (`step`
     /// is the strategy's name, `message` lists the pods).
     DrainStrategy,
+    /// A node gave up its `maxNodesInFlight` slot in the middle of an upgrade (`step` is
+    /// `left`: the Node was deleted; `not-ready`: it stayed NotReady past
+    /// `notReadyTimeout`), so that the rest of the fleet moves on.
+    SlotReleased,
 }
 
 impl RecordType {
@@ -353,6 +375,7 @@ impl RecordType {
             RecordType::UpgradeStep => "UpgradeStep",
             RecordType::Drain => "Drain",
             RecordType::DrainStrategy => "DrainStrategy",
+            RecordType::SlotReleased => "SlotReleased",
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::{ClusterOptions, EmbeddedCluster, kubeconfig};
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port. Non-loopback addresses expose
-    /// the API (token-protected, plain HTTP) to the network.
+    /// the API (HTTPS, every request needing the kubeconfig's bearer token) to the network.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
     /// Keep the cluster's objects here, durable across restarts (even kill -9).
@@ -41,7 +41,7 @@ pub async fn serve(
     // A server process lives to allocate and free request after request.
     crate::memory::keep_freed_memory();
     if !args.listen.ip().is_loopback() {
-        tracing::warn!(listen = %args.listen, "serving the embedded cluster beyond loopback, over plain HTTP");
+        tracing::warn!(listen = %args.listen, "serving the embedded cluster beyond loopback, over HTTPS with its bearer token: anyone who can reach it and holds the kubeconfig is its admin");
     }
     let config = match &args.config {
         Some(path) => ClusterConfig::read(path)?,

@@ -8,7 +8,8 @@
 //! resourceVersion it read, field manager `capstan-campaigns`), then the Event the decision
 //! names on the `UpgradeConfig`, then the window-breached gauge.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -18,11 +19,12 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
 
-use super::{CampaignFacts, decide, tally};
+use super::{CampaignEvent, CampaignFacts, decide, phase_line, resumed_line, tally};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
 use crate::controllers::version_labels::Policies;
 use crate::controllers::version_labels::facts::stamp_of;
+use crate::controllers::version_labels::records::asked_by;
 use crate::history::{self, EventTarget};
 use capstan_api::managers;
 use capstan_api::{GitSync, UpgradeConfig};
@@ -37,6 +39,23 @@ struct Shared {
     ctx: Arc<Context>,
     nodes: Store<Node>,
     syncs: Store<GitSync>,
+    /// When this controller started: a campaign Upgrading since earlier resumes.
+    started_at: jiff::Timestamp,
+    /// The campaigns said resumed (`namespace/name`, version), so that each is said once.
+    resumed: Mutex<BTreeSet<(String, String)>>,
+}
+
+impl Shared {
+    /// Starts now, by `ctx`'s clock.
+    fn new(ctx: Arc<Context>, nodes: Store<Node>, syncs: Store<GitSync>) -> Shared {
+        Shared {
+            started_at: ctx.clock.now(),
+            ctx,
+            nodes,
+            syncs,
+            resumed: Mutex::default(),
+        }
+    }
 }
 
 /// Runs the campaign controller until `ctx.shutdown`. Subscribes to `caches`; the caller
@@ -50,11 +69,7 @@ pub fn run(
     let (syncs, _) = caches.syncs.reader();
     let config_changes = caches.upgrade_configs.subscribe();
     let node_changes = caches.nodes.subscribe();
-    let shared = Arc::new(Shared {
-        ctx: ctx.clone(),
-        nodes,
-        syncs,
-    });
+    let shared = Arc::new(Shared::new(ctx.clone(), nodes, syncs));
     async move {
         // An empty node store would tally no node.
         let mut ready = nodes_ready;
@@ -103,12 +118,38 @@ async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Ac
         nodes: tally(nodes.iter().map(Arc::as_ref), version),
     };
     let policies = Policies::of(shared.syncs.state());
+    let commit = policies.commit_of(&name, &stamp_of(config.annotations()));
+    let campaign = format!("{namespace}/{name}");
+    let pull_request = history::pull_request(&commit);
+    let say = |warning: bool, line: &str| {
+        let sha = &commit.short_sha;
+        if warning {
+            tracing::warn!(%campaign, commit = %sha, %pull_request, "{line}");
+        } else {
+            tracing::info!(%campaign, commit = %sha, %pull_request, "{line}");
+        }
+    };
+    if let Some(entry) = facts.entry {
+        let asked = asked_by(&commit);
+        if let Some(line) = resumed_line(&campaign, entry, &facts.nodes, shared.started_at, &asked)
+            && lock(&shared.resumed).insert((campaign.clone(), version.to_string()))
+        {
+            say(false, &line);
+        }
+    }
     let window = policies.policy_for(&name).upgrade_window;
     let now = shared.ctx.clock.now();
     let decision = decide(&facts, &window, now);
     tracing::debug!(campaign = %name, ?facts, ?decision, "decided");
 
     if let Some(entry) = decision.entry {
+        let line = phase_line(
+            &campaign,
+            facts.entry,
+            &entry,
+            decision.event.as_ref(),
+            &asked_by(&commit),
+        );
         let mut status = status.clone();
         status.set_history(entry);
         let patch = json!({
@@ -124,7 +165,17 @@ async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Ac
             .patch_status(&name, &params, &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {}
+            // The write is conditional on what was read: the change it makes is made once,
+            // and said once.
+            Ok(_) => {
+                if let Some(line) = line {
+                    let warning = matches!(
+                        decision.event,
+                        Some(CampaignEvent::Delayed(_) | CampaignEvent::Failed(_))
+                    );
+                    say(warning, &line);
+                }
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Ok(Action::requeue(CONFLICT_RETRY));
             }
@@ -138,7 +189,6 @@ async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Ac
                 name: name.clone(),
                 uid: config.uid(),
             };
-            let commit = policies.commit_of(&name, &stamp_of(config.annotations()));
             if let Err(err) = history::record_event(
                 &shared.ctx.recorder,
                 &target,
@@ -166,6 +216,10 @@ async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Ac
     Ok(decision
         .requeue
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

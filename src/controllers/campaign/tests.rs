@@ -372,3 +372,149 @@ fn campaigns_gate_moves_by_version() {
     assert_eq!(gate("v1"), None);
     assert!(campaigns.any_upgrading());
 }
+
+/// The entry before a write, the entry written, the decision's event, and the line said.
+type PhaseRow<'a> = (
+    Option<UpgradeHistory>,
+    UpgradeHistory,
+    Option<&'a CampaignEvent>,
+    Option<String>,
+);
+
+#[test]
+fn each_phase_change_is_one_log_line_naming_the_campaign_and_its_commit() {
+    use UpgradePhase::*;
+    let asked = ", asked by 3cf3bea (#2)";
+    let scheduled = CampaignEvent::Scheduled(at(0));
+    let upgraded = CampaignEvent::Upgraded;
+    let failed = CampaignEvent::Failed(120);
+    let delayed = CampaignEvent::Delayed(30);
+    let mut no_preceding = entry(New);
+    no_preceding.preceding_version.clear();
+    // (before, after, event, line)
+    let rows: Vec<PhaseRow> = vec![
+        (
+            None,
+            entry(New),
+            None,
+            Some(
+                "campaign kmm-demo/my-kmod-v2 New: a campaign for v2, its nodes leaving v1".into(),
+            ),
+        ),
+        (
+            None,
+            no_preceding,
+            None,
+            Some("campaign kmm-demo/my-kmod-v2 New: a campaign for v2".into()),
+        ),
+        (
+            Some(entry(New)),
+            entry(Pending),
+            Some(&scheduled),
+            Some(format!(
+                "campaign kmm-demo/my-kmod-v2 New -> Pending: the upgrade to v2 is held until {}",
+                at(0)
+            )),
+        ),
+        (
+            Some(entry(Pending)),
+            upgrading_since(0),
+            Some(&CampaignEvent::Started),
+            Some(
+                "campaign kmm-demo/my-kmod-v2 Pending -> Upgrading: the upgrade to v2 started: \
+                 its nodes move in turn"
+                    .into(),
+            ),
+        ),
+        (
+            Some(upgrading_since(0)),
+            entry(Upgraded),
+            Some(&upgraded),
+            Some(
+                "campaign kmm-demo/my-kmod-v2 Upgrading -> Upgraded: every node labelled v2 \
+                 runs it"
+                    .into(),
+            ),
+        ),
+        (
+            Some(upgrading_since(0)),
+            entry(Failed),
+            Some(&failed),
+            Some(
+                "campaign kmm-demo/my-kmod-v2 Upgrading -> Failed: no node started its upgrade \
+                 to v2 within the upgrade window of 120 minutes: the campaign failed and its \
+                 moves stay held"
+                    .into(),
+            ),
+        ),
+        // The steps' conditions move on within Upgrading: no line.
+        (Some(upgrading_since(0)), upgrading_since(0), None, None),
+        // A delay is said, once (the decision says it once).
+        (
+            Some(upgrading_since(0)),
+            upgrading_since(0),
+            Some(&delayed),
+            Some(
+                "campaign kmm-demo/my-kmod-v2 still Upgrading: no node started its upgrade to \
+                 v2 30 minutes after the campaign began"
+                    .into(),
+            ),
+        ),
+    ];
+    for (before, after, event, line) in rows {
+        let found = phase_line("kmm-demo/my-kmod-v2", before.as_ref(), &after, event, asked);
+        assert_eq!(
+            found,
+            line.map(|line| format!("{line}{asked}")),
+            "{before:?} -> {after:?}"
+        );
+    }
+}
+
+#[test]
+fn a_campaign_upgrading_since_before_the_start_is_said_resumed() {
+    let started = at(10);
+    let nodes = nodes(3, 1, 1);
+    // (entry, resumed)
+    let rows = [
+        (upgrading_since(5), true),
+        (upgrading_since(10), false),
+        (upgrading_since(15), false),
+        (entry(UpgradePhase::Pending), false),
+        (
+            UpgradeHistory {
+                start_time: Some(Time(at(5))),
+                ..entry(UpgradePhase::Upgraded)
+            },
+            false,
+        ),
+    ];
+    for (entry, resumed) in rows {
+        let line = resumed_line(
+            "kmm-demo/my-kmod-v2",
+            &entry,
+            &nodes,
+            started,
+            ", asked by 3cf3bea (#2)",
+        );
+        assert_eq!(line.is_some(), resumed, "{entry:?}");
+    }
+    let line = resumed_line(
+        "kmm-demo/my-kmod-v2",
+        &upgrading_since(5),
+        &nodes,
+        started,
+        ", asked by 3cf3bea (#2)",
+    );
+    assert_eq!(
+        line.as_deref(),
+        Some(
+            format!(
+                "resumed campaign kmm-demo/my-kmod-v2 after a restart: Upgrading to v2 since {}, \
+                 1 of 3 labelled nodes done, asked by 3cf3bea (#2)",
+                at(5)
+            )
+            .as_str()
+        )
+    );
+}

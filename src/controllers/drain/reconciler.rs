@@ -10,7 +10,8 @@
 //! `capstan-drain`). The version-label controller, woken by that node change, then runs the
 //! kmod steps.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -21,7 +22,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use serde_json::json;
 
-use super::{Decision, DrainState, DrainStep, PodFacts, decide, record};
+use super::refusals::{PodKey, Refusals};
+use super::{Decision, DrainState, DrainStep, PodFacts, decide, record, resumed, resumed_message};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
 use crate::controllers::nodekeeper::evictable;
@@ -32,14 +34,33 @@ use capstan_api::managers;
 
 /// Next look while pods are being evicted or terminate.
 const EVICTION_RECHECK: Duration = Duration::from_secs(2);
-/// Next look after a PodDisruptionBudget refused an eviction (kubectl drain waits 5 s).
-const PDB_RETRY: Duration = Duration::from_secs(5);
+/// Next look after a PodDisruptionBudget refused an eviction.
+const PDB_RETRY: Duration = super::refusals::RETRY_EVERY;
 /// Next look after a failed reconcile.
 const ERROR_RETRY: Duration = Duration::from_secs(5);
 
 struct Shared {
     ctx: Arc<Context>,
     syncs: Store<GitSync>,
+    /// When this controller started: a drain begun earlier resumes after a restart.
+    started_at: jiff::Timestamp,
+    /// The drains said resumed (node, cordon time), so that each is said once.
+    resumed: Mutex<BTreeSet<(String, jiff::Timestamp)>>,
+    /// What was said about refused evictions.
+    refusals: Mutex<Refusals>,
+}
+
+impl Shared {
+    /// Starts now, by `ctx`'s clock.
+    fn new(ctx: Arc<Context>, syncs: Store<GitSync>) -> Shared {
+        Shared {
+            started_at: ctx.clock.now(),
+            ctx,
+            syncs,
+            resumed: Mutex::default(),
+            refusals: Mutex::default(),
+        }
+    }
 }
 
 /// Runs the drain controller until `ctx.shutdown`. Subscribes to `caches`; the caller
@@ -51,10 +72,7 @@ pub fn run(
     let (nodes, _) = caches.nodes.reader();
     let (syncs, _) = caches.syncs.reader();
     let node_changes = caches.nodes.subscribe();
-    let shared = Arc::new(Shared {
-        ctx: ctx.clone(),
-        syncs,
-    });
+    let shared = Arc::new(Shared::new(ctx.clone(), syncs));
     async move {
         let shutdown = ctx.shutdown.clone();
         Controller::for_shared_stream(node_changes, nodes)
@@ -75,7 +93,11 @@ fn error_policy(_node: Arc<Node>, err: &kube::Error, _shared: Arc<Shared>) -> Ac
 }
 
 async fn reconcile(cached: Arc<Node>, shared: Arc<Shared>) -> Result<Action, kube::Error> {
-    if DrainState::of(cached.annotations()).is_none_or(|state| state.drained()) {
+    let Some(cached_state) = DrainState::of(cached.annotations()) else {
+        return Ok(Action::await_change());
+    };
+    say_if_resumed(&shared, &cached.name_any(), &cached_state);
+    if cached_state.drained() {
         return Ok(Action::await_change());
     }
     let name = cached.name_any();
@@ -100,22 +122,51 @@ async fn reconcile(cached: Arc<Node>, shared: Arc<Shared>) -> Result<Action, kub
         .collect();
     let decision = decide(state.as_ref(), &facts);
     tracing::debug!(node = %name, ?decision, "drain decided");
+    // Refusals of pods that left the drain, or of a drain that ended, are not said again.
+    let left: Vec<PodKey> = match &decision {
+        Decision::Evict(_) | Decision::WaitForTermination => facts
+            .iter()
+            .filter(|pod| pod.evictable)
+            .map(|pod| PodKey {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            })
+            .collect(),
+        Decision::Nothing | Decision::Drained => Vec::new(),
+    };
+    lock(&shared.refusals).keep_only(&name, &left);
     match decision {
         Decision::Nothing => Ok(Action::await_change()),
         Decision::WaitForTermination => Ok(Action::requeue(EVICTION_RECHECK)),
         Decision::Evict(pods) => {
+            let commit = state
+                .as_ref()
+                .map(|state| Policies::of(shared.syncs.state()).commit_of(&name, &state.stamp()))
+                .unwrap_or_default();
             let mut next = EVICTION_RECHECK;
             for (namespace, pod) in pods {
                 let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                match api.evict(&pod, &EvictParams::default()).await {
-                    Ok(_) => {}
+                let key = PodKey {
+                    namespace: namespace.clone(),
+                    name: pod.clone(),
+                };
+                let line = match api.evict(&pod, &EvictParams::default()).await {
+                    Ok(_) => lock(&shared.refusals).evicted(&name, &key, shared.ctx.clock.now()),
                     Err(kube::Error::Api(status)) if status.code == 429 => {
-                        tracing::info!(node = %name, %namespace, %pod,
-                            "a PodDisruptionBudget holds the pod; retrying");
                         next = PDB_RETRY;
+                        let now = shared.ctx.clock.now();
+                        lock(&shared.refusals).refused(&name, &key, &status.message, now)
                     }
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => None,
                     Err(err) => return Err(err),
+                };
+                if let Some(line) = line {
+                    tracing::info!(
+                        node = %name,
+                        commit = %commit.short_sha,
+                        pull_request = %crate::history::pull_request(&commit),
+                        "{line}"
+                    );
                 }
             }
             Ok(Action::requeue(next))
@@ -154,6 +205,30 @@ async fn reconcile(cached: Arc<Node>, shared: Arc<Shared>) -> Result<Action, kub
             }
         }
     }
+}
+
+/// Says once, in the log, that the drain (or the upgrade it is for) on `node` resumes after
+/// a restart, when `state` was begun before this controller started.
+fn say_if_resumed(shared: &Shared, node: &str, state: &DrainState) {
+    let Some(resumed) = resumed(state, shared.started_at) else {
+        return;
+    };
+    if !lock(&shared.resumed).insert((node.to_string(), state.cordoned_at)) {
+        return;
+    }
+    let policies = Policies::of(shared.syncs.state());
+    let commit = policies.commit_of(node, &state.stamp());
+    let message = resumed_message(&policies, node, state, resumed, shared.ctx.clock.now());
+    tracing::info!(
+        node = %node,
+        commit = %commit.short_sha,
+        pull_request = %crate::history::pull_request(&commit),
+        "{message}"
+    );
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -130,7 +130,7 @@ async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, kube::E
             .into_iter()
             .filter(|found| revision::belongs_to(found, &lws))
             .collect::<Vec<_>>();
-        revision::find(&listed, &lws_name, &leader_key).cloned()
+        revision::find(&listed, &lws, &leader_key).cloned()
     } else {
         None
     };

@@ -148,7 +148,7 @@ async fn reconcile(
         .filter(|found| revision::belongs_to(found, &lws))
         .collect::<Vec<_>>();
     let leader_key = leader_set.as_ref().map(facts::revision_key).unwrap_or("");
-    let current = match revision::find(&revisions, &name, leader_key) {
+    let current = match revision::find(&revisions, &lws, leader_key) {
         Some(found) => found.clone(),
         None => {
             let number = revision::next_number(&revisions);
@@ -322,7 +322,7 @@ async fn reconcile(
     }
     tracing::debug!(lws = %name, changed = decision.changed, done = decision.update_done, "lws status");
     if decision.update_done {
-        for stale in revision::to_truncate(&revisions, &name, &key) {
+        for stale in revision::to_truncate(&revisions, &lws, &key) {
             match revisions_api
                 .delete(&stale.name_any(), &DeleteParams::default())
                 .await

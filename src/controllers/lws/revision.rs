@@ -182,11 +182,18 @@ pub fn next_number(revisions: &[ControllerRevision]) -> i64 {
     highest(revisions).map_or(1, |revision| revision.revision + 1)
 }
 
-/// The revision of LWS `lws` with key `key` (upstream `GetRevision`): `None` for an empty
-/// key or none labelled so; the highest when several are (only one should be).
+/// The revision of `lws` with key `key`, the one groups made with that key run (upstream
+/// `GetRevision`): among `lws`'s own revisions ([`belongs_to`]), those labelled with the
+/// key; `None` for an empty key or none labelled so; the highest when several are (only
+/// one should be).
+///
+/// Only `lws`'s own count: the StatefulSet controller's revisions of the leader and worker
+/// StatefulSets carry their pod templates' labels, `lws`'s name and key among them, and are
+/// numbered from 1 like `lws`'s, so by labels alone one of those could be taken for the
+/// revision the groups run.
 pub fn find<'a>(
     revisions: &'a [ControllerRevision],
-    lws: &str,
+    lws: &LeaderWorkerSet,
     key: &str,
 ) -> Option<&'a ControllerRevision> {
     if key.is_empty() {
@@ -194,30 +201,22 @@ pub fn find<'a>(
     }
     revisions
         .iter()
-        .filter(|revision| labelled_for(revision, lws) && revision_key(*revision) == key)
+        .filter(|revision| belongs_to(revision, lws) && revision_key(*revision) == key)
         .max_by_key(|revision| revision.revision)
 }
 
-/// The revisions of LWS `lws` whose key is not `current_key`: what is deleted once a
-/// rolling update is done (upstream `TruncateRevisions`).
+/// The revisions of `lws` whose key is not `current_key`: what is deleted once a rolling
+/// update is done (upstream `TruncateRevisions`). Only `lws`'s own ([`belongs_to`]): its
+/// StatefulSets' revisions are theirs to keep.
 pub fn to_truncate<'a>(
     revisions: &'a [ControllerRevision],
-    lws: &str,
+    lws: &LeaderWorkerSet,
     current_key: &str,
 ) -> Vec<&'a ControllerRevision> {
     revisions
         .iter()
-        .filter(|revision| labelled_for(revision, lws) && revision_key(*revision) != current_key)
+        .filter(|revision| belongs_to(revision, lws) && revision_key(*revision) != current_key)
         .collect()
-}
-
-fn labelled_for(revision: &ControllerRevision, lws: &str) -> bool {
-    revision
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|labels| labels.get(NAME_LABEL))
-        .is_some_and(|name| name == lws)
 }
 
 /// Whether two revisions store the same patch (upstream `EqualRevision`): the same bytes
@@ -337,21 +336,24 @@ fn without_empty(value: Value) -> Value {
     }
 }
 
+/// Whether `lws`'s live spec makes a new revision over `current`, the revision its groups
+/// run (upstream `getUpdatedRevision`'s test): the revision of the spec is neither [`equal`]
+/// to `current` nor matched by it once re-serialised ([`set_matches`]). This is when groups
+/// roll; `replicas`, `rolloutStrategy`, `startupPolicy` and metadata never make one.
+pub fn makes_new_revision(lws: &LeaderWorkerSet, current: &ControllerRevision) -> bool {
+    let proposed = new_revision(lws, None, 1);
+    !(equal(&proposed, current) || set_matches(lws, current))
+}
+
 /// The revision to create for `lws`'s live spec when it moved away from `current`
-/// (upstream `getUpdatedRevision`, called once the leader StatefulSet exists): `None` when
-/// `current` is [`equal`] to the live spec's revision or [`set_matches`] it, else that
-/// revision, numbered `next_number`.
+/// (upstream `getUpdatedRevision`, called once the leader StatefulSet exists): `None`
+/// unless [`makes_new_revision`], else the live spec's revision, numbered `next_number`.
 pub fn updated_revision(
     lws: &LeaderWorkerSet,
     current: &ControllerRevision,
     next_number: i64,
 ) -> Option<ControllerRevision> {
-    let proposed = new_revision(lws, None, next_number);
-    if equal(&proposed, current) || set_matches(lws, current) {
-        None
-    } else {
-        Some(proposed)
-    }
+    makes_new_revision(lws, current).then(|| new_revision(lws, None, next_number))
 }
 
 /// `value` as JSON. capstan's and k8s-openapi's types have string keys only, so this

@@ -361,7 +361,8 @@ async fn drain_pass(
     let stamp = stamp_of(node.annotations());
     for run in &pass.runs {
         let record = records::record(policies, &name, &stamp, start, run, now);
-        tracing::info!(node = %name, strategy = run.strategy.name(), message = %record.spec.message, "drain strategy");
+        // The log says it once, when its record is created (crate::history::write_record).
+        tracing::debug!(node = %name, strategy = run.strategy.name(), message = %record.spec.message, "drain strategy");
         record_strategy(shared, node, &record)
             .await
             .map_err(failed(&name, "recording a drain strategy"))?;

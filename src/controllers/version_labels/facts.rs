@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt as _;
 
@@ -108,13 +109,35 @@ pub fn stamp_of(annotations: &BTreeMap<String, String>) -> Stamp {
 }
 
 /// Whether an upgrade of some Module runs on `node`, or its campaign drain has not ended
-/// (it holds a slot until both end).
+/// (it holds a slot until both end), unless the node gave its slot up.
 pub fn holds_slot(node: &Node) -> bool {
-    node.annotations().contains_key(DRAIN_ANNOTATION)
-        || node.annotations().iter().any(|(key, value)| {
-            key.starts_with(UPGRADE_ANNOTATION_PREFIX)
-                && Progress::from_annotation(value).is_some_and(|p| p.upgrading())
-        })
+    let upgrades: Vec<Progress> = node
+        .annotations()
+        .iter()
+        .filter(|(key, _)| key.starts_with(UPGRADE_ANNOTATION_PREFIX))
+        .filter_map(|(_, value)| Progress::from_annotation(value))
+        .filter(Progress::upgrading)
+        .collect();
+    if upgrades.iter().any(|p| p.released_at.is_some()) {
+        return false;
+    }
+    node.annotations().contains_key(DRAIN_ANNOTATION) || !upgrades.is_empty()
+}
+
+/// Since when `node`'s Ready condition is not `True`; `None` while it is, or when the node
+/// reports no Ready condition (not known to be down).
+pub fn not_ready_since(node: &Node) -> Option<Timestamp> {
+    let ready = node
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    if ready.status == "True" {
+        return None;
+    }
+    ready.last_transition_time.as_ref().map(|time| time.0)
 }
 
 #[cfg(test)]

@@ -34,7 +34,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
 
-use super::facts::{carries, facts_of, holds_slot, is_device_plugin_of, module_keys};
+use super::facts::{
+    carries, facts_of, holds_slot, is_device_plugin_of, module_keys, not_ready_since,
+};
 use super::policy::{SyncState, wakes_every_node};
 use super::records::{StepRecord, WaitEvent};
 use super::{
@@ -55,7 +57,7 @@ use capstan_api::labels::{
 };
 use capstan_api::managers;
 use capstan_api::module::Module;
-use capstan_api::{GitSync, HistoryRecord, UpgradeConfig};
+use capstan_api::{GitSync, HistoryRecord, HistoryRecordSpec, UpgradeConfig};
 
 /// Next look after the node changed under a write (the watch brings the change).
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
@@ -87,6 +89,10 @@ struct Shared {
     upgrade_configs: Store<UpgradeConfig>,
     /// Failed reconciles in a row, by node, for the backoff.
     failures: Retries,
+    /// When this controller started: an upgrade that started before was resumed.
+    started: Timestamp,
+    /// The upgrades said resumed (node, Module, start), each once.
+    resumed: Mutex<HashSet<(String, ModuleKey, Timestamp)>>,
 }
 
 /// Runs the version-label controller until `ctx.shutdown`. Subscribes to `caches`; the
@@ -104,6 +110,7 @@ pub fn run(
     let campaign_changes = caches.upgrade_configs.subscribe();
     let node_changes = caches.nodes.subscribe();
     let node_ends = caches.nodes.subscribe();
+    let departures = caches.nodes.subscribe();
     let module_changes = caches.modules.subscribe();
     // A device-plugin or DRA driver pod that goes (deleted ones come as last seen) is what a
     // node waits for: its node is reconciled.
@@ -122,6 +129,8 @@ pub fn run(
         syncs,
         upgrade_configs,
         failures: Retries::default(),
+        started: ctx.clock.now(),
+        resumed: Mutex::new(HashSet::new()),
     });
     async move {
         // An empty Module store would hide every new move, an empty pod store every
@@ -142,6 +151,7 @@ pub fn run(
             () = ctx.shutdown.cancelled() => return,
         }
         let shutdown = ctx.shutdown.clone();
+        let departed = tokio::spawn(record_departures(shared.clone(), departures));
         Controller::for_shared_stream(node_changes, nodes)
             .watches_shared_stream(module_changes, {
                 let shared = shared.clone();
@@ -178,6 +188,7 @@ pub fn run(
                 }
             })
             .await;
+        departed.abort();
     }
 }
 
@@ -222,6 +233,7 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
     else {
         return Ok(Action::await_change());
     };
+    say_resumed(shared, &node);
     let mut inputs = NodeInputs {
         node: name.clone(),
         modules: modules_of(shared, &node, true),
@@ -234,6 +246,7 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         campaigns: campaigns_of(shared),
         drain: DrainState::of(node.annotations()),
         cordon: cordon_of(&node),
+        not_ready_since: not_ready_since(&node),
     };
     // The clock is read for each decision, after the reads it confirms: a step then takes
     // a time later than every write the confirming list saw (the last step of the node
@@ -250,6 +263,41 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         tracing::debug!(node = %name, module = %m.key, ?facts, ?gate, ?decision, "decided");
     }
     write(shared, &node, &plan, now).await
+}
+
+/// Logs, once per upgrade, each upgrade of `node` that started before this controller did:
+/// the process restarted (or took over the Lease) in the middle of it. A drained node's is
+/// the drain controller's to say.
+fn say_resumed(shared: &Shared, node: &Node) {
+    if node.annotations().contains_key(DRAIN_ANNOTATION) {
+        return;
+    }
+    let name = node.name_any();
+    for (key, facts) in modules_of(shared, node, false) {
+        let Some(progress) = facts.progress.filter(super::Progress::upgrading) else {
+            continue;
+        };
+        let Some(started) = progress.started_at.filter(|at| *at < shared.started) else {
+            continue;
+        };
+        if !lock(&shared.resumed).insert((name.clone(), key.clone(), started)) {
+            continue;
+        }
+        let step = progress
+            .step
+            .map_or("before its first step".to_string(), |s| {
+                format!("after step {} {}", s.number(), s.as_str())
+            });
+        tracing::info!(
+            node = %name,
+            module = %key,
+            revision = progress.revision.as_deref().unwrap_or(""),
+            pull_request = progress.pull_request.map(|pr| format!("#{pr}")).unwrap_or_default(),
+            "resumed the upgrade of {key} {} -> {} on {name} after a restart, {step}",
+            progress.from.as_deref().unwrap_or("none"),
+            progress.to.as_deref().unwrap_or("none"),
+        );
+    }
 }
 
 /// Reads what `what` asks from the API server into `inputs`.
@@ -275,6 +323,13 @@ async fn confirm(
                 })
                 .collect();
             inputs.fleet = fleet_of(shared, listed.iter());
+            // The list has metadata only: readiness, which changes slowly, is the cache's.
+            for node in &mut inputs.fleet {
+                node.not_ready_since = shared
+                    .nodes
+                    .get(&ObjectRef::new(&node.name))
+                    .and_then(|cached| not_ready_since(&cached));
+            }
             inputs.fleet_listed = true;
         }
         Confirm::DevicePluginPods(keys) => {
@@ -302,6 +357,11 @@ async fn write(
         write_drain_record(&shared.ctx, node, &change.record)
             .await
             .map_err(failed(&name, "recording a drain"))?;
+    }
+    for record in &plan.released {
+        record_release(shared, record)
+            .await
+            .map_err(failed(&name, "recording a released slot"))?;
     }
     let mut recorded = BTreeMap::new();
     for record in &plan.records {
@@ -390,6 +450,7 @@ fn fleet_of<'a>(shared: &Shared, nodes: impl Iterator<Item = &'a Node>) -> Vec<F
                 .map(|(_, facts)| facts)
                 .collect(),
             draining: node.annotations().contains_key(DRAIN_ANNOTATION),
+            not_ready_since: not_ready_since(node),
         })
         .collect()
 }
@@ -498,9 +559,11 @@ fn line_moves(
     node: &Node,
 ) -> Vec<ObjectRef<Node>> {
     let name = node.name_any();
+    // A deleted Node comes as last seen: it holds nothing any more.
+    let exists = shared.nodes.get(&ObjectRef::from_obj(node)).is_some();
     {
         let mut upgrading = lock(upgrading);
-        if holds_slot(node) {
+        if exists && holds_slot(node) {
             upgrading.insert(name);
             return Vec::new();
         }
@@ -514,6 +577,7 @@ fn line_moves(
         &fleet_of(shared, nodes.iter().map(Arc::as_ref)),
         &policies,
         &campaigns_of(shared),
+        shared.ctx.clock.now(),
     );
     next_in_line(&fleet, &policies)
         .iter()
@@ -583,6 +647,80 @@ async fn record_step(
         }
     }
     Ok(now)
+}
+
+/// Writes the record of an upgrade that gave up its slot (which logs it) and, when the
+/// record is new, its Event on the Module.
+async fn record_release(shared: &Shared, record: &HistoryRecordSpec) -> Result<(), kube::Error> {
+    let client = &shared.ctx.client;
+    let created = match history::write_record(client, record.clone()).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            ensure_system_namespace(client).await?;
+            history::write_record(client, record.clone()).await?
+        }
+        other => other?,
+    };
+    if !created {
+        return Ok(());
+    }
+    let key = record
+        .module
+        .as_deref()
+        .and_then(|m| m.split_once('/'))
+        .and_then(|(namespace, name)| ModuleKey::new(namespace, name).ok());
+    if let Some(key) = key
+        && let Err(err) = history::record_event(
+            &shared.ctx.recorder,
+            &module_target(shared, &key),
+            true,
+            "SlotReleased",
+            &record.message,
+            &record.commit,
+            BTreeMap::new(),
+        )
+        .await
+    {
+        tracing::warn!(%err, "could not record a released-slot event");
+    }
+    Ok(())
+}
+
+/// Records, for each Node deleted in the middle of an upgrade (it comes from `departures`
+/// as last seen, gone from the cache), that the upgrade gave up its slot. The slot itself
+/// is free as soon as the Node is gone: the fleet is counted over the Nodes there are.
+async fn record_departures(
+    shared: Arc<Shared>,
+    departures: impl futures::Stream<Item = Arc<Node>> + Send + 'static,
+) {
+    let mut departures = std::pin::pin!(departures);
+    while let Some(node) = departures.next().await {
+        if shared
+            .nodes
+            .get(&ObjectRef::from_obj(node.as_ref()))
+            .is_some()
+        {
+            continue;
+        }
+        let name = node.name_any();
+        let policies = Policies::of(shared.syncs.state());
+        let now = shared.ctx.clock.now();
+        for (key, facts) in modules_of(&shared, &node, false) {
+            let Some(progress) = facts.progress.filter(super::Progress::holds_slot) else {
+                continue;
+            };
+            let record = super::records::release_record(
+                &policies,
+                &name,
+                &key,
+                &progress,
+                super::records::Release::Left,
+                now,
+            );
+            if let Err(err) = record_release(&shared, &record).await {
+                tracing::warn!(%err, node = %name, "could not record a node that left");
+            }
+        }
+    }
 }
 
 /// Writes the history record of a drain step and, when the record is new, its Event on

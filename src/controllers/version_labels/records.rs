@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use super::policy::Policies;
-use super::{Decision, Gate, NodeModuleFacts, Outcome, PolicyWait, Slot, Stamp, StepReached, Wait};
+use super::{
+    Decision, Gate, NodeModuleFacts, Outcome, PolicyWait, Progress, Slot, Stamp, StepReached, Wait,
+};
 use capstan_api::clock::rfc3339_micros;
 use capstan_api::labels::{
     FROM_VERSION_ANNOTATION, MODULE_ANNOTATION, ModuleKey, TO_VERSION_ANNOTATION,
@@ -196,6 +198,73 @@ pub fn wait_event(
         annotations: move_annotations(key, &progress.from, &to),
         commit,
     })
+}
+
+/// Why an upgrade gave up its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// The node stayed NotReady past `notReadyTimeout`, since the time given.
+    NotReady(Timestamp),
+    /// The Node was deleted.
+    Left,
+}
+
+impl Release {
+    /// The record's `step`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Release::NotReady(_) => "not-ready",
+            Release::Left => "left",
+        }
+    }
+}
+
+/// The record of `key`'s upgrade on `node` (as `progress` has it) giving up its slot.
+pub fn release_record(
+    policies: &Policies,
+    node: &str,
+    key: &ModuleKey,
+    progress: &Progress,
+    why: Release,
+    now: Timestamp,
+) -> HistoryRecordSpec {
+    let commit = policies.commit_of(
+        node,
+        &Stamp {
+            revision: progress.revision.clone(),
+            pull_request: progress.pull_request,
+        },
+    );
+    let step = progress.step.map_or("no step yet".to_string(), |s| {
+        format!("after step {} {}", s.number(), s.as_str())
+    });
+    let what = match why {
+        Release::NotReady(since) => format!(
+            "{node} NotReady since {since:.0} during its upgrade of {key} {} -> {} ({step}): \
+             its slot is released; it takes one again, in line, once Ready",
+            version(&progress.from),
+            version(&progress.to),
+        ),
+        Release::Left => format!(
+            "{node} left the cluster during its upgrade of {key} {} -> {} ({step}): its slot \
+             is released; if it comes back it is upgraded as any node",
+            version(&progress.from),
+            version(&progress.to),
+        ),
+    };
+    HistoryRecordSpec {
+        time: rfc3339_micros(now),
+        type_: RecordType::SlotReleased,
+        sync: policies.sync_name(node),
+        message: format!("{what}{}", asked_by(&commit)),
+        commit,
+        node: Some(node.to_string()),
+        module: Some(key.to_string()),
+        step: Some(why.as_str().to_string()),
+        from_version: progress.from.clone(),
+        to_version: progress.to.clone(),
+        ..HistoryRecordSpec::default()
+    }
 }
 
 /// `v1` or `none`.

@@ -27,6 +27,7 @@ pub const SETTINGS_FILE: &str = "capstan.yaml";
 /// upgradeWindow:             # how soon a campaign's first node must start (minutes)
 ///   timeOut: 120
 ///   delayTrigger: 30
+/// notReadyTimeout: 10m       # an upgrading node NotReady this long gives up its slot
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -55,6 +56,11 @@ pub struct Settings {
     pub node_drain: NodeDrain,
     /// `upgradeWindow`: MUO's upgrade-window settings (see [`UpgradeWindow`]).
     pub upgrade_window: UpgradeWindow,
+    /// `notReadyTimeout` (default `10m`, a duration): a node that stays NotReady this long
+    /// in the middle of an upgrade gives up its `maxNodesInFlight` slot, so that the rest
+    /// of the fleet moves on; it takes a slot again, in line, once it is Ready.
+    #[serde(with = "duration_text")]
+    pub not_ready_timeout: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -68,6 +74,9 @@ impl Default for Settings {
             default_namespace: "default".to_string(),
             node_drain: NodeDrain::default(),
             upgrade_window: UpgradeWindow::default(),
+            not_ready_timeout: std::time::Duration::from_secs(
+                capstan_api::capstan::DEFAULT_NOT_READY_TIMEOUT_SECONDS,
+            ),
         }
     }
 }
@@ -81,7 +90,34 @@ impl Settings {
             require_pull_request: self.require_pull_request,
             node_drain: self.node_drain.clone(),
             upgrade_window: self.upgrade_window.clone(),
+            not_ready_timeout_seconds: self.not_ready_timeout.as_secs().max(1),
         }
+    }
+}
+
+/// A duration written as `10m`, `30s` or `1h30m`.
+mod duration_text {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        let text = jiff::SignedDuration::try_from(*value)
+            .map(|d| format!("{d:#}"))
+            .unwrap_or_default();
+        serializer.serialize_str(&text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.trim()
+            .parse::<jiff::SignedDuration>()
+            .ok()
+            .and_then(|d| Duration::try_from(d).ok())
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "{text:?} is not a duration: write one like 10m, 90s or 1h30m"
+                ))
+            })
     }
 }
 
@@ -96,22 +132,341 @@ pub enum DriftPolicy {
     Warn,
 }
 
-/// The settings names, as written in `capstan.yaml`.
-const FIELDS: [&str; 8] = [
-    "maxNodesInFlight",
-    "requirePullRequest",
-    "historyRetention",
-    "prune",
-    "drift",
-    "defaultNamespace",
-    "nodeDrain",
-    "upgradeWindow",
+/// A setting of `capstan.yaml`, and what it accepts: the table every value is checked
+/// against before it is read, so that an error names the setting's whole path and says
+/// what would do.
+#[derive(Clone, Copy, Debug)]
+struct Setting {
+    /// The key, as written.
+    key: &'static str,
+    /// What its value may be.
+    accepts: Accepts,
+    /// What an absent value means, as written (empty for a section).
+    default: &'static str,
+    /// What a particular value means, when one does (`0: no window`).
+    note: &'static str,
+}
+
+/// What a setting's value may be.
+#[derive(Clone, Copy, Debug)]
+enum Accepts {
+    /// A whole number from `min` to `u32::MAX`, counting `unit`.
+    Whole { unit: &'static str, min: u32 },
+    /// `true` or `false`.
+    Bool,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// A namespace's name (checked as one once read).
+    Namespace,
+    /// A duration such as `10m`.
+    Duration,
+    /// A list of regular expressions (each checked once read).
+    Patterns,
+    /// A mapping of these settings; empty means every default.
+    Section(&'static [Setting]),
+}
+
+const MINUTES: Accepts = Accepts::Whole {
+    unit: "minutes",
+    min: 0,
+};
+
+/// `nodeDrain`'s settings (MUO's names and documented defaults).
+const NODE_DRAIN: &[Setting] = &[
+    Setting {
+        key: "timeOut",
+        accepts: MINUTES,
+        default: "45",
+        note: "0: forced at once",
+    },
+    Setting {
+        key: "expectedNodeDrainTime",
+        accepts: MINUTES,
+        default: "8",
+        note: "",
+    },
+    Setting {
+        key: "disableDrainStrategies",
+        accepts: Accepts::Bool,
+        default: "false",
+        note: "",
+    },
+    Setting {
+        key: "ignoredNamespacePatterns",
+        accepts: Accepts::Patterns,
+        default: "[]",
+        note: "",
+    },
 ];
+
+/// `upgradeWindow`'s settings.
+const UPGRADE_WINDOW: &[Setting] = &[
+    Setting {
+        key: "timeOut",
+        accepts: MINUTES,
+        default: "120",
+        note: "0: no window",
+    },
+    Setting {
+        key: "delayTrigger",
+        accepts: MINUTES,
+        default: "30",
+        note: "0: never said delayed",
+    },
+];
+
+/// The settings, as written in `capstan.yaml`, in the order of [`Settings`].
+const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "maxNodesInFlight",
+        accepts: Accepts::Whole {
+            unit: "nodes",
+            min: 1,
+        },
+        default: "1",
+        note: "with 0, no node would ever be upgraded",
+    },
+    Setting {
+        key: "requirePullRequest",
+        accepts: Accepts::Bool,
+        default: "false",
+        note: "",
+    },
+    Setting {
+        key: "historyRetention",
+        accepts: Accepts::Whole {
+            unit: "records",
+            min: 1,
+        },
+        default: "1000",
+        note: "",
+    },
+    Setting {
+        key: "prune",
+        accepts: Accepts::Bool,
+        default: "true",
+        note: "",
+    },
+    Setting {
+        key: "drift",
+        accepts: Accepts::OneOf(&["revert", "warn"]),
+        default: "revert",
+        note: "",
+    },
+    Setting {
+        key: "defaultNamespace",
+        accepts: Accepts::Namespace,
+        default: "\"default\"",
+        note: "",
+    },
+    Setting {
+        key: "nodeDrain",
+        accepts: Accepts::Section(NODE_DRAIN),
+        default: "",
+        note: "",
+    },
+    Setting {
+        key: "upgradeWindow",
+        accepts: Accepts::Section(UPGRADE_WINDOW),
+        default: "",
+        note: "",
+    },
+    Setting {
+        key: "notReadyTimeout",
+        accepts: Accepts::Duration,
+        default: "10m",
+        note: "",
+    },
+];
+
+fn keys(settings: &[Setting]) -> impl Iterator<Item = &'static str> + '_ {
+    settings.iter().map(|setting| setting.key)
+}
+
+fn key_list(settings: &[Setting]) -> String {
+    keys(settings).collect::<Vec<_>>().join(", ")
+}
+
+impl Setting {
+    /// What the setting accepts, in words: `a whole number of minutes, 0 or more`.
+    fn accepted(&self) -> String {
+        match self.accepts {
+            Accepts::Whole { unit, min } => format!("a whole number of {unit}, {min} or more"),
+            Accepts::Bool => "true or false".to_string(),
+            Accepts::OneOf(words) => words.join(" or "),
+            Accepts::Namespace => "a namespace's name".to_string(),
+            Accepts::Duration => "a duration such as 10m, 90s or 1h30m".to_string(),
+            Accepts::Patterns => "a list of regular expressions".to_string(),
+            Accepts::Section(settings) => format!("a mapping of {}", key_list(settings)),
+        }
+    }
+
+    /// What the setting accepts, what a value means and its default, for an error.
+    fn help(&self) -> String {
+        let mut extra: Vec<String> = Vec::new();
+        if !self.note.is_empty() {
+            extra.push(self.note.to_string());
+        }
+        if !self.default.is_empty() {
+            extra.push(format!("default {}", self.default));
+        }
+        if extra.is_empty() {
+            self.accepted()
+        } else {
+            format!("{} ({})", self.accepted(), extra.join("; "))
+        }
+    }
+
+    /// Why `node` is not a value of this setting; `None` when it is one (a section's own
+    /// settings are checked apart). Values are taken as the YAML reader takes them: a
+    /// quoted `"5"` is a number, a quoted `"true"` a boolean.
+    fn refuses(&self, node: &Node) -> Option<String> {
+        let refused = |found: String| Some(format!("{found} is not {}", self.help()));
+        let value = &node.value;
+        match (self.accepts, value) {
+            (_, NodeValue::Null)
+                if matches!(self.accepts, Accepts::Section(_) | Accepts::Patterns) =>
+            {
+                None
+            }
+            (_, NodeValue::Null) => Some(format!("no value; write {}", self.help())),
+            (Accepts::Whole { min, .. }, NodeValue::Number(number)) => match number.as_u64() {
+                Some(n) if n > u64::from(u32::MAX) => Some(format!(
+                    "{n} is too large: {}, at most {}",
+                    self.help(),
+                    u32::MAX
+                )),
+                Some(n) if n >= u64::from(min) => None,
+                _ => refused(number.to_string()),
+            },
+            (Accepts::Whole { min, .. }, NodeValue::String(text)) => {
+                match text.trim().parse::<u32>() {
+                    Ok(n) if n >= min => None,
+                    _ => refused(format!("{text:?}")),
+                }
+            }
+            (Accepts::Bool, NodeValue::Bool(_)) => None,
+            (Accepts::Bool, NodeValue::String(text))
+                if text.eq_ignore_ascii_case("true") || text.eq_ignore_ascii_case("false") =>
+            {
+                None
+            }
+            (Accepts::OneOf(words), NodeValue::String(text)) if words.contains(&text.as_str()) => {
+                None
+            }
+            (
+                Accepts::Namespace,
+                NodeValue::String(_) | NodeValue::Number(_) | NodeValue::Bool(_),
+            ) => None,
+            (Accepts::Duration, NodeValue::String(_) | NodeValue::Number(_)) => {
+                let text = scalar_text(value);
+                match duration_text::deserialize(serde_json::Value::String(text)) {
+                    Ok(_) => None,
+                    Err(_) => refused(found(value)),
+                }
+            }
+            (Accepts::Patterns, NodeValue::Sequence(_)) => None,
+            (Accepts::Section(_), NodeValue::Mapping(_)) => None,
+            _ => refused(found(value)),
+        }
+    }
+}
+
+/// A scalar's text, as the YAML reader gives it to a string field.
+fn scalar_text(value: &NodeValue) -> String {
+    match value {
+        NodeValue::String(text) => text.clone(),
+        NodeValue::Number(number) => number.to_string(),
+        NodeValue::Bool(b) => b.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A value as an error quotes it: `-1`, `"yes"`, `a list`.
+fn found(value: &NodeValue) -> String {
+    match value {
+        NodeValue::Null => "no value".to_string(),
+        NodeValue::Bool(b) => b.to_string(),
+        NodeValue::Number(number) => number.to_string(),
+        NodeValue::String(text) => format!("{text:?}"),
+        NodeValue::Sequence(_) => "a list".to_string(),
+        NodeValue::Mapping(_) => "a mapping".to_string(),
+    }
+}
+
+/// A value a setting refuses: where, and why.
+struct Refusal {
+    path: FieldPath,
+    line: usize,
+    message: String,
+}
+
+/// Checks every entry of the mapping `entries`, at `path`, against `settings`, appending
+/// what is refused to `refusals`.
+fn check_mapping(
+    entries: &[yaml::Entry],
+    path: &FieldPath,
+    settings: &[Setting],
+    refusals: &mut Vec<Refusal>,
+) {
+    for entry in entries {
+        let at = path.field(&entry.key);
+        let Some(setting) = settings.iter().find(|s| s.key == entry.key) else {
+            let message = match (
+                closest_name(&entry.key, keys(settings)),
+                path.names().next(),
+            ) {
+                (Some(meant), _) => format!("unknown setting; did you mean {meant}?"),
+                (None, None) => format!("unknown setting; the settings are {}", key_list(settings)),
+                (None, Some(_)) => format!(
+                    "unknown setting; the settings of {path} are {}",
+                    key_list(settings)
+                ),
+            };
+            refusals.push(Refusal {
+                path: at,
+                line: entry.line,
+                message,
+            });
+            continue;
+        };
+        if let Some(message) = setting.refuses(&entry.value) {
+            refusals.push(Refusal {
+                path: at,
+                line: entry.line,
+                message,
+            });
+            continue;
+        }
+        match (&setting.accepts, &entry.value.value) {
+            (Accepts::Section(inner), NodeValue::Mapping(entries)) => {
+                check_mapping(entries, &at, inner, refusals);
+            }
+            (Accepts::Patterns, NodeValue::Sequence(items)) => {
+                for (index, item) in items.iter().enumerate() {
+                    let refused = match &item.value {
+                        NodeValue::String(_) | NodeValue::Number(_) | NodeValue::Bool(_) => None,
+                        other => Some(found(other)),
+                    };
+                    if let Some(found) = refused {
+                        refusals.push(Refusal {
+                            path: at.index(index),
+                            line: item.line,
+                            message: format!("{found} is not a regular expression"),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
 
 /// Reads `capstan.yaml` (`file` names it in errors); an empty file means the defaults.
 ///
-/// Fails with every unknown setting (with a "did you mean"), else with the first value of
-/// the wrong type, and with every value out of range.
+/// Fails with every unknown setting (with a "did you mean") and every value a setting does
+/// not accept, each with its path (`nodeDrain.timeOut`), line, and what it accepts; then
+/// with every namespace or pattern that does not parse.
 pub fn parse(file: &str, text: &str) -> Result<Settings, Vec<ManifestError>> {
     let mut documents = yaml::documents(text).map_err(|err| vec![syntax_error(file, err)])?;
     if documents.len() > 1 {
@@ -130,38 +485,40 @@ pub fn parse(file: &str, text: &str) -> Result<Settings, Vec<ManifestError>> {
             file,
             Some(tree.line),
             None,
-            format!("the settings must be a mapping of {}", FIELDS.join(", ")),
+            format!("the settings must be a mapping of {}", key_list(SETTINGS)),
         )]);
     };
-    let unknown: Vec<ManifestError> = entries
-        .iter()
-        .filter(|entry| !FIELDS.contains(&entry.key.as_str()))
-        .map(|entry| {
-            let message = match closest_name(&entry.key, FIELDS) {
-                Some(meant) => format!("unknown setting; did you mean {meant}?"),
-                None => format!("unknown setting; the settings are {}", FIELDS.join(", ")),
-            };
-            ManifestError::new(file, Some(entry.line), Some(entry.key.clone()), message)
-        })
-        .collect();
-    if !unknown.is_empty() {
-        return Err(unknown);
+    let mut refusals = Vec::new();
+    check_mapping(entries, &FieldPath::root(), SETTINGS, &mut refusals);
+    if !refusals.is_empty() {
+        return Err(refusals
+            .into_iter()
+            .map(|refusal| {
+                let line = (refusal.line > 0).then_some(refusal.line);
+                ManifestError::new(file, line, Some(refusal.path.to_string()), refusal.message)
+            })
+            .collect());
     }
     let settings: Settings = yaml::typed(text).map_err(|err| {
-        let field = err.line.and_then(|line| setting_at(&tree, line));
-        vec![ManifestError::new(file, err.line, field, err.message)]
+        // The table above let through a value the reader refuses: the setting written on
+        // or above the error's line says what it accepts.
+        let at = err
+            .line
+            .and_then(|line| setting_at(entries, SETTINGS, line));
+        let (field, message) = match at {
+            Some((path, setting)) => (
+                Some(path.to_string()),
+                format!("{}; write {}", err.message, setting.help()),
+            ),
+            None => (None, err.message),
+        };
+        vec![ManifestError::new(file, err.line, field, message)]
     })?;
     let range_errors = out_of_range(&settings)
         .into_iter()
-        .map(|(field, message)| {
-            let path = field
-                .split('.')
-                .fold(FieldPath::root(), |path, part| match part.parse() {
-                    Ok(index) => path.index(index),
-                    Err(_) => path.field(part),
-                });
+        .map(|(path, message)| {
             let line = tree.line_of(&path);
-            ManifestError::new(file, line, Some(field), message)
+            ManifestError::new(file, line, Some(path.to_string()), message)
         })
         .collect::<Vec<_>>();
     if range_errors.is_empty() {
@@ -171,37 +528,34 @@ pub fn parse(file: &str, text: &str) -> Result<Settings, Vec<ManifestError>> {
     }
 }
 
-/// The setting written on or above `line`: the one a value error there belongs to.
-fn setting_at(tree: &Node, line: usize) -> Option<String> {
-    match &tree.value {
-        NodeValue::Mapping(entries) => entries
-            .iter()
-            .rev()
-            .find(|entry| entry.line <= line)
-            .map(|entry| entry.key.clone()),
-        _ => None,
+/// The setting written on or above `line` among `entries`, inside a section when the line
+/// is in one, with its path.
+fn setting_at(
+    entries: &[yaml::Entry],
+    settings: &'static [Setting],
+    line: usize,
+) -> Option<(FieldPath, &'static Setting)> {
+    let entry = entries.iter().rev().find(|entry| entry.line <= line)?;
+    let setting = settings.iter().find(|s| s.key == entry.key)?;
+    let path = FieldPath::root().field(&entry.key);
+    if let (Accepts::Section(inner), NodeValue::Mapping(entries)) =
+        (setting.accepts, &entry.value.value)
+        && let Some((inner_path, inner)) = setting_at(entries, inner, line)
+    {
+        let names: Vec<&str> = inner_path.names().flatten().collect();
+        let path = names.iter().fold(path, |path, name| path.field(name));
+        return Some((path, inner));
     }
+    Some((path, setting))
 }
 
 /// The settings whose values are allowed by their type but not by their meaning, each
-/// with its dotted path (`nodeDrain.ignoredNamespacePatterns.0`).
-fn out_of_range(settings: &Settings) -> Vec<(String, String)> {
+/// with its path (`nodeDrain.ignoredNamespacePatterns[0]`).
+fn out_of_range(settings: &Settings) -> Vec<(FieldPath, String)> {
     let mut problems = Vec::new();
-    if settings.max_nodes_in_flight == 0 {
-        problems.push((
-            "maxNodesInFlight".to_string(),
-            "must be at least 1: with 0, no node would ever be upgraded".to_string(),
-        ));
-    }
-    if settings.history_retention == 0 {
-        problems.push((
-            "historyRetention".to_string(),
-            "must be at least 1".to_string(),
-        ));
-    }
     if let Err(reason) = rules::dns_label(&settings.default_namespace) {
         problems.push((
-            "defaultNamespace".to_string(),
+            FieldPath::of(&["defaultNamespace"]),
             format!(
                 "{:?} is not a valid namespace: {reason}",
                 settings.default_namespace
@@ -215,9 +569,13 @@ fn out_of_range(settings: &Settings) -> Vec<(String, String)> {
         .enumerate()
     {
         if let Err(err) = regex::Regex::new(pattern) {
+            // regex's message draws a caret under the error on lines of its own.
+            let err = err.to_string();
+            let why = err.lines().last().unwrap_or_default().trim();
+            let why = why.strip_prefix("error: ").unwrap_or(why);
             problems.push((
-                format!("nodeDrain.ignoredNamespacePatterns.{index}"),
-                format!("{pattern:?} is not a regular expression: {err}"),
+                FieldPath::of(&["nodeDrain", "ignoredNamespacePatterns"]).index(index),
+                format!("{pattern:?} is not a regular expression: {why}"),
             ));
         }
     }
@@ -255,7 +613,7 @@ mod tests {
                     prune: false\ndrift: warn\ndefaultNamespace: fleet\n\
                     nodeDrain: {timeOut: 30, expectedNodeDrainTime: 5, \
                     disableDrainStrategies: true, ignoredNamespacePatterns: [^kube-]}\n\
-                    upgradeWindow: {timeOut: 60, delayTrigger: 0}\n";
+                    upgradeWindow: {timeOut: 60, delayTrigger: 0}\nnotReadyTimeout: 90s\n";
         assert_eq!(
             parse("capstan.yaml", text).unwrap(),
             Settings {
@@ -275,89 +633,282 @@ mod tests {
                     time_out: 60,
                     delay_trigger: 0,
                 },
+                not_ready_timeout: std::time::Duration::from_secs(90),
             }
         );
     }
 
-    #[test]
-    fn the_field_list_matches_the_struct() {
-        let json = serde_json::to_value(Settings::default()).unwrap();
-        let keys: Vec<&str> = json
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        let mut fields = FIELDS.to_vec();
-        fields.sort_unstable();
-        assert_eq!(keys, fields);
+    /// The keys of a value's JSON form, sorted.
+    fn json_keys(value: impl Serialize) -> Vec<String> {
+        let json = serde_json::to_value(value).unwrap();
+        json.as_object().unwrap().keys().cloned().collect()
+    }
+
+    fn sorted(settings: &[Setting]) -> Vec<String> {
+        let mut keys: Vec<String> = keys(settings).map(str::to_string).collect();
+        keys.sort_unstable();
+        keys
     }
 
     #[test]
-    fn decision_table() {
+    fn the_table_lists_every_setting_of_the_structs() {
+        assert_eq!(json_keys(Settings::default()), sorted(SETTINGS));
+        let drain = NodeDrain {
+            ignored_namespace_patterns: vec!["^kube-".into()],
+            ..NodeDrain::default()
+        };
+        assert_eq!(json_keys(drain), sorted(NODE_DRAIN));
+        assert_eq!(json_keys(UpgradeWindow::default()), sorted(UPGRADE_WINDOW));
+    }
+
+    #[test]
+    fn the_defaults_the_errors_name_are_the_defaults() {
+        for setting in SETTINGS {
+            let texts: Vec<String> = match setting.accepts {
+                Accepts::Section(inner) => inner
+                    .iter()
+                    .map(|s| format!("{}:\n  {}: {}\n", setting.key, s.key, s.default))
+                    .collect(),
+                _ => vec![format!("{}: {}\n", setting.key, setting.default)],
+            };
+            for text in texts {
+                assert_eq!(
+                    parse("capstan.yaml", &text).unwrap(),
+                    Settings::default(),
+                    "{text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_taken_as_the_yaml_reader_takes_them() {
+        let text = "nodeDrain: {timeOut: \"5\", disableDrainStrategies: \"True\", \
+                    ignoredNamespacePatterns: [5]}\nupgradeWindow: ~\nprune: \"false\"\n\
+                    defaultNamespace: 42\n";
+        let settings = parse("capstan.yaml", text).unwrap();
+        assert_eq!(settings.node_drain.time_out, 5);
+        assert!(settings.node_drain.disable_drain_strategies);
+        assert_eq!(settings.node_drain.ignored_namespace_patterns, ["5"]);
+        assert_eq!(settings.upgrade_window, UpgradeWindow::default());
+        assert!(!settings.prune);
+        assert_eq!(settings.default_namespace, "42");
+    }
+
+    #[test]
+    fn a_bad_value_is_named_by_its_path_and_line_with_what_is_accepted() {
+        let file = "fleet/capstan.yaml";
+        // (capstan.yaml, every error, whole or, ending in `…`, its beginning)
         let cases: &[(&str, &[&str])] = &[
+            // nodeDrain
             (
-                "prune: true\nmaxNodesInFlite: 2\ncolour: red\n",
+                "nodeDrain: {timeOut: -1}\n",
                 &[
-                    "fleet/capstan.yaml:2: maxNodesInFlite: unknown setting; did you mean maxNodesInFlight?",
-                    "fleet/capstan.yaml:3: colour: unknown setting; the settings are maxNodesInFlight, \
-                     requirePullRequest, historyRetention, prune, drift, defaultNamespace, \
-                     nodeDrain, upgradeWindow",
+                    "1: nodeDrain.timeOut: -1 is not a whole number of minutes, 0 or more (0: \
+                     forced at once; default 45)",
+                ],
+            ),
+            (
+                "prune: true\nnodeDrain:\n  timeOut: 1.5\n",
+                &[
+                    "3: nodeDrain.timeOut: 1.5 is not a whole number of minutes, 0 or more (0: \
+                     forced at once; default 45)",
+                ],
+            ),
+            (
+                "nodeDrain:\n  timeOut:\n",
+                &[
+                    "2: nodeDrain.timeOut: no value; write a whole number of minutes, 0 or more \
+                     (0: forced at once; default 45)",
+                ],
+            ),
+            (
+                "nodeDrain: {timeOut: \"soon\"}\n",
+                &["1: nodeDrain.timeOut: \"soon\" is not a whole number of minutes, 0 or more …"],
+            ),
+            (
+                "nodeDrain: {timeOut: 4294967296}\n",
+                &[
+                    "1: nodeDrain.timeOut: 4294967296 is too large: a whole number of minutes, 0 \
+                     or more (0: forced at once; default 45), at most 4294967295",
+                ],
+            ),
+            (
+                "nodeDrain: {timeOut: true}\n",
+                &["1: nodeDrain.timeOut: true is not a whole number of minutes, 0 or more …"],
+            ),
+            (
+                "nodeDrain:\n  expectedNodeDrainTime: -8\n",
+                &[
+                    "2: nodeDrain.expectedNodeDrainTime: -8 is not a whole number of minutes, 0 \
+                     or more (default 8)",
+                ],
+            ),
+            (
+                "nodeDrain:\n  disableDrainStrategies: yes\n",
+                &[
+                    "2: nodeDrain.disableDrainStrategies: \"yes\" is not true or false (default \
+                     false)",
+                ],
+            ),
+            (
+                "nodeDrain:\n  disableDrainStrategies: 1\n",
+                &["2: nodeDrain.disableDrainStrategies: 1 is not true or false (default false)"],
+            ),
+            (
+                "nodeDrain:\n  ignoredNamespacePatterns: ^kube-\n",
+                &[
+                    "2: nodeDrain.ignoredNamespacePatterns: \"^kube-\" is not a list of regular \
+                     expressions (default [])",
+                ],
+            ),
+            (
+                "nodeDrain:\n  ignoredNamespacePatterns:\n    - ^kube-\n    - [a]\n    -\n",
+                &[
+                    "4: nodeDrain.ignoredNamespacePatterns[1]: a list is not a regular expression",
+                    "5: nodeDrain.ignoredNamespacePatterns[2]: no value is not a regular \
+                     expression",
                 ],
             ),
             (
                 "nodeDrain:\n  timeOut: 45\n  ignoredNamespacePatterns: [\"^kube-\", \"(open\"]\n",
                 &[
-                    "fleet/capstan.yaml:3: nodeDrain.ignoredNamespacePatterns.1: \"(open\" is not \
-                   a regular expression",
+                    "3: nodeDrain.ignoredNamespacePatterns[1]: \"(open\" is not a regular \
+                     expression: unclosed group",
                 ],
             ),
             (
-                "nodeDrain:\n  timeOut: -5\n",
-                &["fleet/capstan.yaml:2: nodeDrain: "],
+                "nodeDrain: 5\n",
+                &[
+                    "1: nodeDrain: 5 is not a mapping of timeOut, expectedNodeDrainTime, \
+                     disableDrainStrategies, ignoredNamespacePatterns",
+                ],
+            ),
+            (
+                "nodeDrain:\n  timeout: 5\n  grace: 5\n",
+                &[
+                    "2: nodeDrain.timeout: unknown setting; did you mean timeOut?",
+                    "3: nodeDrain.grace: unknown setting; the settings of nodeDrain are timeOut, \
+                     expectedNodeDrainTime, disableDrainStrategies, ignoredNamespacePatterns",
+                ],
+            ),
+            // upgradeWindow
+            (
+                "upgradeWindow:\n  timeOut: -1\n",
+                &[
+                    "2: upgradeWindow.timeOut: -1 is not a whole number of minutes, 0 or more (0: \
+                     no window; default 120)",
+                ],
+            ),
+            (
+                "upgradeWindow: {delayTrigger: 2h}\n",
+                &[
+                    "1: upgradeWindow.delayTrigger: \"2h\" is not a whole number of minutes, 0 or \
+                     more (0: never said delayed; default 30)",
+                ],
             ),
             (
                 "upgradeWindow:\n  timeout: 5\n",
-                &["fleet/capstan.yaml:2: upgradeWindow: "],
+                &["2: upgradeWindow.timeout: unknown setting; did you mean timeOut?"],
             ),
             (
-                "prune: true\nmaxNodesInFlight: -1\n",
-                &["fleet/capstan.yaml:2: maxNodesInFlight: "],
+                "upgradeWindow: []\n",
+                &["1: upgradeWindow: a list is not a mapping of timeOut, delayTrigger"],
             ),
-            ("prune: yes\n", &["fleet/capstan.yaml:1: prune: "]),
-            ("drift: ignore\n", &["fleet/capstan.yaml:1: drift: "]),
+            // The top level.
             (
-                "maxNodesInFlight: 0\nhistoryRetention: 0\n",
+                "prune: true\nmaxNodesInFlite: 2\ncolour: red\n",
                 &[
-                    "fleet/capstan.yaml:1: maxNodesInFlight: must be at least 1",
-                    "fleet/capstan.yaml:2: historyRetention: must be at least 1",
+                    "2: maxNodesInFlite: unknown setting; did you mean maxNodesInFlight?",
+                    "3: colour: unknown setting; the settings are maxNodesInFlight, \
+                     requirePullRequest, historyRetention, prune, drift, defaultNamespace, \
+                     nodeDrain, upgradeWindow, notReadyTimeout",
                 ],
             ),
             (
-                "defaultNamespace: Fleet\n",
-                &["fleet/capstan.yaml:1: defaultNamespace: \"Fleet\" is not a valid namespace"],
+                "maxNodesInFlight: 0\nhistoryRetention: 0\n",
+                &[
+                    "1: maxNodesInFlight: 0 is not a whole number of nodes, 1 or more (with 0, no \
+                     node would ever be upgraded; default 1)",
+                    "2: historyRetention: 0 is not a whole number of records, 1 or more (default \
+                     1000)",
+                ],
             ),
             (
+                "prune: true\nmaxNodesInFlight: -1\n",
+                &["2: maxNodesInFlight: -1 is not a whole number of nodes, 1 or more …"],
+            ),
+            (
+                "requirePullRequest: \"no\"\n",
+                &["1: requirePullRequest: \"no\" is not true or false (default false)"],
+            ),
+            (
+                "prune: yes\n",
+                &["1: prune: \"yes\" is not true or false (default true)"],
+            ),
+            (
+                "drift: Warn\n",
+                &["1: drift: \"Warn\" is not revert or warn (default revert)"],
+            ),
+            (
+                "drift:\n",
+                &["1: drift: no value; write revert or warn (default revert)"],
+            ),
+            (
+                "defaultNamespace: Fleet\n",
+                &["1: defaultNamespace: \"Fleet\" is not a valid namespace: …"],
+            ),
+            (
+                "defaultNamespace: [fleet]\n",
+                &["1: defaultNamespace: a list is not a namespace's name (default \"default\")"],
+            ),
+            (
+                "notReadyTimeout: 10\n",
+                &[
+                    "1: notReadyTimeout: 10 is not a duration such as 10m, 90s or 1h30m (default \
+                     10m)",
+                ],
+            ),
+            (
+                "notReadyTimeout: -5m\n",
+                &["1: notReadyTimeout: \"-5m\" is not a duration such as 10m, 90s or 1h30m …"],
+            ),
+            // Every bad value at once.
+            (
+                "nodeDrain: {timeOut: -1, expectedNodeDrainTime: -1}\nprune: maybe\n",
+                &[
+                    "1: nodeDrain.timeOut: -1 is not …",
+                    "1: nodeDrain.expectedNodeDrainTime: -1 is not …",
+                    "2: prune: \"maybe\" is not …",
+                ],
+            ),
+            // The file as a whole.
+            (
                 "- prune\n",
-                &["fleet/capstan.yaml:1: the settings must be a mapping"],
+                &[
+                    "1: the settings must be a mapping of maxNodesInFlight, requirePullRequest, \
+                     historyRetention, prune, drift, defaultNamespace, nodeDrain, upgradeWindow, \
+                     notReadyTimeout",
+                ],
             ),
             (
                 "prune: true\n---\nprune: false\n",
-                &["fleet/capstan.yaml:3: capstan.yaml holds one YAML document"],
+                &["3: capstan.yaml holds one YAML document, the settings"],
             ),
-            (
-                "prune: [\n",
-                &["fleet/capstan.yaml:1: invalid YAML (column 8)"],
-            ),
+            ("prune: [\n", &["1: invalid YAML (column 8)…"]),
         ];
         for (text, expected) in cases {
             let found = errors(text);
             assert_eq!(found.len(), expected.len(), "{text:?}: {found:#?}");
-            for (error, prefix) in found.iter().zip(expected.iter()) {
-                assert!(
-                    error.starts_with(prefix),
-                    "{text:?}: {error} does not start with {prefix}"
-                );
+            for (error, expected) in found.iter().zip(expected.iter()) {
+                let expected = format!("{file}:{expected}");
+                match expected.strip_suffix('…') {
+                    Some(start) => assert!(
+                        error.starts_with(start),
+                        "{text:?}:\n{error}\ndoes not start with\n{start}"
+                    ),
+                    None => assert_eq!(error, &expected, "{text:?}"),
+                }
             }
         }
     }

@@ -18,13 +18,11 @@ use super::lws;
 use super::model::{LeaderWorkerSetChange, ObjectAction, ObjectChange, ObjectRef};
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
-use crate::controllers::lws::facts::revision_key;
-use crate::controllers::lws::labels::{NAME_LABEL, REVISION_KEY_LABEL};
-use crate::controllers::lws::revision;
+use crate::controllers::lws::labels::NAME_LABEL;
 use crate::sync::diff::{Action, DiffError, comparable, diff_object, mask_secrets, unified};
 use crate::sync::discovery::ClusterKinds;
 use crate::sync::inventory::{Inventory, stamped_by};
-use crate::sync::manifests::{Manifest, ManifestError, ObjectId, modules_in};
+use crate::sync::manifests::{Manifest, ManifestError, ObjectId, is_node, modules_in};
 use crate::sync::source::CommitInfo;
 use capstan_api::InventoryEntry;
 
@@ -53,9 +51,15 @@ pub async fn changes(
             Some(namespace) => namespace_exists(cluster.client, namespace, &mut namespaces).await?,
             None => true,
         };
+        // The sync only ever patches a Node a kubelet registered: one the cluster does not
+        // have is reported, never created, so there is nothing to dry-run.
+        if is_node(manifest) && !node_registered(cluster.client, &manifest.name).await? {
+            found.push(as_declared(manifest, ObjectAction::Absent));
+            continue;
+        }
         // A kind whose CRD, or a namespace that, this commit adds cannot be dry-run yet.
         let Some(resource) = resource.filter(|_| namespace_exists) else {
-            found.push(created(manifest));
+            found.push(as_declared(manifest, ObjectAction::Create));
             continue;
         };
         let desired = stamped_by(&manifest.object, commit);
@@ -86,16 +90,39 @@ pub async fn changes(
     Ok((found, refused))
 }
 
-/// A create that cannot be dry-run, shown as its manifest declares it.
-fn created(manifest: &Manifest) -> ObjectChange {
+/// A change that cannot be dry-run (a create of a kind or in a namespace head adds, or a
+/// Node the cluster does not have), shown as its manifest declares it.
+fn as_declared(manifest: &Manifest, action: ObjectAction) -> ObjectChange {
     let (_, after) = mask_secrets(&Value::Null, &comparable(&manifest.object));
     ObjectChange {
         id: object_ref(manifest),
-        action: ObjectAction::Create,
+        action,
         file: Some(manifest.file.clone()),
         line: Some(manifest.line),
         diff: unified(&Value::Null, &after),
     }
+}
+
+/// Whether Node `name` is registered.
+async fn node_registered(client: &kube::Client, name: &str) -> Result<bool, PlanError> {
+    let node = Api::<Node>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(|source| PlanError::Cluster {
+            what: format!("reading Node {name}"),
+            source,
+        })?;
+    Ok(node.is_some())
+}
+
+/// The Nodes among `objects` that the cluster does not have: their labels apply only
+/// when a kubelet registers them, so none of their version labels moves now.
+pub fn absent_nodes(objects: &[ObjectChange]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .filter(|object| object.action == ObjectAction::Absent && object.is_node())
+        .map(|object| object.id.name.clone())
+        .collect()
 }
 
 async fn namespace_exists(
@@ -309,13 +336,14 @@ async fn restart_policies(
     Ok(())
 }
 
-/// A LeaderWorkerSet as it runs in the cluster.
+/// A LeaderWorkerSet as it runs in the cluster, as read: what [`lws::Current::in_cluster`]
+/// decides from.
 struct Running {
     lws: LeaderWorkerSet,
-    /// The revision its leader StatefulSet names, when both exist.
-    revision: Option<ControllerRevision>,
-    /// The leader StatefulSet's replicas, else the LWS's.
-    groups: i32,
+    /// Its leader StatefulSet, when it exists.
+    leader: Option<StatefulSet>,
+    /// The revisions labelled with its name: its own, and its StatefulSets'.
+    revisions: Vec<ControllerRevision>,
 }
 
 /// Every LeaderWorkerSet head creates or changes, compared with what the cluster runs,
@@ -336,11 +364,8 @@ pub async fn leader_worker_sets(
             None => lws::planned(&declared, None),
             Some(running) => {
                 let live = lws::as_declared(&running.lws, &declared);
-                let current = lws::Current {
-                    lws: &live,
-                    revision: running.revision.as_ref(),
-                    groups: running.groups,
-                };
+                let current =
+                    lws::Current::in_cluster(&live, running.leader.as_ref(), &running.revisions);
                 lws::planned(&declared, Some(&current))
             }
         };
@@ -361,8 +386,8 @@ pub async fn leader_worker_sets(
 }
 
 /// The LeaderWorkerSet `namespace/name` as the cluster runs it: `None` when it does not
-/// exist (or the cluster does not serve the kind yet). Its revision is the one its leader
-/// StatefulSet's `template-revision-hash` names, as the LWS controller reads it.
+/// exist (or the cluster does not serve the kind yet); else with its leader StatefulSet and
+/// the revisions labelled with its name, as the LWS controller lists them.
 async fn running(
     client: &kube::Client,
     namespace: &str,
@@ -380,25 +405,19 @@ async fn running(
         .get_opt(name)
         .await?
         .filter(|set| set.labels().get(NAME_LABEL).map(String::as_str) == Some(name));
-    let groups = leader
-        .as_ref()
-        .and_then(|set| set.spec.as_ref()?.replicas)
-        .unwrap_or(lws.spec.replicas);
-    let key = leader.as_ref().map(revision_key).unwrap_or_default();
-    let revision = if key.is_empty() {
-        None
-    } else {
-        let selector = format!("{NAME_LABEL}={name},{REVISION_KEY_LABEL}={key}");
-        let revisions = Api::<ControllerRevision>::namespaced(client.clone(), namespace)
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items;
-        revision::find(&revisions, name, key).cloned()
+    let revisions = match leader {
+        Some(_) => {
+            Api::<ControllerRevision>::namespaced(client.clone(), namespace)
+                .list(&ListParams::default().labels(&format!("{NAME_LABEL}={name}")))
+                .await?
+                .items
+        }
+        None => Vec::new(),
     };
     Ok(Some(Running {
         lws,
-        revision,
-        groups,
+        leader,
+        revisions,
     }))
 }
 

@@ -1,13 +1,17 @@
 //! What head does to each LeaderWorkerSet's groups, decided as capstan's LWS controller
 //! (`src/controllers/lws/`) will decide it once head is applied.
 //!
-//! Groups roll only when the LWS gets a new controller revision: when the revision of
-//! head's spec is neither [`revision::equal`] to the revision the groups run nor
-//! [`revision::set_matches`] it, that is when `leaderWorkerTemplate` or `networkConfig`
-//! changes. `replicas`, `rolloutStrategy`, `startupPolicy` and metadata are outside every
-//! revision (KEP-238): changing only them recreates no group. Keys and names of revisions
-//! are never compared, since a revision adopted from an older leader StatefulSet keeps that
-//! StatefulSet's key.
+//! Both plans take the same decision ([`planned`]); they differ only in what runs before
+//! head ([`Current`]): offline, base's LWS on its own revision ([`Current::declared`]);
+//! live, the cluster's LWS on the revision its leader StatefulSet names, found as the
+//! controller finds it ([`Current::in_cluster`]).
+//!
+//! Groups roll only when the LWS gets a new controller revision, and whether it does is the
+//! controller's own test ([`revision::makes_new_revision`]): when `leaderWorkerTemplate` or
+//! `networkConfig` changes. `replicas`, `rolloutStrategy`, `startupPolicy` and metadata
+//! are outside every revision (KEP-238): changing only them recreates no group. Keys and
+//! names of revisions are never compared, since a revision adopted from an older leader
+//! StatefulSet keeps that StatefulSet's key.
 //!
 //! The order of a rolling update is not re-derived here: [`rollout`] runs the controller's
 //! own decision ([`rolling::decide`]) step by step, every recreated group becoming ready
@@ -18,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use capstan_api::LeaderWorkerSet;
 use capstan_api::LeaderWorkerSetSpec;
 use capstan_api::lws::RestartPolicy;
-use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource as _, ResourceExt as _};
 
@@ -26,7 +30,7 @@ use super::model::{
     LeaderWorkerSetAction, LeaderWorkerSetChange, ObjectAction, ObjectChange, PlannedRollout,
     ReplicasChange,
 };
-use crate::controllers::lws::facts::{group_index, is_leader};
+use crate::controllers::lws::facts::{group_index, is_leader, revision_key};
 use crate::controllers::lws::labels::{
     EXCLUSIVE_KEY_ANNOTATION, NAME_LABEL, SUBGROUP_EXCLUSIVE_KEY_ANNOTATION,
 };
@@ -58,6 +62,40 @@ pub struct Current<'a> {
     pub revision: Option<&'a ControllerRevision>,
     /// Its groups: the leader StatefulSet's `spec.replicas`, else `lws`'s `replicas`.
     pub groups: i32,
+}
+
+impl<'a> Current<'a> {
+    /// Base's LWS as a sync of base leaves it once rolled out: every group on the revision
+    /// of its spec.
+    pub fn declared(lws: &'a LeaderWorkerSet) -> Current<'a> {
+        Current {
+            lws,
+            revision: None,
+            groups: lws.spec.replicas,
+        }
+    }
+
+    /// The cluster's LWS `lws` with its `leader` StatefulSet and the revisions listed with
+    /// its name label: its groups run the revision of `lws` the leader StatefulSet's key
+    /// names, as the LWS controller finds it ([`revision::find`]: `lws`'s own revisions
+    /// only, never its StatefulSets', which carry the same labels). Without a leader
+    /// StatefulSet or that revision, the controller makes one of the live spec, so the
+    /// groups count as running `lws`'s own.
+    pub fn in_cluster(
+        lws: &'a LeaderWorkerSet,
+        leader: Option<&StatefulSet>,
+        revisions: &'a [ControllerRevision],
+    ) -> Current<'a> {
+        let key = leader.map(revision_key).unwrap_or_default();
+        let groups = leader
+            .and_then(|set| set.spec.as_ref()?.replicas)
+            .unwrap_or(lws.spec.replicas);
+        Current {
+            lws,
+            revision: revision::find(revisions, lws, key),
+            groups,
+        }
+    }
 }
 
 /// A LeaderWorkerSet change, and what the reader should know about it.
@@ -135,15 +173,13 @@ pub fn planned(head: &LeaderWorkerSet, current: Option<&Current<'_>>) -> Option<
     })
 }
 
-/// Whether applying `head` makes a new revision: its revision is neither equal to the one
-/// the groups run (same bytes) nor matched by it once re-serialised through capstan's types.
+/// Whether applying `head` makes a new revision over the one the groups run: the LWS
+/// controller's own test ([`revision::makes_new_revision`]).
 fn rolls(head: &LeaderWorkerSet, current: &Current<'_>) -> bool {
-    let running = match current.revision {
-        Some(revision) => revision.clone(),
-        None => revision::new_revision(current.lws, None, 1),
-    };
-    let proposed = revision::new_revision(head, None, 1);
-    !(revision::equal(&proposed, &running) || revision::set_matches(head, &running))
+    match current.revision {
+        Some(running) => revision::makes_new_revision(head, running),
+        None => revision::makes_new_revision(head, &revision::new_revision(current.lws, None, 1)),
+    }
 }
 
 /// A LeaderWorkerSet that left the repository and is pruned.
@@ -184,11 +220,7 @@ pub fn offline(
         let Some(lws) = declared(manifest) else {
             continue;
         };
-        let current = before.get(&manifest.id()).map(|lws| Current {
-            lws,
-            revision: None,
-            groups: lws.spec.replicas,
-        });
+        let current = before.get(&manifest.id()).map(Current::declared);
         if let Some(planned) = planned(&lws, current.as_ref()) {
             changes.push(planned.change);
             warnings.extend(planned.warnings);
@@ -499,6 +531,7 @@ pub fn recreated_groups(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::lws::labels::REVISION_KEY_LABEL;
     use serde_json::{Value, json};
 
     fn lws(spec: Value) -> LeaderWorkerSet {
@@ -801,6 +834,131 @@ mod tests {
         let planned = planned(&base, Some(&current)).expect("a rollout");
         assert_eq!(planned.change.change, LeaderWorkerSetAction::Rolls);
         assert!(planned.change.changed_fields.is_empty());
+    }
+
+    /// A revision the StatefulSet controller made for StatefulSet `set` of vllm: its pod
+    /// template's labels, vllm's name and `key` among them, numbered `number` as the
+    /// LWS's own are.
+    fn stateful_set_revision(set: &str, key: &str, number: i64) -> ControllerRevision {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("{set}-6b5bc896b9"), "namespace": "inference",
+                "labels": {NAME_LABEL: "vllm", REVISION_KEY_LABEL: key,
+                           "controller.kubernetes.io/hash": "6b5bc896b9"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": set, "uid": format!("uid-statefulset-{set}"), "controller": true}],
+            },
+            "data": {"spec": {"template": {"$patch": "replace"}}},
+            "revision": number,
+        }))
+        .expect("a ControllerRevision")
+    }
+
+    /// The leader StatefulSet vllm: `replicas` groups made from revision key `key`.
+    fn leader(key: &str, replicas: i32) -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "vllm", "namespace": "inference",
+                         "labels": {NAME_LABEL: "vllm", REVISION_KEY_LABEL: key}},
+            "spec": {"replicas": replicas, "selector": {}, "serviceName": "vllm",
+                     "template": {}},
+        }))
+        .expect("a StatefulSet")
+    }
+
+    /// Offline and live take one decision: for a cluster running base (its groups on the
+    /// revision the LWS made of base, listed among its StatefulSets' revisions in any
+    /// order), the live plan of every head is the offline plan of base -> head.
+    #[test]
+    fn a_cluster_running_base_plans_as_base_does() {
+        let mut live = lws(json!({}));
+        live.metadata.uid = Some("uid-vllm".into());
+        let own = revision::new_revision(&live, None, 1);
+        let key = revision_key(&own).to_string();
+        let listed = [
+            own.clone(),
+            stateful_set_revision("vllm", &key, 1),
+            stateful_set_revision("vllm-0", &key, 1),
+        ];
+        let template = json!({"size": 2, "workerTemplate": {
+            "metadata": {"labels": {"app": "vllm"}},
+            "spec": {"containers": [{"name": "vllm", "image": "vllm:v2"}]}}});
+        // (head's spec, what both plans say).
+        let heads: Vec<(Value, Option<LeaderWorkerSetAction>)> = vec![
+            (json!({}), None),
+            (
+                json!({"leaderWorkerTemplate": template}),
+                Some(LeaderWorkerSetAction::Rolls),
+            ),
+            (
+                json!({"leaderWorkerTemplate": {"size": 3, "workerTemplate": {}}}),
+                Some(LeaderWorkerSetAction::Rolls),
+            ),
+            (
+                json!({"networkConfig": {"subdomainPolicy": "UniquePerReplica"}}),
+                Some(LeaderWorkerSetAction::Rolls),
+            ),
+            (
+                json!({"replicas": 6}),
+                Some(LeaderWorkerSetAction::NoRollout),
+            ),
+            (
+                json!({"rolloutStrategy": strategy(json!(2), json!(1), 0)}),
+                Some(LeaderWorkerSetAction::NoRollout),
+            ),
+        ];
+        let leader = leader(&key, 4);
+        for order in [[0, 1, 2], [2, 1, 0], [1, 0, 2]] {
+            let revisions: Vec<ControllerRevision> =
+                order.iter().map(|i| listed[*i].clone()).collect();
+            let current = Current::in_cluster(&live, Some(&leader), &revisions);
+            assert_eq!(current.revision, Some(&own), "order {order:?}");
+            for (spec, action) in &heads {
+                let head = lws(spec.clone());
+                let offline = planned(&head, Some(&Current::declared(&live)));
+                let in_cluster = planned(&head, Some(&current));
+                assert_eq!(in_cluster, offline, "{spec}, order {order:?}");
+                assert_eq!(
+                    offline.map(|p| p.change.change),
+                    *action,
+                    "{spec}, order {order:?}"
+                );
+            }
+        }
+    }
+
+    /// Which revision the groups of a cluster's LWS run, and how many groups it has.
+    #[test]
+    fn the_groups_run_the_revision_their_leader_statefulset_names() {
+        let mut live = lws(json!({"replicas": 3}));
+        live.metadata.uid = Some("uid-vllm".into());
+        let first = revision::new_revision(&live, None, 1);
+        let older = lws(json!({"leaderWorkerTemplate": {"size": 3, "workerTemplate": {}}}));
+        let mut second = revision::new_revision(&older, Some("older"), 2);
+        second.metadata.owner_references = first.metadata.owner_references.clone();
+        let key = revision_key(&first).to_string();
+        let revisions = [
+            stateful_set_revision("vllm", &key, 2),
+            first.clone(),
+            second.clone(),
+            stateful_set_revision("vllm", "older", 3),
+        ];
+        // (leader StatefulSet, the revision its groups run, groups).
+        let cases: Vec<(Option<StatefulSet>, Option<&ControllerRevision>, i32)> = vec![
+            // Before the controller made the leader StatefulSet: the live spec's.
+            (None, None, 3),
+            (Some(leader(&key, 2)), Some(&first), 2),
+            (Some(leader("older", 4)), Some(&second), 4),
+            // A key no revision of the LWS has (only a StatefulSet's): the controller makes
+            // the missing revision of the live spec.
+            (Some(leader("unknown", 3)), None, 3),
+            (Some(leader("", 3)), None, 3),
+        ];
+        for (set, running, groups) in cases {
+            let current = Current::in_cluster(&live, set.as_ref(), &revisions);
+            let key = set.as_ref().map(revision_key);
+            assert_eq!(current.revision, running, "leader key {key:?}");
+            assert_eq!(current.groups, groups, "leader key {key:?}");
+        }
     }
 
     #[test]

@@ -215,7 +215,10 @@ pub async fn live(
     findings.leader_worker_sets = leader_worker_sets;
     findings.warnings.extend(warnings);
     let before = live::version_labels(client, &head.manifests, &released).await?;
-    findings.moves = label_moves(&before, &declared_version_labels(&head.manifests));
+    let absent = live::absent_nodes(&findings.objects);
+    let mut after = declared_version_labels(&head.manifests);
+    after.retain(|(node, _), _| !absent.contains(node));
+    findings.moves = label_moves(&before, &after);
     findings.campaigns = campaigns_in(&head.manifests);
     for campaign in &mut findings.campaigns {
         campaign.phase = live::campaign_phase(client, campaign)

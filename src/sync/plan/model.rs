@@ -162,26 +162,38 @@ pub enum ObjectAction {
     /// A Node that left the repository: it stays, losing the labels and annotations
     /// capstan set.
     Release,
+    /// A Node in head that the cluster does not have (live plans): the sync never creates
+    /// a Node, only patches one a kubelet registered, so it is not created; its labels
+    /// apply when a kubelet registers it. Not a change.
+    Absent,
 }
 
 impl ObjectAction {
-    /// The name in plans: `create`, `configure`, `prune`, `release`.
+    /// The name in plans: `create`, `configure`, `prune`, `release`, `absent`.
     pub fn as_str(self) -> &'static str {
         match self {
             ObjectAction::Create => "create",
             ObjectAction::Configure => "configure",
             ObjectAction::Prune => "prune",
             ObjectAction::Release => "release",
+            ObjectAction::Absent => "absent",
         }
     }
 
-    /// The sign Terraform readers know: `+` create, `~` change in place, `-` delete.
+    /// The sign Terraform readers know: `+` create, `~` change in place, `-` delete; and
+    /// `!` for a Node that is not there to change.
     pub fn sign(self) -> char {
         match self {
             ObjectAction::Create => '+',
             ObjectAction::Configure | ObjectAction::Release => '~',
             ObjectAction::Prune => '-',
+            ObjectAction::Absent => '!',
         }
+    }
+
+    /// Whether the sync changes the cluster for it: everything but [`ObjectAction::Absent`].
+    pub fn changes(self) -> bool {
+        self != ObjectAction::Absent
     }
 }
 
@@ -202,6 +214,22 @@ pub struct ObjectChange {
 }
 
 impl ObjectChange {
+    /// Whether it is a Node (the sync only ever patches a registered one).
+    pub fn is_node(&self) -> bool {
+        self.id.api_version == "v1" && self.id.kind == "Node"
+    }
+
+    /// What the reader should know beside the action, for a Node: one the cluster does not
+    /// have is not created (live), and one new in Git (offline, where the cluster is not
+    /// known) is only patched if a kubelet registered it. `None` for anything else.
+    pub fn note(&self) -> Option<&'static str> {
+        match self.action {
+            ObjectAction::Absent => Some(ABSENT_NODE_NOTE),
+            ObjectAction::Create if self.is_node() => Some(NEW_NODE_NOTE),
+            _ => None,
+        }
+    }
+
     /// `file:line` (or the file alone) where the object is declared, when known.
     pub fn declared_at(&self) -> Option<String> {
         let file = self.file.as_ref()?;
@@ -211,6 +239,14 @@ impl ObjectChange {
         })
     }
 }
+
+/// What an [`ObjectAction::Absent`] Node means.
+pub const ABSENT_NODE_NOTE: &str =
+    "not in the cluster: not created; its labels apply when a kubelet registers it";
+
+/// What a Node new in Git means in an offline plan, where the cluster is not known.
+pub const NEW_NODE_NOTE: &str = "a Node is never created: its labels apply to the Node a \
+                                 kubelet registered, or when one registers it";
 
 /// A node whose version label of one Module changes (seed 002).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -434,6 +470,9 @@ pub struct Summary {
     pub prune: usize,
     /// Nodes to release.
     pub release: usize,
+    /// Nodes head declares that the cluster does not have (live plans): not created, and
+    /// not a change.
+    pub absent: usize,
     /// Version-label moves (entries of `nodes`).
     pub nodes: usize,
     /// Errors.
@@ -443,7 +482,8 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Counts the objects, moves and errors.
+    /// Counts the objects, moves and errors. An absent Node is no change: applying head
+    /// leaves the cluster as it is.
     pub fn of(objects: &[ObjectChange], nodes: &[NodeMove], errors: &[ManifestError]) -> Self {
         let count = |action| objects.iter().filter(|o| o.action == action).count();
         Summary {
@@ -451,9 +491,10 @@ impl Summary {
             configure: count(ObjectAction::Configure),
             prune: count(ObjectAction::Prune),
             release: count(ObjectAction::Release),
+            absent: count(ObjectAction::Absent),
             nodes: nodes.len(),
             errors: errors.len(),
-            has_changes: !objects.is_empty() || !nodes.is_empty(),
+            has_changes: objects.iter().any(|o| o.action.changes()) || !nodes.is_empty(),
         }
     }
 }

@@ -157,6 +157,7 @@ fn an_upgrade_shows_objects_nodes_steps_and_waves() {
             configure: 3,
             prune: 1,
             release: 1,
+            absent: 0,
             nodes: 3,
             errors: 0,
             has_changes: true,
@@ -443,6 +444,7 @@ fn the_json_schema_keeps_its_names() {
         ".summary.configure",
         ".summary.prune",
         ".summary.release",
+        ".summary.absent",
         ".summary.nodes",
         ".summary.errors",
         ".summary.hasChanges",
@@ -761,5 +763,94 @@ fn a_drain_names_the_leader_worker_set_groups_it_recreates() {
     assert!(
         markdown.contains(" LeaderWorkerSet groups recreated: `inference/vllm group 1`.\n"),
         "{markdown}"
+    );
+}
+
+/// A Node is never created: offline (the cluster unknown) a Node new in the repository is
+/// still a create, noted so; live, one the cluster does not have is absent, which is no
+/// change and moves no version label.
+#[test]
+fn a_node_is_never_created() {
+    let head = with_changes(
+        &base_fleet(),
+        &[(
+            "fleet/nodes/worker-5.yaml",
+            Some(node_label("worker-5", "my-kmod", "v1")),
+        )],
+    );
+    let offline = plan_of(&base_fleet(), &head, None);
+    let created: Vec<(&str, ObjectAction)> = offline
+        .objects
+        .iter()
+        .map(|o| (o.id.name.as_str(), o.action))
+        .collect();
+    assert_eq!(created, [("worker-5", ObjectAction::Create)]);
+    assert_eq!(offline.objects[0].note(), Some(model::NEW_NODE_NOTE));
+    let text = render_text(&offline, false);
+    assert!(
+        text.contains(&format!(
+            "+ Node worker-5  create     fleet/nodes/worker-5.yaml:1  ({})",
+            model::NEW_NODE_NOTE
+        )),
+        "{text}"
+    );
+    let markdown = render_markdown(&offline).concat();
+    assert!(
+        markdown.contains("| + | `Node worker-5` | create (a Node is never created: "),
+        "{markdown}"
+    );
+
+    // The same head live, on a cluster without worker-5: what `live` makes of it.
+    let mut live = offline.clone();
+    live.mode = Mode::Live;
+    live.objects[0].action = ObjectAction::Absent;
+    live.nodes.clear();
+    live.summary = Summary::of(&live.objects, &live.nodes, &live.errors);
+    assert_eq!(
+        (
+            live.summary.absent,
+            live.summary.create,
+            live.summary.has_changes
+        ),
+        (1, 0, false)
+    );
+    assert_eq!((live.exit_code(true), live.exit_code(false)), (0, 0));
+    assert_eq!(
+        summary_line(&live),
+        "No changes. 1 Node not in the cluster, not created (worker-5)"
+    );
+    let text = render_text(&live, false);
+    assert!(
+        text.contains(
+            "! Node worker-5  absent     fleet/nodes/worker-5.yaml:1  (not in the cluster: \
+             not created; its labels apply when a kubelet registers it)"
+        ),
+        "{text}"
+    );
+    let markdown = render_markdown(&live).concat();
+    assert!(
+        markdown.starts_with(
+            "**capstan plan**: No changes. 1 Node not in the cluster, not created (worker-5)\n"
+        ),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("| ! | `Node worker-5` | absent (not in the cluster: not created; "),
+        "{markdown}"
+    );
+    let json: Value = serde_json::from_str(&render_json(&live)).expect("JSON");
+    assert_eq!(json["objects"][0]["action"], "absent");
+    assert_eq!(json["summary"]["absent"], 1);
+    assert_eq!(json["summary"]["hasChanges"], false);
+
+    // With other changes, the absent Node follows the counts.
+    let mut both = live.clone();
+    both.objects
+        .extend(plan_of(&base_fleet(), &upgrade(), None).objects);
+    both.summary = Summary::of(&both.objects, &both.nodes, &both.errors);
+    assert_eq!(
+        summary_line(&both),
+        "1 to create, 3 to configure, 1 to prune, 1 to release; 1 Node not in the cluster, \
+         not created (worker-5)"
     );
 }

@@ -69,6 +69,12 @@ pub enum SourceError {
     /// A revision names nothing in the repository.
     #[error("revision '{rev}' not found in {repo}; give a commit SHA, a branch or a tag")]
     RevisionNotFound { repo: String, rev: String },
+    /// The work tree was asked for (`--head WORKTREE`) of a repository that has none: a
+    /// URL (cloned bare) or a bare repository.
+    #[error(
+        "{repo} has no work tree to plan (a URL or a bare repository); plan a local checkout, or commit the change and give its revision"
+    )]
+    NoWorkTree { repo: String },
     /// A revision names an object that is not (and does not lead to) a commit.
     #[error("revision '{rev}' in {repo} is not a commit")]
     NotACommit { repo: String, rev: String },

@@ -9,6 +9,10 @@ use super::auth::{Auth, Credentials};
 use super::commit::{CommitInfo, pull_request_of};
 use super::error::SourceError;
 
+mod work_tree;
+
+pub use work_tree::{WORK_TREE, WORK_TREE_SUBJECT};
+
 /// Links followed while resolving one path before it counts as a loop (Linux's limit).
 const MAX_LINK_HOPS: u32 = 40;
 

@@ -344,6 +344,18 @@ impl Api {
         options: &WriteOptions,
         manager: &str,
     ) -> Result<Answer, ApiError> {
+        // An apply naming a UID changes that object or nothing: upstream's patcher refuses
+        // to create one.
+        let uid = applied.at("/metadata/uid").and_then(Value::as_str);
+        if let Some(uid) = uid.filter(|uid| !uid.is_empty()) {
+            return Err(ApiError::conflict(
+                resource,
+                name,
+                &format!(
+                    "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                ),
+            ));
+        }
         let mut object = applied;
         self.place(resource, namespace, &mut object)?;
         if resource.namespaced {

@@ -336,6 +336,21 @@ impl Api {
                 }
             }
         }
+        // A client may name the UID it means (as capstan pins a Node's labels to the Node
+        // it read): another object of the same name is refused, as upstream's
+        // ValidateObjectMetaUpdate refuses a changed UID.
+        let wanted_uid = next.at("/metadata/uid").and_then(Value::as_str);
+        let uid = current.at("/metadata/uid").and_then(Value::as_str);
+        if let Some(wanted) = wanted_uid.filter(|w| !w.is_empty() && Some(*w) != uid) {
+            return Err(ApiError::invalid(
+                &resource.kind,
+                name,
+                &[(
+                    "metadata.uid".into(),
+                    format!("Invalid value: \"{wanted}\": field is immutable"),
+                )],
+            ));
+        }
         for field in [
             "uid",
             "creationTimestamp",

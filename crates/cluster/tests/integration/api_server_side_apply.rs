@@ -330,3 +330,54 @@ async fn a_configuration_without_a_name_applies_to_the_object_of_the_url() {
     assert_eq!(updated.metadata.name.as_deref(), Some("owned"));
     assert_eq!(updated.data.expect("data")["a"], "2");
 }
+
+#[tokio::test]
+async fn an_apply_naming_a_uid_changes_that_object_or_nothing() {
+    let (_cluster, client) = common::start().await;
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let pinned = |uid: &str| {
+        let mut object = cm(json!({"a": "1"}));
+        object["metadata"]["uid"] = json!(uid);
+        object
+    };
+    // No object of that name: upstream's patcher refuses rather than create one.
+    let err = maps
+        .patch("owned", &apply("capstan"), &Patch::Apply(pinned("gone")))
+        .await
+        .expect_err("nothing to pin to");
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 409, "{}", status.message);
+    assert!(
+        status.message.contains("uid mismatch"),
+        "{}",
+        status.message
+    );
+    assert!(maps.get_opt("owned").await.expect("get").is_none());
+
+    let created = maps
+        .patch("owned", &apply("capstan"), &Patch::Apply(cm(json!({}))))
+        .await
+        .expect("create");
+    let uid = created.metadata.uid.clone().expect("uid");
+    // Another object of the same name: the UID is immutable.
+    let err = maps
+        .patch("owned", &apply("capstan"), &Patch::Apply(pinned("other")))
+        .await
+        .expect_err("another object");
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422, "{}", status.message);
+    assert!(
+        status.message.contains("metadata.uid"),
+        "{}",
+        status.message
+    );
+    let applied = maps
+        .patch("owned", &apply("capstan"), &Patch::Apply(pinned(&uid)))
+        .await
+        .expect("the object read");
+    assert_eq!(applied.data.unwrap_or_default()["a"], "1");
+}

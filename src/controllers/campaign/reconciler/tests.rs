@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::controllers::campaign::UPGRADING_RECHECK;
 use crate::controllers::fixtures::{self, Call, store};
+use crate::history::log_lines::LogLines;
 use capstan_api::clock::ManualClock;
 
 const NOW: &str = "2026-11-26T12:00:00Z";
@@ -46,11 +47,7 @@ async fn reconcile_once(config: Value, calls: Vec<Call>) -> Outcome {
     let ctx = Context::with_clock(client, Arc::new(clock), CancellationToken::new());
     ctx.metrics.set_node_drain_timeout("worker-1");
     let metrics = ctx.metrics.clone();
-    let shared = Arc::new(Shared {
-        ctx,
-        nodes: store(vec![]),
-        syncs: store(vec![]),
-    });
+    let shared = Arc::new(Shared::new(ctx, store(vec![]), store(vec![])));
     let config: UpgradeConfig = serde_json::from_value(config).expect("an UpgradeConfig");
     let action = reconcile(Arc::new(config), shared).await;
     server
@@ -88,6 +85,7 @@ async fn a_pending_campaign_past_upgrade_at_starts_with_muo_first_step_and_an_ev
         }]},
     });
     let due = campaign("2026-11-26T11:00:00Z", pending());
+    let (log, _capture) = LogLines::capture();
     let outcome = reconcile_once(
         due.clone(),
         vec![
@@ -102,6 +100,18 @@ async fn a_pending_campaign_past_upgrade_at_starts_with_muo_first_step_and_an_ev
     );
     assert_eq!(outcome.window_breached, Some(0));
     assert_eq!(outcome.drain_timeout, Some(1));
+    // The phase change, once, with the campaign's name (no commit stamped it here).
+    let lines = log.lines();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].contains(
+            "INFO capstan::controllers::campaign::reconciler: campaign fleet/my-kmod-v2 \
+             Pending -> Upgrading: the upgrade to v2 started: its nodes move in turn \
+             campaign=fleet/my-kmod-v2"
+        ),
+        "{}",
+        lines[0]
+    );
 }
 
 #[tokio::test]
@@ -116,6 +126,7 @@ async fn a_pending_campaign_before_upgrade_at_writes_nothing_and_looks_again_the
 
 #[tokio::test]
 async fn a_campaign_changed_under_its_write_is_looked_at_again_without_an_event() {
+    let (log, _capture) = LogLines::capture();
     let outcome = reconcile_once(
         campaign("2026-11-26T11:00:00Z", pending()),
         vec![
@@ -130,6 +141,8 @@ async fn a_campaign_changed_under_its_write_is_looked_at_again_without_an_event(
         Action::requeue(CONFLICT_RETRY)
     );
     assert_eq!(outcome.window_breached, None);
+    // Nothing changed: nothing is said (the next look says it).
+    assert_eq!(log.lines(), Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -160,6 +173,7 @@ async fn no_node_started_within_the_window_fails_the_campaign_and_drops_the_drai
         }]},
     });
     let late = campaign("2026-11-26T09:00:00Z", upgrading);
+    let (log, _capture) = LogLines::capture();
     let outcome = reconcile_once(
         late.clone(),
         vec![
@@ -172,6 +186,26 @@ async fn no_node_started_within_the_window_fails_the_campaign_and_drops_the_drai
     assert_eq!(outcome.window_breached, Some(1));
     // MUO resets the whole vector when an upgrade fails: the series is gone.
     assert_eq!(outcome.drain_timeout, None);
+    // Upgrading since before this controller started: resumed; then the failure, a warning.
+    let lines = log.lines();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[0].contains(
+            " INFO capstan::controllers::campaign::reconciler: resumed campaign \
+             fleet/my-kmod-v2 after a restart: Upgrading to v2 since 2026-11-26T09:00:00Z, 0 \
+             of 0 labelled nodes done"
+        ),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains(&format!(
+            " WARN capstan::controllers::campaign::reconciler: campaign fleet/my-kmod-v2 \
+             Upgrading -> Failed: {message}"
+        )),
+        "{}",
+        lines[1]
+    );
 }
 
 #[tokio::test]

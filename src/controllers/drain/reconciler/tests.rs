@@ -172,10 +172,10 @@ async fn reconcile_once(node: Value, calls: Vec<Call>) -> Result<Action, kube::E
     let (client, server) = fixtures::client();
     let server = server.run(calls);
     let clock = ManualClock::new(NOW.parse().expect("a time"));
-    let shared = Arc::new(Shared {
-        ctx: Context::with_clock(client, Arc::new(clock), CancellationToken::new()),
-        syncs: fixtures::store(vec![git_sync()]),
-    });
+    let shared = Arc::new(Shared::new(
+        Context::with_clock(client, Arc::new(clock), CancellationToken::new()),
+        fixtures::store(vec![git_sync()]),
+    ));
     let result = reconcile(Arc::new(parse(node)), shared).await;
     server
         .await
@@ -343,4 +343,122 @@ async fn a_failed_pod_list_is_an_error_retried_by_the_error_policy() {
     )
     .await;
     assert!(result.is_err(), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_refused_eviction_is_said_once_then_once_a_minute_then_when_it_goes_through() {
+    let (log, _capture) = crate::history::log_lines::LogLines::capture();
+    let node = worker_1(&draining());
+    let look = |eviction: Call| {
+        vec![
+            Call::get(NODE, node.clone()),
+            pods(vec![pod("web", json!({}))]),
+            eviction,
+        ]
+    };
+    let refused = || evict("web").failing(429, "TooManyRequests");
+    let calls = [
+        look(refused()),
+        look(refused()),
+        look(refused()),
+        look(evict("web")),
+    ]
+    .concat();
+    let (client, server) = fixtures::client();
+    let server = server.run(calls);
+    let clock = ManualClock::new(NOW.parse().expect("a time"));
+    let ctx = Context::with_clock(client, Arc::new(clock.clone()), CancellationToken::new());
+    let shared = Arc::new(Shared::new(ctx, fixtures::store(vec![git_sync()])));
+    // Looks at 12:00:00, :05 (the retry), 12:01:00 and 12:01:05.
+    for (advance, next) in [
+        (0, PDB_RETRY),
+        (5, PDB_RETRY),
+        (55, PDB_RETRY),
+        (5, EVICTION_RECHECK),
+    ] {
+        clock.advance(Duration::from_secs(advance));
+        let action = reconcile(Arc::new(parse(node.clone())), shared.clone())
+            .await
+            .expect("a refusal is no error");
+        assert_eq!(action, Action::requeue(next));
+    }
+    drop(shared);
+    server
+        .await
+        .expect("the reconciles made the scenario's calls, in order");
+
+    let lines = log.lines();
+    let said = |text: &str| lines.iter().filter(|line| line.contains(text)).count();
+    // The drain was begun at 11:50, before this controller started: resumed, said once.
+    assert_eq!(
+        said(
+            "resumed the drain of worker-1 after a restart: cordoned 10m ago, its pods still to \
+             move, for its upgrade to v2 (campaign fleet/my-kmod-v2), asked by 3cf3bea (#12)"
+        ),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(
+        said("refused eviction of apps/web from worker-1: TooManyRequests; retrying every 5 s"),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(
+        said("still refused: 1 pod of worker-1, first refused 1m ago"),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(
+        said("evicted apps/web from worker-1, 1m 5s after its first refusal"),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    for line in &lines {
+        assert!(
+            line.contains("node=worker-1") && line.contains("commit=3cf3bea"),
+            "{line}"
+        );
+        assert!(line.contains("pull_request=#12"), "{line}");
+    }
+}
+
+#[tokio::test]
+async fn the_drained_record_is_said_once_as_it_is_created() {
+    let (log, _capture) = crate::history::log_lines::LogLines::capture();
+    let node = worker_1(&draining());
+    reconcile_once(
+        node.clone(),
+        vec![
+            Call::get(NODE, node.clone()),
+            pods(vec![]),
+            post_drained_record(),
+            fixtures::event("default"),
+            mark_drained(),
+        ],
+    )
+    .await
+    .expect("reconciled");
+    // A restart before the mark finds the record: nothing more is said of it.
+    reconcile_once(
+        node.clone(),
+        vec![
+            Call::get(NODE, node),
+            pods(vec![]),
+            post_drained_record().failing(409, "AlreadyExists"),
+            mark_drained(),
+        ],
+    )
+    .await
+    .expect("reconciled");
+    let drained = log.containing(
+        "worker-1 drained for its upgrade to v2 (campaign fleet/my-kmod-v2), asked by 3cf3bea \
+         (#12)",
+    );
+    assert_eq!(drained.len(), 1, "{:#?}", log.lines());
+    assert!(
+        drained[0].contains("commit=3cf3bea") && drained[0].contains("pull_request=#12"),
+        "{}",
+        drained[0]
+    );
 }

@@ -315,37 +315,92 @@ fn highest_revision_table() {
     }
 }
 
+/// A revision the StatefulSet controller made for one of `lws`'s StatefulSets: its pod
+/// template's labels (the LWS's name and `key` among them), numbered `number`, controlled
+/// by the StatefulSet.
+fn stateful_set_revision(
+    lws: &LeaderWorkerSet,
+    set: &str,
+    key: &str,
+    number: i64,
+) -> ControllerRevision {
+    ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(format!("{set}-6b5bc896b9")),
+            namespace: lws.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([
+                (NAME_LABEL.to_string(), lws_name(lws).to_string()),
+                (REVISION_KEY_LABEL.to_string(), key.to_string()),
+                (
+                    "controller.kubernetes.io/hash".to_string(),
+                    "6b5bc896b9".to_string(),
+                ),
+            ])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "StatefulSet".into(),
+                name: set.into(),
+                uid: format!("uid-statefulset-{set}"),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        data: Some(RawExtension(
+            json!({"spec": {"template": {"$patch": "replace"}}}),
+        )),
+        revision: number,
+    }
+}
+
+/// Which revision groups made with a key run, and which revisions go once an update is
+/// done: only the LWS's own, whatever the order the API server lists them in.
 #[test]
-fn find_and_truncate_read_the_name_and_key_labels() {
+fn find_and_truncate_take_only_the_lws_own_revisions() {
     let lws = sample();
     let other = sample_with(|v| v["metadata"]["name"] = json!("other"));
     let mut k1_again = new_revision(&lws, Some("k1"), 3);
     k1_again.metadata.name = Some("test-sample-k1-3".into());
-    let revisions = vec![
+    let mine = [
         new_revision(&lws, Some("k1"), 1),
         new_revision(&lws, Some("k2"), 2),
         k1_again,
-        new_revision(&other, Some("k1"), 4),
     ];
-    assert!(
-        find(&revisions, "test-sample", "").is_none(),
-        "no key, no revision"
-    );
-    assert!(find(&revisions, "test-sample", "k3").is_none());
-    assert_eq!(
-        find(&revisions, "test-sample", "k2").map(|r| r.revision),
-        Some(2)
-    );
-    assert_eq!(
-        find(&revisions, "test-sample", "k1").map(|r| r.revision),
-        Some(3),
-        "several: the highest, never another LWS's"
-    );
-    let truncated: Vec<i64> = to_truncate(&revisions, "test-sample", "k1")
-        .iter()
-        .map(|r| r.revision)
-        .collect();
-    assert_eq!(truncated, [2]);
+    let others = [
+        new_revision(&other, Some("k1"), 4),
+        // The leader and a worker StatefulSet's own, labelled with the LWS's name and key,
+        // numbered as high as the LWS's: listed after its own, they win a tie by number.
+        stateful_set_revision(&lws, "test-sample", "k1", 3),
+        stateful_set_revision(&lws, "test-sample-0", "k2", 2),
+    ];
+    let listed = |order: &[usize]| -> Vec<ControllerRevision> {
+        let all: Vec<&ControllerRevision> = mine.iter().chain(&others).collect();
+        order.iter().map(|i| all[*i].clone()).collect()
+    };
+    // (key, the revision number found); each for the LWS's revisions listed first and last.
+    let cases: [(&str, Option<i64>); 4] =
+        [("", None), ("k3", None), ("k2", Some(2)), ("k1", Some(3))];
+    for order in [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0]] {
+        let revisions = listed(&order);
+        for (key, expected) in cases {
+            let found = find(&revisions, &lws, key);
+            assert_eq!(
+                found.map(|r| r.revision),
+                expected,
+                "key {key:?}, order {order:?}"
+            );
+            assert!(
+                found.is_none_or(|r| belongs_to(r, &lws)),
+                "key {key:?}, order {order:?}"
+            );
+        }
+        let mut truncated: Vec<i64> = to_truncate(&revisions, &lws, "k1")
+            .iter()
+            .map(|r| r.revision)
+            .collect();
+        truncated.sort();
+        assert_eq!(truncated, [2], "order {order:?}");
+    }
 }
 
 #[test]

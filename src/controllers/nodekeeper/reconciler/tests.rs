@@ -215,6 +215,7 @@ async fn past_the_drain_timeout_a_held_pod_is_recorded_deleted_and_stripped() {
         "DEFAULT-FINALIZER (Default pod finalizer removal) on worker-1, draining since \
          2026-11-26T11:10:00Z: apps/cache finalizers stripped",
     );
+    let (log, _capture) = crate::history::log_lines::LogLines::capture();
     let (result, metric) = reconcile_once(
         worker_1(Some(CORDONED_AT)),
         vec![campaign()],
@@ -234,11 +235,34 @@ async fn past_the_drain_timeout_a_held_pod_is_recorded_deleted_and_stripped() {
     assert_eq!(result.expect("reconciled"), Action::requeue(RECHECK));
     // 50 minutes in, not failed (the last due wait, 45, + 8 has not passed).
     assert_eq!(metric, Some(0));
+    // Each strategy that forced the drain is said once, as its record is created, with the
+    // node's commit and pull request.
+    let lines = log.lines();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    for (line, forced) in lines.iter().zip([
+        "DELETE (Default pod deletion) on worker-1, draining since 2026-11-26T11:10:00Z: \
+         apps/cache deleted",
+        "DEFAULT-FINALIZER (Default pod finalizer removal) on worker-1, draining since \
+         2026-11-26T11:10:00Z: apps/cache finalizers stripped",
+    ]) {
+        assert!(
+            line.contains(&format!(
+                "INFO capstan::history: the nodekeeper forced a drain: {forced}, asked by \
+                 3cf3bea (#12)"
+            )),
+            "{line}"
+        );
+        assert!(
+            line.contains("node=worker-1 commit=3cf3bea pull_request=#12"),
+            "{line}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_record_written_before_a_restart_is_not_written_again_and_the_pod_still_goes() {
     let cache = pod("cache", json!({}));
+    let (log, _capture) = crate::history::log_lines::LogLines::capture();
     let (result, _) = reconcile_once(
         worker_1(Some(CORDONED_AT)),
         vec![campaign()],
@@ -252,6 +276,8 @@ async fn a_record_written_before_a_restart_is_not_written_again_and_the_pod_stil
     )
     .await;
     assert_eq!(result.expect("reconciled"), Action::requeue(RECHECK));
+    // Said when the record was created, before the restart: not again.
+    assert_eq!(log.lines(), Vec::<String>::new());
 }
 
 #[tokio::test]

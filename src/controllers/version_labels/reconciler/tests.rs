@@ -157,6 +157,8 @@ async fn reconcile_once(caches: Caches, name: &str, calls: Vec<Call>) -> Action 
         syncs: store(vec![git_sync()]),
         upgrade_configs: store(Vec::new()),
         failures: crate::controllers::retries::Retries::default(),
+        started: NOW.parse().expect("a time"),
+        resumed: std::sync::Mutex::new(std::collections::HashSet::new()),
     });
     let result = reconcile(Arc::new(cached), shared).await;
     server

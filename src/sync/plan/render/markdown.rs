@@ -71,9 +71,13 @@ fn objects(plan: &Plan, out: &mut String) {
             .declared_at()
             .map(|place| format!("`{place}`"))
             .unwrap_or_default();
+        let note = object
+            .note()
+            .map(|note| format!(" ({})", escape(note)))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "| {} | `{}` | {} | {place} |",
+            "| {} | `{}` | {}{note} | {place} |",
             object.action.sign(),
             object.id,
             object.action.as_str()

@@ -8,8 +8,8 @@ pub use markdown::{COMMENT_LIMIT, render_markdown};
 pub use text::render_text;
 
 use super::model::{
-    DrainPreview, LeaderWorkerSetAction, LeaderWorkerSetChange, NodeMove, Plan, PlannedCampaign,
-    PlannedRollout,
+    DrainPreview, LeaderWorkerSetAction, LeaderWorkerSetChange, NodeMove, ObjectAction, Plan,
+    PlannedCampaign, PlannedRollout,
 };
 
 /// How many node moves the summary line names before "and N more".
@@ -26,10 +26,16 @@ pub fn render_json(plan: &Plan) -> String {
 /// One line saying what the plan does: `2 to create, 1 to configure, 0 to prune; 1 node
 /// upgrade (worker-1: kmm-demo/my-kmod v1 → v2); 1 LeaderWorkerSet rollout
 /// (inference/vllm)`, `No changes.`, or the error count first when head would be rejected.
+/// Nodes the cluster does not have follow the counts (`1 Node not in the cluster, not
+/// created (worker-9)`), after `No changes.` when nothing else changes.
 pub fn summary_line(plan: &Plan) -> String {
     let summary = &plan.summary;
+    let absent = absent_nodes(plan);
     if summary.errors == 0 && !summary.has_changes {
-        return "No changes.".to_string();
+        return match absent {
+            Some(absent) => format!("No changes. {absent}"),
+            None => "No changes.".to_string(),
+        };
     }
     let mut parts = Vec::new();
     if summary.errors > 0 {
@@ -48,6 +54,7 @@ pub fn summary_line(plan: &Plan) -> String {
         }
         parts.push(counts);
     }
+    parts.extend(absent);
     if !plan.nodes.is_empty() {
         let mut named: Vec<String> = plan.nodes.iter().take(MOVES_NAMED).map(move_text).collect();
         if plan.nodes.len() > MOVES_NAMED {
@@ -77,6 +84,33 @@ pub fn summary_line(plan: &Plan) -> String {
         ));
     }
     parts.join("; ")
+}
+
+/// `1 Node not in the cluster, not created (worker-9)`; `None` when every Node head
+/// declares is there (or the plan is offline).
+fn absent_nodes(plan: &Plan) -> Option<String> {
+    let names: Vec<&str> = plan
+        .objects
+        .iter()
+        .filter(|object| object.action == ObjectAction::Absent)
+        .map(|object| object.id.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = names
+        .iter()
+        .take(MOVES_NAMED)
+        .map(|n| n.to_string())
+        .collect();
+    if names.len() > MOVES_NAMED {
+        named.push(format!("and {} more", names.len() - MOVES_NAMED));
+    }
+    Some(format!(
+        "{} not in the cluster, not created ({})",
+        plural(names.len(), "Node"),
+        named.join(", ")
+    ))
 }
 
 /// What happens to a LeaderWorkerSet's groups, in one line: `rolls groups 3..0, 1 at a

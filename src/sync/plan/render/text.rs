@@ -44,12 +44,13 @@ impl Paint {
         self.code("36", text)
     }
 
-    /// `+` green, `~` yellow, `-` red.
+    /// `+` green, `~` yellow, `-` red, `!` cyan.
     fn action(self, action: ObjectAction, text: &str) -> String {
         match action {
             ObjectAction::Create => self.green(text),
             ObjectAction::Configure | ObjectAction::Release => self.yellow(text),
             ObjectAction::Prune => self.red(text),
+            ObjectAction::Absent => self.cyan(text),
         }
     }
 
@@ -126,13 +127,17 @@ fn objects(plan: &Plan, paint: Paint, out: &mut String) {
             .declared_at()
             .map(|place| format!("  {place}"))
             .unwrap_or_default();
+        let note = object
+            .note()
+            .map(|note| format!("  ({note})"))
+            .unwrap_or_default();
         let line = format!(
             "{} {:width$}  {:9}",
             object.action.sign(),
             object.id.to_string(),
             object.action.as_str()
         );
-        let _ = writeln!(out, "  {}{place}", paint.action(object.action, &line));
+        let _ = writeln!(out, "  {}{place}{note}", paint.action(object.action, &line));
     }
 }
 
