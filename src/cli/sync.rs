@@ -1,7 +1,7 @@
 //! `capstan sync`: follow a branch into a cluster (the embedded one unless `--kubeconfig`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -60,6 +60,10 @@ pub struct SyncArgs {
     /// picks a free one.
     #[arg(long, default_value = "127.0.0.1:9477")]
     pub listen: SocketAddr,
+    /// Serve /metrics, /healthz and /readyz on this address instead, and only
+    /// /hooks/github on --listen [default: the same as --listen].
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
     /// File holding the GitHub webhook secret; enables POST /hooks/github.
     #[arg(long)]
     pub webhook_secret_file: Option<PathBuf>,
@@ -207,16 +211,54 @@ fn canonical_to_be(path: &std::path::Path) -> PathBuf {
 
 /// Binds the endpoints' address, saying what to do when it is taken.
 async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    bind_option("--listen", listen).await
+}
+
+/// The listeners of the endpoints: --listen, and --metrics-listen when it is another address.
+struct Listeners {
+    main: tokio::net::TcpListener,
+    metrics: Option<tokio::net::TcpListener>,
+}
+
+async fn bind_all(args: &SyncArgs) -> anyhow::Result<Listeners> {
+    let main = bind(args.listen).await?;
+    let metrics = match args.metrics_listen {
+        Some(metrics_listen) if metrics_listen != args.listen => {
+            Some(bind_option("--metrics-listen", metrics_listen).await?)
+        }
+        _ => None,
+    };
+    Ok(Listeners { main, metrics })
+}
+
+async fn bind_option(option: &str, listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(listen).await.map_err(|err| {
         if err.kind() == std::io::ErrorKind::AddrInUse {
             anyhow::anyhow!(
-                "--listen {listen}: the address is in use (another capstan sync?); stop it, or \
-                 pass --listen with another port (127.0.0.1:0 picks a free one)"
+                "{option} {listen}: the address is in use (another capstan sync?); stop it, or \
+                 pass {option} with another port (127.0.0.1:0 picks a free one)"
             )
         } else {
-            anyhow::Error::new(err).context(format!("--listen {listen}"))
+            anyhow::Error::new(err).context(format!("{option} {listen}"))
         }
     })
+}
+
+/// Reads the webhook secret, refusing an empty one: GitHub would sign with the empty key,
+/// which anyone can.
+fn read_webhook_secret(file: &Path) -> anyhow::Result<Vec<u8>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("--webhook-secret-file {}", file.display()))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        anyhow::bail!(
+            "--webhook-secret-file {}: the file is empty; put the secret set on the GitHub \
+             webhook in it (e.g. `openssl rand -hex 32`), or leave the option out to turn \
+             webhooks off",
+            file.display()
+        );
+    }
+    Ok(secret.as_bytes().to_vec())
 }
 
 /// Reads `30s`, `5m`, `1h30m`, `500ms`.
@@ -353,7 +395,12 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     let listener = if args.once {
         None
     } else {
-        Some(bind(args.listen).await?)
+        Some(bind_all(&args).await?)
+    };
+    // Read now too: an empty secret file stops capstan before the cluster starts.
+    let webhook_secret = match &args.webhook_secret_file {
+        Some(file) if !args.once => Some(read_webhook_secret(file)?),
+        _ => None,
     };
     let (client, cluster) = connect(&args).await?;
     // A missing permission stops capstan here, named, rather than as a failure halfway
@@ -372,6 +419,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
         Some(Endpoints::start(
             &args,
             listener.expect("bound unless --once"),
+            webhook_secret,
             metrics.clone(),
             &client,
             lease.is_some(),
@@ -508,21 +556,12 @@ struct Endpoints {
 impl Endpoints {
     fn start(
         args: &SyncArgs,
-        listener: tokio::net::TcpListener,
+        listeners: Listeners,
+        webhook_secret: Option<Vec<u8>>,
         metrics: Arc<Metrics>,
         client: &kube::Client,
         elected: bool,
     ) -> anyhow::Result<Endpoints> {
-        let webhook_secret = match &args.webhook_secret_file {
-            Some(file) => Some(
-                std::fs::read_to_string(file)
-                    .with_context(|| format!("--webhook-secret-file {}", file.display()))?
-                    .trim()
-                    .as_bytes()
-                    .to_vec(),
-            ),
-            None => None,
-        };
         let ready = Arc::new(AtomicBool::new(false));
         let trigger = Arc::new(Notify::new());
         let shutdown = Arc::new(Notify::new());
@@ -540,13 +579,25 @@ impl Endpoints {
             }),
         };
         let server_shutdown = shutdown.clone();
-        let (address, task) = server::serve_on(listener, state, async move {
-            server_shutdown.notified().await;
-        })
+        let (address, metrics_address, task) = server::serve_with(
+            listeners.main,
+            listeners.metrics,
+            state,
+            server::Limits::default(),
+            async move {
+                server_shutdown.notified().await;
+            },
+        )
         .with_context(|| format!("listening on {}", args.listen))?;
-        eprintln!(
-            "metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github"
-        );
+        if metrics_address == address {
+            eprintln!(
+                "metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github"
+            );
+        } else {
+            eprintln!(
+                "metrics and health on http://{metrics_address}/metrics, /healthz, /readyz; webhook at http://{address}/hooks/github"
+            );
+        }
         Ok(Endpoints {
             address,
             task,
@@ -760,6 +811,19 @@ fn explain_unregistered(time: &impl std::fmt::Display, report: &crate::sync::run
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_webhook_secret_file_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("secret");
+        for empty in ["", " \n\t\n"] {
+            std::fs::write(&file, empty).expect("write");
+            let err = read_webhook_secret(&file).expect_err("an empty secret");
+            assert!(err.to_string().contains("the file is empty"), "{err}");
+        }
+        std::fs::write(&file, "s3cret\n").expect("write");
+        assert_eq!(read_webhook_secret(&file).expect("a secret"), b"s3cret");
+    }
 
     #[test]
     fn durations_read_like_flux_intervals() {

@@ -747,7 +747,9 @@ impl Syncer {
         started: Instant,
     ) -> Result<(), SyncError> {
         let reference = commit.reference();
-        let error = errors.join("\n");
+        // Capped: a commit can hold any number of problems, and a status too large to write
+        // would leave the rejection unrecorded, judged again at every interval.
+        let error = capped(&errors, "\n", STATUS_ERRORS, STATUS_ERROR_BYTES);
         self.status.phase = "Failed".into();
         self.status.last_attempted_commit = Some(reference.clone());
         self.status.error = error.clone();
@@ -773,7 +775,7 @@ impl Syncer {
             "rejected {}: {} problem(s), nothing applied: {}",
             describe_commit(commit),
             errors.len(),
-            errors.join("; ")
+            capped(&errors, "; ", RECORD_ERRORS, RECORD_ERROR_BYTES)
         );
         self.record(RecordType::Rejected, &reference, &message, Vec::new())
             .await;
@@ -934,6 +936,49 @@ fn list_changes(changes: &[Change]) -> String {
     }
     let items: Vec<String> = changes.iter().map(history::describe_change).collect();
     format!(" ({})", items.join(", "))
+}
+
+/// How many of a rejected commit's problems the status keeps, and in how many bytes: the
+/// status is one object, with the inventory beside it, under the API server's request limit.
+const STATUS_ERRORS: usize = 100;
+const STATUS_ERROR_BYTES: usize = 32 * 1024;
+/// The same for its history record and Event.
+const RECORD_ERRORS: usize = 20;
+const RECORD_ERROR_BYTES: usize = 4 * 1024;
+
+/// The first of `errors` joined by `separator`, as many as fit in `max` items and
+/// `max_bytes` bytes, then `and N more` for the rest. An error longer than the budget is
+/// cut at a character boundary.
+pub fn capped(errors: &[String], separator: &str, max: usize, max_bytes: usize) -> String {
+    let mut text = String::new();
+    let mut shown = 0;
+    for error in errors.iter().take(max) {
+        let needed = if shown == 0 { 0 } else { separator.len() } + error.len();
+        if text.len() + needed > max_bytes {
+            if shown == 0 {
+                let mut end = max_bytes.min(error.len());
+                while !error.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.push_str(&error[..end]);
+                text.push_str("...");
+                shown = 1;
+            }
+            break;
+        }
+        if shown > 0 {
+            text.push_str(separator);
+        }
+        text.push_str(error);
+        shown += 1;
+    }
+    if shown < errors.len() {
+        if shown > 0 {
+            text.push_str(separator);
+        }
+        text.push_str(&format!("and {} more", errors.len() - shown));
+    }
+    text
 }
 
 /// What wakes the loop besides its interval.
@@ -1117,6 +1162,42 @@ mod tests {
         let replay = follow::replay(applied, landed, "", &StaticCatalog::new());
         report_campaigns(metrics, &replay, applied);
         replay
+    }
+
+    #[test]
+    fn error_lists_are_capped_in_count_and_bytes() {
+        let errors = |n: usize, len: usize| -> Vec<String> {
+            (0..n).map(|i| format!("{i}:{}", "x".repeat(len))).collect()
+        };
+        // (errors, max, max bytes, want)
+        let rows = [
+            (errors(2, 1), 5, 100, "0:x; 1:x".to_string()),
+            (
+                errors(7, 1),
+                5,
+                100,
+                "0:x; 1:x; 2:x; 3:x; 4:x; and 2 more".to_string(),
+            ),
+            (
+                errors(3, 10),
+                5,
+                30,
+                "0:xxxxxxxxxx; 1:xxxxxxxxxx; and 1 more".to_string(),
+            ),
+            (errors(2, 10), 5, 5, "0:xxx...; and 1 more".to_string()),
+            (Vec::new(), 5, 100, String::new()),
+        ];
+        for (errors, max, bytes, want) in rows {
+            assert_eq!(capped(&errors, "; ", max, bytes), want);
+        }
+        let many = errors(100_000, 40);
+        let text = capped(&many, "\n", STATUS_ERRORS, STATUS_ERROR_BYTES);
+        assert!(text.len() <= STATUS_ERROR_BYTES + 32, "{}", text.len());
+        assert!(
+            text.ends_with("and 99900 more"),
+            "{}",
+            &text[text.len() - 40..]
+        );
     }
 
     #[test]

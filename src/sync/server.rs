@@ -8,25 +8,61 @@
 //!   (a standby relays it to the leader through the GitSync object, see
 //!   [`super::request`]).
 
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::Body;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt as _;
 use http::{HeaderMap, StatusCode, Uri, header};
 use serde::Deserialize;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 use super::metrics::{self, Metrics};
-use super::source::verify_github_signature;
+use super::source::{WebhookError, verify_github_signature};
 
-/// The largest webhook body accepted: GitHub caps payloads at 25 MiB.
-pub const MAX_WEBHOOK_BYTES: usize = 25 * 1024 * 1024;
+/// The largest webhook body accepted, 1 MiB. GitHub caps payloads at 25 MiB, but a push to a
+/// branch is a few KiB (its commit list is capped at 20 commits); a body beyond this is refused
+/// with 413 as soon as it is announced or read, never buffered whole.
+pub const MAX_WEBHOOK_BYTES: usize = 1024 * 1024;
+
+/// How the endpoints protect themselves from slow or many clients (`docs/sync.md`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A connection that has not sent a request's headers within this is closed.
+    pub header_read_timeout: Duration,
+    /// A webhook whose body has not arrived within this is refused (408).
+    pub body_read_timeout: Duration,
+    /// Open connections at most; further ones wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// The largest webhook body accepted (413 beyond).
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            max_connections: 64,
+            max_body_bytes: MAX_WEBHOOK_BYTES,
+        }
+    }
+}
+
+/// How many recent `X-GitHub-Delivery` ids are remembered to ignore a replayed delivery.
+pub const RECENT_DELIVERIES: usize = 1024;
+
+/// Longer delivery ids (GitHub's are UUIDs) are not remembered.
+const MAX_DELIVERY_ID: usize = 128;
 
 /// What the endpoints share with the sync loop.
 pub struct ServerState {
@@ -35,7 +71,8 @@ pub struct ServerState {
     /// Set once the first sync attempt finished (success or rejected commit) — readiness.
     pub ready: Arc<AtomicBool>,
     /// Shared secret for GitHub webhooks; None: the webhook endpoint answers 404 with a hint to
-    /// set --webhook-secret-file.
+    /// set --webhook-secret-file. An empty (or blank) secret verifies nothing: every webhook
+    /// is refused.
     pub webhook_secret: Option<Vec<u8>>,
     /// Notified when a valid webhook arrives: the sync loop fetches at once.
     pub trigger: Arc<Notify>,
@@ -65,18 +102,80 @@ impl ServerState {
     }
 }
 
+/// What the handlers share: the state, the limits and the recent deliveries.
+struct Shared {
+    state: ServerState,
+    limits: Limits,
+    recent: Mutex<RecentDeliveries>,
+}
+
+/// The last [`RECENT_DELIVERIES`] delivery ids, oldest first.
+#[derive(Default)]
+struct RecentDeliveries {
+    order: VecDeque<String>,
+    seen: HashSet<String>,
+}
+
+impl RecentDeliveries {
+    /// Remembers `id`; false when it was seen already.
+    fn insert(&mut self, id: &str) -> bool {
+        if self.seen.contains(id) {
+            return false;
+        }
+        if self.order.len() >= RECENT_DELIVERIES
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.seen.remove(&oldest);
+        }
+        self.order.push_back(id.to_string());
+        self.seen.insert(id.to_string());
+        true
+    }
+
+    /// Forgets `id`, so that GitHub's redelivery of a failed delivery is handled.
+    fn forget(&mut self, id: &str) {
+        if self.seen.remove(id) {
+            self.order.retain(|seen| seen != id);
+        }
+    }
+}
+
+/// Which endpoints a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    /// `/metrics`, `/healthz`, `/readyz` and `/hooks/github`.
+    All,
+    /// `/hooks/github` only (with `--metrics-listen` on another address).
+    Webhook,
+    /// `/metrics`, `/healthz` and `/readyz` only.
+    Metrics,
+}
+
 /// The routes above; any other path answers 404.
 pub fn router(state: ServerState) -> Router {
-    Router::new()
-        .route("/metrics", get(serve_metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route(
-            "/hooks/github",
-            post(github_webhook).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)),
-        )
-        .fallback(not_found)
-        .with_state(Arc::new(state))
+    router_for(shared(state, Limits::default()), Routes::All)
+}
+
+fn shared(state: ServerState, limits: Limits) -> Arc<Shared> {
+    Arc::new(Shared {
+        state,
+        limits,
+        recent: Mutex::new(RecentDeliveries::default()),
+    })
+}
+
+fn router_for(shared: Arc<Shared>, routes: Routes) -> Router {
+    let mut router = Router::new();
+    if routes != Routes::Webhook {
+        router = router
+            .route("/metrics", get(serve_metrics))
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz));
+    }
+    if routes != Routes::Metrics {
+        router = router.route("/hooks/github", post(github_webhook));
+    }
+    router.fallback(not_found).with_state(shared)
 }
 
 /// Binds `listen` and serves [`router`] on it until `shutdown` resolves.
@@ -99,21 +198,127 @@ pub fn serve_on(
     state: ServerState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let address = listener.local_addr()?;
-    let app = router(state);
-    let task = tokio::spawn(async move {
-        if let Err(err) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(%err, %address, "the HTTP server stopped");
-        }
-    });
-    tracing::info!(%address, "serving /metrics, /healthz, /readyz and /hooks/github");
-    Ok((address, task))
+    serve_with(listener, None, state, Limits::default(), shutdown)
+        .map(|(address, _, task)| (address, task))
 }
 
-async fn serve_metrics(State(state): State<Arc<ServerState>>) -> Response {
+/// [`serve_on`] with explicit [`Limits`], and optionally `/metrics` and the probes on a
+/// listener of their own (`--metrics-listen`; the first listener then serves the webhook
+/// only). Returns both addresses (the second is the first without a metrics listener) and
+/// the task serving both, which ends once `shutdown` resolved and open requests finished.
+pub fn serve_with(
+    listener: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    state: ServerState,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, SocketAddr, tokio::task::JoinHandle<()>)> {
+    let address = listener.local_addr()?;
+    let metrics_address = match &metrics_listener {
+        Some(metrics_listener) => metrics_listener.local_addr()?,
+        None => address,
+    };
+    let shared = shared(state, limits);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        let main = match metrics_listener {
+            Some(_) => Routes::Webhook,
+            None => Routes::All,
+        };
+        let webhook = accept_loop(
+            listener,
+            router_for(shared.clone(), main),
+            limits,
+            stopped.clone(),
+        );
+        let metrics = async {
+            if let Some(metrics_listener) = metrics_listener {
+                accept_loop(
+                    metrics_listener,
+                    router_for(shared.clone(), Routes::Metrics),
+                    limits,
+                    stopped.clone(),
+                )
+                .await;
+            }
+        };
+        let signal = async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        };
+        tokio::join!(webhook, metrics, signal);
+    });
+    if metrics_address == address {
+        tracing::info!(%address, "serving /metrics, /healthz, /readyz and /hooks/github");
+    } else {
+        tracing::info!(%address, %metrics_address, "serving /hooks/github, and /metrics, /healthz, /readyz on the metrics address");
+    }
+    Ok((address, metrics_address, task))
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+/// Accepts connections on `listener` until `stop` turns true, at most
+/// `limits.max_connections` at a time, each with a header read timeout; then closes idle
+/// connections and waits for open requests to finish.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: Limits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let connections = tokio_util::task::TaskTracker::new();
+    loop {
+        // A connection slot first: beyond the cap, clients wait in the kernel's backlog
+        // rather than holding memory here.
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = stopped(&mut stop) => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of file descriptors, typically: wait rather than spin.
+                    tracing::warn!(%err, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut stop) => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut stop = stop.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                _ = stopped(&mut stop) => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(err) = result {
+                tracing::debug!(%peer, %err, "connection closed");
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+}
+
+async fn serve_metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let state = &shared.state;
     (
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
         state.metrics.encode(),
@@ -125,7 +330,8 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static str) {
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    let state = &shared.state;
     // A standby is ready: it serves webhooks and takes over when the Lease frees. Were it
     // not, a Deployment's rolling update would wait forever for its new standbys.
     if state.waiting_standby().is_some() {
@@ -151,12 +357,11 @@ async fn not_found(uri: Uri) -> (StatusCode, String) {
     )
 }
 
-async fn github_webhook(
-    State(state): State<Arc<ServerState>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let delivery = header_text(&headers, "x-github-delivery").unwrap_or("-");
+async fn github_webhook(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    let state = &shared.state;
+    let delivery = header_text(headers, "x-github-delivery").unwrap_or("-");
     let Some(secret) = &state.webhook_secret else {
         tracing::warn!(
             delivery,
@@ -168,17 +373,129 @@ async fn github_webhook(
         )
             .into_response();
     };
-    let signature = header_text(&headers, "x-hub-signature-256");
+    if secret.trim_ascii().is_empty() {
+        tracing::warn!(
+            delivery,
+            "refused a GitHub webhook: the webhook secret is empty"
+        );
+        return (
+            StatusCode::UNAUTHORIZED,
+            "capstan's webhook secret is empty: every webhook is refused",
+        )
+            .into_response();
+    }
+    // Everything that can be refused without the body is refused before reading any of it.
+    let signature = header_text(headers, "x-hub-signature-256");
+    if let Err(err @ (WebhookError::MissingSignature | WebhookError::MalformedSignature(_))) =
+        verify_github_signature(secret, b"", signature)
+    {
+        tracing::warn!(delivery, %err, "refused a GitHub webhook");
+        return (StatusCode::UNAUTHORIZED, err.to_string()).into_response();
+    }
+    let Some(event) = header_text(headers, "x-github-event") else {
+        tracing::warn!(delivery, "a GitHub webhook without X-GitHub-Event");
+        return (StatusCode::BAD_REQUEST, "missing X-GitHub-Event header").into_response();
+    };
+    let limits = shared.limits;
+    let too_large = || {
+        tracing::warn!(
+            delivery,
+            limit = limits.max_body_bytes,
+            "refused a GitHub webhook: body too large"
+        );
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the webhook body is over {} bytes; subscribe the hook to push events only",
+                limits.max_body_bytes
+            ),
+        )
+            .into_response()
+    };
+    let announced =
+        header_text(headers, "content-length").and_then(|length| length.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > limits.max_body_bytes as u64) {
+        return too_large();
+    }
+    let body = match tokio::time::timeout(
+        limits.body_read_timeout,
+        read_limited(body, limits.max_body_bytes),
+    )
+    .await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(BodyError::TooLarge)) => return too_large(),
+        Ok(Err(BodyError::Failed(err))) => {
+            tracing::warn!(delivery, err, "reading a GitHub webhook's body");
+            return (StatusCode::BAD_REQUEST, format!("reading the body: {err}")).into_response();
+        }
+        Err(_) => {
+            tracing::warn!(delivery, "a GitHub webhook's body did not arrive in time");
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the body did not arrive within {:?}",
+                    limits.body_read_timeout
+                ),
+            )
+                .into_response();
+        }
+    };
     if let Err(err) = verify_github_signature(secret, &body, signature) {
         tracing::warn!(delivery, %err, "refused a GitHub webhook");
         return (StatusCode::UNAUTHORIZED, err.to_string()).into_response();
     }
-    let Some(event) = header_text(&headers, "x-github-event") else {
-        tracing::warn!(delivery, "a signed GitHub webhook without X-GitHub-Event");
-        return (StatusCode::BAD_REQUEST, "missing X-GitHub-Event header").into_response();
-    };
-    let content_type = header_text(&headers, "content-type").unwrap_or("application/json");
-    match read_delivery(event, content_type, &body, state.branch.as_deref()) {
+    // A replayed delivery (GitHub's id is unique per delivery) triggers nothing.
+    let remembered = (delivery != "-" && delivery.len() <= MAX_DELIVERY_ID).then_some(delivery);
+    if let Some(id) = remembered
+        && !shared.recent.lock().expect("not poisoned").insert(id)
+    {
+        tracing::info!(delivery, "duplicate GitHub delivery ignored");
+        return (
+            StatusCode::OK,
+            format!("duplicate: delivery {id} was handled already"),
+        )
+            .into_response();
+    }
+    let response = handle_delivery(state, delivery, event, headers, &body).await;
+    if let Some(id) = remembered
+        && response.status().is_server_error()
+    {
+        // GitHub redelivers with the same id: let the redelivery through.
+        shared.recent.lock().expect("not poisoned").forget(id);
+    }
+    response
+}
+
+enum BodyError {
+    TooLarge,
+    Failed(String),
+}
+
+/// Reads `body` chunk by chunk, giving up as soon as it grows beyond `limit`.
+async fn read_limited(body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    let mut stream = body.into_data_stream();
+    let mut buffer = BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|err| BodyError::Failed(err.to_string()))?;
+        if buffer.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge);
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    Ok(buffer.freeze())
+}
+
+/// What a verified delivery of `event` does.
+async fn handle_delivery(
+    state: &ServerState,
+    delivery: &str,
+    event: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let content_type = header_text(headers, "content-type").unwrap_or("application/json");
+    match read_delivery(event, content_type, body, state.branch.as_deref()) {
         Ok(Delivery::Ping) => {
             tracing::info!(delivery, "GitHub webhook ping");
             (StatusCode::OK, "pong").into_response()
@@ -659,6 +976,76 @@ mod tests {
         let delivered = server.deliver(request).await;
         assert_eq!(delivered.status, StatusCode::PAYLOAD_TOO_LARGE);
         assert!(!delivered.triggered);
+    }
+
+    #[tokio::test]
+    async fn an_empty_secret_refuses_even_a_push_signed_with_it() {
+        for secret in [&b""[..], b"  \n"] {
+            let server = fixture(Some(secret), None);
+            let request = webhook(
+                Some("push"),
+                JSON,
+                PUSH_TO_MAIN,
+                Some(&sign(secret, PUSH_TO_MAIN.as_bytes())),
+            );
+            assert_eq!(
+                server.deliver(request).await,
+                answer(
+                    StatusCode::UNAUTHORIZED,
+                    "capstan's webhook secret is empty: every webhook is refused",
+                    false
+                )
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unsigned_webhook_is_refused_before_its_body_is_read() {
+        let server = fixture(Some(SECRET), None);
+        // A body that fails when read: the refusal must come without reading it.
+        let body = Body::from_stream(futures::stream::once(async {
+            Err::<Bytes, _>(std::io::Error::other("the body was read"))
+        }));
+        let request = Request::post("/hooks/github")
+            .header("x-github-event", "push")
+            .body(body)
+            .expect("request");
+        assert_eq!(
+            server.deliver(request).await,
+            refused(WebhookError::MissingSignature)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replayed_delivery_is_answered_but_ignored() {
+        let server = fixture(Some(SECRET), None);
+        assert_eq!(
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(StatusCode::ACCEPTED, "sync triggered", true)
+        );
+        assert_eq!(
+            server.deliver(signed("push", PUSH_TO_MAIN)).await,
+            answer(
+                StatusCode::OK,
+                "duplicate: delivery 72d3162e-cc78-11e3-81ab-4c9367dc0958 was handled already",
+                false
+            )
+        );
+    }
+
+    #[test]
+    fn recent_deliveries_forget_the_oldest() {
+        let mut recent = RecentDeliveries::default();
+        for id in 0..RECENT_DELIVERIES {
+            assert!(recent.insert(&id.to_string()));
+        }
+        assert!(!recent.insert("0"));
+        assert!(recent.insert("new"));
+        assert!(recent.insert("0"), "the oldest id was forgotten");
+        assert_eq!(recent.order.len(), RECENT_DELIVERIES);
+        assert_eq!(recent.seen.len(), RECENT_DELIVERIES);
+        recent.forget("new");
+        assert!(recent.insert("new"));
     }
 
     #[test]

@@ -354,3 +354,51 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_with_tens_of_thousands_of_problems_is_recorded_rejected_once() {
+    let (_cluster, client) = common::start().await;
+    let mut repo = FleetRepo::new();
+    repo.commit(
+        &[
+            ("ns.yaml", Some(common::manifests::NAMESPACE)),
+            (
+                "marker.yaml",
+                Some(&common::manifests::config_map("marker", "good")),
+            ),
+        ],
+        "Good",
+    );
+    let mut syncer = common::syncer(&client, repo.path()).await;
+    expect_applied(&mut syncer, "good").await.expect("good");
+    // 30 files of 1,000 documents without a kind (a file holds at most 1,024): one problem
+    // each, about 2 MB of them, more than a status may hold.
+    let problems = 30_000;
+    let bad = "a: 1\n---\n".repeat(1_000);
+    let names: Vec<String> = (0..30).map(|i| format!("bad/{i}.yaml")).collect();
+    let files: Vec<(&str, Option<&str>)> = names
+        .iter()
+        .map(|name| (name.as_str(), Some(bad.as_str())))
+        .collect();
+    repo.commit(&files, "Many problems");
+    let outcome = syncer.sync().await.expect("the rejection is recorded");
+    let Outcome::Rejected { errors, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        errors.len() >= problems,
+        "{} {:?}",
+        errors.len(),
+        errors.first()
+    );
+    let status = sync_status(&client).await.expect("status");
+    assert_eq!(status.phase, "Failed");
+    assert!(
+        status.error.len() < 64 * 1024 && status.error.contains(" more"),
+        "the status holds the first problems and how many more: {} bytes",
+        status.error.len()
+    );
+    // Recorded: not judged again.
+    let again = syncer.sync().await.expect("sync");
+    assert!(matches!(again, Outcome::Unchanged), "{again:?}");
+}

@@ -15,11 +15,12 @@ use serde_json::{Map, Value, json};
 
 use super::PlanError;
 use super::lws;
+use super::mask::{Scrub, mask_pair};
 use super::model::{LeaderWorkerSetChange, ObjectAction, ObjectChange, ObjectRef};
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
 use crate::controllers::lws::labels::NAME_LABEL;
-use crate::sync::diff::{Action, DiffError, comparable, diff_object, mask_secrets, unified};
+use crate::sync::diff::{Action, DiffError, comparable, diff_object, unified};
 use crate::sync::discovery::ClusterKinds;
 use crate::sync::inventory::{Inventory, stamped_by};
 use crate::sync::manifests::{Manifest, ManifestError, ObjectId, is_node, modules_in};
@@ -63,6 +64,8 @@ pub async fn changes(
             continue;
         };
         let desired = stamped_by(&manifest.object, commit);
+        // The diff and the server's refusals are texts made elsewhere: scrub what they quote.
+        let scrub = Scrub::of([&manifest.object, &desired]);
         match diff_object(cluster.client, resource, &desired).await {
             Ok(outcome) => {
                 let action = match outcome.action {
@@ -75,14 +78,17 @@ pub async fn changes(
                     action,
                     file: Some(manifest.file.clone()),
                     line: Some(manifest.line),
-                    diff: outcome.diff,
+                    diff: scrub.text(&outcome.diff),
                 });
             }
             Err(DiffError::DryRun { source, .. }) => refused.push(ManifestError {
                 file: manifest.file.clone(),
                 line: Some(manifest.line),
                 field: None,
-                message: format!("the API server refuses {}: {source}", manifest.id()),
+                message: scrub.text(&format!(
+                    "the API server refuses {}: {source}",
+                    manifest.id()
+                )),
             }),
             Err(error @ DiffError::Live { .. }) => return Err(PlanError::Diff(error)),
         }
@@ -93,7 +99,7 @@ pub async fn changes(
 /// A change that cannot be dry-run (a create of a kind or in a namespace head adds, or a
 /// Node the cluster does not have), shown as its manifest declares it.
 fn as_declared(manifest: &Manifest, action: ObjectAction) -> ObjectChange {
-    let (_, after) = mask_secrets(&Value::Null, &comparable(&manifest.object));
+    let (_, after) = mask_pair(&Value::Null, &comparable(&manifest.object));
     ObjectChange {
         id: object_ref(manifest),
         action,
@@ -181,7 +187,7 @@ pub async fn departure(
     } else {
         (ObjectAction::Prune, comparable(&live), Value::Null)
     };
-    let (before, after) = mask_secrets(&before, &after);
+    let (before, after) = mask_pair(&before, &after);
     Ok(Some(ObjectChange {
         id,
         action,

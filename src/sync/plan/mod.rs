@@ -19,6 +19,7 @@
 
 mod live;
 mod lws;
+mod mask;
 mod model;
 mod offline;
 mod policy;
@@ -44,7 +45,7 @@ use crate::sync::manifests::{
     Catalog, DesiredState, MAX_COMMIT_BYTES, ManifestError, ManifestFile, Settings, StaticCatalog,
     check_transition, is_node, load,
 };
-use crate::sync::source::{CommitInfo, RepoFile, Source, SourceError};
+use crate::sync::source::{CommitInfo, RepoFile, Source, SourceError, redact_url};
 use capstan_api::UpgradeConfig;
 use kube::Resource as _;
 use render::plural;
@@ -113,7 +114,7 @@ impl PlanInput {
                 source,
             })?;
         Ok(PlanInput {
-            repository: source.location().to_string(),
+            repository: redact_url(source.location()),
             branch: source.branch().to_string(),
             path: source.path().to_string(),
             base_files: source.files_at(&base.sha, limit),
@@ -155,7 +156,27 @@ pub fn offline(input: &PlanInput) -> Plan {
     let (leader_worker_sets, warnings) = lws::offline(base, &head.manifests, &findings.objects);
     findings.leader_worker_sets = leader_worker_sets;
     findings.warnings.extend(warnings);
-    assemble(input, Mode::Offline, None, &head.settings, findings)
+    let mut plan = assemble(input, Mode::Offline, None, &head.settings, findings);
+    let objects = base.iter().chain(&head.manifests).map(|m| &m.object);
+    scrub(&mut plan, &mask::Scrub::of(objects));
+    plan
+}
+
+/// A last pass over the texts of `plan` that may quote a value: the errors and warnings
+/// scrubbed of every Secret value; the diffs, masked object by object when made ([`mask`]),
+/// only of the last-applied annotation (scrubbing one object's diff of another's values
+/// would mask unrelated words).
+fn scrub(plan: &mut Plan, scrub: &mask::Scrub) {
+    let annotation_only = mask::Scrub::default();
+    for object in &mut plan.objects {
+        object.diff = annotation_only.text(&object.diff);
+    }
+    for error in &mut plan.errors {
+        error.message = scrub.text(&error.message);
+    }
+    for warning in &mut plan.warnings {
+        *warning = scrub.text(warning);
+    }
 }
 
 /// Head against the live cluster behind `client`: kinds from its discovery, objects by
@@ -234,6 +255,10 @@ pub async fn live(
         .map_err(cluster_error(
             "reading the pods of the nodes to drain and their LeaderWorkerSets",
         ))?;
+    scrub(
+        &mut plan,
+        &mask::Scrub::of(head.manifests.iter().map(|m| &m.object)),
+    );
     Ok(plan)
 }
 

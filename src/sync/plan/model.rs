@@ -18,7 +18,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct Plan {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
-    /// The repository: its root folder, or its URL without password.
+    /// The repository: its root folder, or its URL without credentials.
     pub repository: String,
     /// The tracked branch.
     pub branch: String,

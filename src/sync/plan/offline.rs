@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use super::mask::mask_pair;
 use super::model::{ObjectAction, ObjectChange, ObjectRef};
-use crate::sync::diff::{mask_secrets, unified_between};
+use crate::sync::diff::unified_between;
 use crate::sync::manifests::{Manifest, ObjectId, is_node};
 
 /// The objects head creates or configures, in head's file order.
@@ -72,7 +73,7 @@ fn change(
     before: &Value,
     after: &Value,
 ) -> ObjectChange {
-    let (before, after) = mask_secrets(before, after);
+    let (before, after) = mask_pair(before, after);
     ObjectChange {
         id: object_ref(manifest),
         action,

@@ -854,3 +854,73 @@ fn a_node_is_never_created() {
          not created (worker-5)"
     );
 }
+
+/// No Secret value reaches a plan, whatever shape it comes in: a map, a string, a list,
+/// or the last-applied annotation of a Secret or of any object holding one.
+#[test]
+fn secret_values_never_show_in_any_rendering() {
+    const VALUES: [&str; 4] = [
+        "c3VwZXJzZWNyZXQ=",
+        "supersecret",
+        "hunter2-value",
+        "b3RoZXJzZWNyZXQ=",
+    ];
+    let secret = |name: &str, body: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: kmm-demo\n{body}"
+        )
+    };
+    let held = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"held"},"data":{"t":"c3VwZXJzZWNyZXQ="}}"#;
+    let annotated = |kind: &str, name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: kmm-demo\n  annotations:\n    kubectl.kubernetes.io/last-applied-configuration: '{held}'\n{extra}"
+        )
+    };
+    let base = with_changes(
+        &base_fleet(),
+        &[(
+            "fleet/secrets.yaml",
+            Some(
+                secret("map", "data:\n  token: c3VwZXJzZWNyZXQ=\n")
+                    + "---\n"
+                    + &secret("gone", "stringData:\n  token: hunter2-value\n")
+                    + "---\n"
+                    + &annotated("Secret", "self", "data:\n  t: c3VwZXJzZWNyZXQ=\n"),
+            ),
+        )],
+    );
+    let head = with_changes(
+        &base,
+        &[(
+            "fleet/secrets.yaml",
+            Some(
+                secret("map", "data:\n  token: b3RoZXJzZWNyZXQ=\n")
+                    + "---\n"
+                    + &secret("string", "data: c3VwZXJzZWNyZXQ=\n")
+                    + "---\n"
+                    + &secret("list", "stringData:\n  - hunter2-value\n  - supersecret\n")
+                    + "---\n"
+                    + &annotated("Secret", "self", "data:\n  t: b3RoZXJzZWNyZXQ=\n")
+                    + "---\n"
+                    + &annotated("ConfigMap", "holder", "data:\n  k: v\n"),
+            ),
+        )],
+    );
+    let plan = plan_of(&base, &head, Some(7));
+    let renderings = [
+        render_text(&plan, false),
+        render_markdown(&plan).join("\n"),
+        render_json(&plan),
+        format!("{plan:?}"),
+    ];
+    for rendering in &renderings {
+        for value in VALUES {
+            assert!(!rendering.contains(value), "{value} shows in:\n{rendering}");
+        }
+    }
+    let names: Vec<&str> = plan.objects.iter().map(|o| o.id.name.as_str()).collect();
+    for name in ["map", "holder", "self", "gone"] {
+        assert!(names.contains(&name), "{name} not planned: {names:?}");
+    }
+    assert!(renderings[0].contains("(masked: may hold a Secret's values)"));
+}

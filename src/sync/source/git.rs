@@ -8,6 +8,7 @@ use git2::{BranchType, Direction, ErrorCode, FetchOptions, ObjectType, Oid, Repo
 use super::auth::{Auth, Credentials};
 use super::commit::{CommitInfo, pull_request_of};
 use super::error::SourceError;
+use super::redact::{redact_message, redact_url, redact_urls_in};
 
 mod work_tree;
 
@@ -49,7 +50,7 @@ pub struct RepoFile {
 /// A Git branch to follow: a local repository, or a bare clone of a remote in the state directory.
 pub struct Source {
     repo: Repository,
-    /// The repository as messages name it: its path, or its URL with any password hidden.
+    /// The repository as messages name it: its path, or its URL without credentials ([`redact_url`]).
     location: String,
     /// Present when the repository is a clone of a remote.
     origin: Option<Credentials>,
@@ -117,7 +118,7 @@ impl Source {
             Source::open_remote(repo, branch, path, state_dir, auth)
         } else {
             Err(SourceError::RepoNotFound {
-                repo: repo.to_string(),
+                repo: redact_url(repo),
             })
         }
     }
@@ -196,10 +197,10 @@ impl Source {
             std::fs::create_dir_all(state_dir).map_err(|e| state_error(e.to_string()))?;
             Repository::init_bare(&dir).map_err(|e| state_error(e.message().to_string()))?
         };
-        let location = without_password(url);
+        let location = redact_url(url);
         let git_error = |e: git2::Error| SourceError::Git {
             repo: location.clone(),
-            message: e.message().to_string(),
+            message: redact_message(e.message(), url),
         };
         match repo.find_remote("origin") {
             Ok(remote) if remote.url_bytes() == url.as_bytes() => {}
@@ -226,7 +227,7 @@ impl Source {
         self.origin.is_some()
     }
 
-    /// The repository as messages name it: its root folder, or its URL with any password hidden.
+    /// The repository as messages name it: its root folder, or its URL without credentials ([`redact_url`]).
     pub fn location(&self) -> &str {
         &self.location
     }
@@ -497,7 +498,16 @@ impl Source {
     }
 
     fn network_error(&self, e: git2::Error) -> SourceError {
-        let (repo, message) = (self.location.clone(), e.message().to_string());
+        let message = match self
+            .repo
+            .find_remote("origin")
+            .ok()
+            .map(|r| String::from_utf8_lossy(r.url_bytes()).into_owned())
+        {
+            Some(url) => redact_message(e.message(), &url),
+            None => redact_urls_in(e.message()),
+        };
+        let repo = self.location.clone();
         match e.code() {
             ErrorCode::Auth => SourceError::Authentication { repo, message },
             ErrorCode::Certificate => SourceError::Certificate { repo, message },
@@ -512,7 +522,7 @@ impl Source {
     fn git_error(&self, e: git2::Error) -> SourceError {
         SourceError::Git {
             repo: self.location.clone(),
-            message: e.message().to_string(),
+            message: redact_urls_in(e.message()),
         }
     }
 }
@@ -782,26 +792,6 @@ fn looks_like_scp_url(repo: &str) -> bool {
         (Some(colon), Some(slash)) => colon < slash,
         (Some(_), None) => true,
         _ => false,
-    }
-}
-
-/// A URL fit for messages and logs: `https://user:secret@host` becomes `https://user:***@host`.
-fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            if user.len() == userinfo.len() {
-                url.to_string()
-            } else {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            }
-        }
-        None => url.to_string(),
     }
 }
 
@@ -1442,7 +1432,7 @@ mod tests {
             ),
             (
                 "https://bot@github.com/acme/fleet",
-                "https://bot@github.com/acme/fleet",
+                "https://***@github.com/acme/fleet",
             ),
             (
                 "git@github.com:acme/fleet.git",
@@ -1450,7 +1440,7 @@ mod tests {
             ),
         ];
         for (url, shown) in urls {
-            assert_eq!(without_password(url), shown);
+            assert_eq!(redact_url(url), shown);
         }
     }
 

@@ -12,6 +12,7 @@ mod auth;
 mod commit;
 mod error;
 mod git;
+mod redact;
 mod watch;
 mod webhook;
 
@@ -19,5 +20,6 @@ pub use auth::Auth;
 pub use commit::{CommitInfo, pull_request_of};
 pub use error::SourceError;
 pub use git::{RepoFile, Source, WORK_TREE, WORK_TREE_SUBJECT};
+pub use redact::{redact_message, redact_url, redact_urls_in};
 pub use watch::{RefWatcher, watch_refs};
 pub use webhook::{WebhookError, verify_github_signature};

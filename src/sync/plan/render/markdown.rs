@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::escape::{cell_code, code, fenced, html, text as escape};
 use super::{
     context_line, forced_summary, leader_worker_set_text, phase_suffix, plural, pod_list,
     summary_line, versions,
@@ -69,7 +70,7 @@ fn objects(plan: &Plan, out: &mut String) {
     for object in &plan.objects {
         let place = object
             .declared_at()
-            .map(|place| format!("`{place}`"))
+            .map(|place| cell_code(&place))
             .unwrap_or_default();
         let note = object
             .note()
@@ -77,9 +78,9 @@ fn objects(plan: &Plan, out: &mut String) {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "| {} | `{}` | {}{note} | {place} |",
+            "| {} | {} | {}{note} | {place} |",
             object.action.sign(),
-            object.id,
+            cell_code(&object.id.to_string()),
             object.action.as_str()
         );
     }
@@ -98,23 +99,24 @@ fn nodes(plan: &Plan, out: &mut String) {
     for node in &plan.nodes {
         let _ = writeln!(
             out,
-            "\n**{}. {}**: `{}` {}, wave {}\n",
+            "\n**{}. {}**: {} {}, wave {}\n",
             node.order,
             escape(&node.node),
-            node.module,
+            code(&node.module.to_string()),
             escape(&versions(node.from.as_deref(), node.to.as_deref())),
             node.wave
         );
         if let (Some(campaign), Some(at)) = (&node.campaign, &node.held_until) {
             let _ = writeln!(
                 out,
-                "Held until {} (campaign `{campaign}`); cordoned and drained first, uncordoned \
+                "Held until {} (campaign {}); cordoned and drained first, uncordoned \
                  after step 4.\n",
-                escape(at)
+                escape(at),
+                code(campaign)
             );
         }
         if let Some(drain) = &node.drain {
-            let list = |pods: &[String]| pod_list(pods, |pod| format!("`{pod}`"));
+            let list = |pods: &[String]| pod_list(pods, code);
             let recreated = if drain.recreated_groups.is_empty() {
                 String::new()
             } else {
@@ -147,10 +149,11 @@ fn campaigns(plan: &Plan, out: &mut String) {
         let phase = phase_suffix(campaign);
         let _ = writeln!(
             out,
-            "- `{}` rolls out `{}`: held until {}{phase}",
-            campaign.name,
-            campaign.version,
-            escape(&campaign.upgrade_at)
+            "- {} rolls out {}: held until {}{}",
+            code(&campaign.name),
+            code(&campaign.version),
+            escape(&campaign.upgrade_at),
+            escape(&phase)
         );
     }
 }
@@ -163,9 +166,8 @@ fn leader_worker_sets(plan: &Plan, out: &mut String) {
     for set in &plan.leader_worker_sets {
         let _ = writeln!(
             out,
-            "- `{}/{}`: {}",
-            set.namespace,
-            set.name,
+            "- {}: {}",
+            code(&format!("{}/{}", set.namespace, set.name)),
             escape(&leader_worker_set_text(set))
         );
     }
@@ -212,34 +214,13 @@ fn diffs(plan: &Plan, out: &mut String) {
     for object in &plan.objects {
         let _ = write!(
             out,
-            "\n<details><summary>{} {} ({})</summary>\n\n```diff\n{}",
+            "\n<details><summary>{} {} ({})</summary>\n\n{}\n</details>\n",
             object.action.sign(),
-            escape(&object.id.to_string()),
+            html(&object.id.to_string()),
             object.action.as_str(),
-            object.diff
+            fenced("diff", &object.diff)
         );
-        if !object.diff.ends_with('\n') {
-            out.push('\n');
-        }
-        out.push_str("```\n\n</details>\n");
     }
-}
-
-/// Text with the characters markdown and HTML would read as markup escaped.
-fn escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '<' => escaped.push_str("&lt;"),
-            '>' => escaped.push_str("&gt;"),
-            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '#' => {
-                escaped.push('\\');
-                escaped.push(c);
-            }
-            _ => escaped.push(c),
-        }
-    }
-    escaped
 }
 
 /// Splits a markdown document into parts of at most `budget` bytes plus a continuation
@@ -293,7 +274,7 @@ impl Splitter {
     fn push(&mut self, line: &str) {
         // A tenth of the budget leaves room for the blocks a part reopens.
         let longest = (self.budget / 10).max(1);
-        if line.len() > longest {
+        if line.len() > longest && self.fence.is_some() {
             for piece in pieces(line, longest) {
                 self.push(piece);
             }
@@ -302,6 +283,7 @@ impl Splitter {
         if self.fence.is_none() && !line.starts_with('|') {
             self.table.clear();
         }
+        let line = &self.cut_outside_fence(line, longest);
         let needed = self.current.len() + line.len() + 1 + self.closing_len();
         if !self.fresh && needed > self.budget {
             self.start_part();
@@ -314,12 +296,16 @@ impl Splitter {
 
     /// Notes the blocks `line` opens or closes.
     fn follow(&mut self, line: &str) {
-        if line.trim_start().starts_with("```") {
-            self.fence = match self.fence {
-                Some(_) => None,
-                None => Some(line.to_string()),
-            };
-        } else if self.fence.is_none() {
+        if let Some(fence) = &self.fence {
+            // Only a line of at least as many backticks as the opening fence closes it.
+            let opened = fence_length(fence);
+            let trimmed = line.trim();
+            if trimmed.len() >= opened && trimmed.chars().all(|c| c == '`') {
+                self.fence = None;
+            }
+        } else if line.trim_start().starts_with("```") {
+            self.fence = Some(line.to_string());
+        } else {
             if line.starts_with("<details>") {
                 self.details = Some(line.to_string());
             } else if line.starts_with("</details>") {
@@ -336,8 +322,9 @@ impl Splitter {
 
     fn closing(&self) -> String {
         let mut closing = String::new();
-        if self.fence.is_some() {
-            closing.push_str("```\n");
+        if let Some(fence) = &self.fence {
+            closing.push_str(&"`".repeat(fence_length(fence)));
+            closing.push('\n');
         }
         if self.details.is_some() {
             closing.push_str("\n</details>\n");
@@ -374,6 +361,28 @@ impl Splitter {
             self.parts.push(self.current);
         }
         self.parts
+    }
+}
+
+/// How many backticks open the fenced code block `line` opens.
+fn fence_length(line: &str) -> usize {
+    line.trim_start().chars().take_while(|c| *c == '`').count()
+}
+
+impl Splitter {
+    /// `line` as written outside a code block: a line longer than `longest` bytes is cut
+    /// short, not split, since its second half would start a line of its own and could
+    /// open a heading, a list or a quote.
+    fn cut_outside_fence<'a>(&self, line: &'a str, longest: usize) -> std::borrow::Cow<'a, str> {
+        if self.fence.is_some() || line.len() <= longest {
+            return std::borrow::Cow::Borrowed(line);
+        }
+        const MARK: &str = " …(cut)";
+        let mut end = longest.saturating_sub(MARK.len());
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        std::borrow::Cow::Owned(format!("{}{MARK}", &line[..end]))
     }
 }
 
@@ -496,13 +505,5 @@ mod tests {
             assert!(part.len() <= 1_000 + 64, "{} bytes", part.len());
             assert_balanced(part);
         }
-    }
-
-    #[test]
-    fn markup_in_text_is_escaped() {
-        assert_eq!(
-            escape("a <b> | `c` *d* _e_ #1"),
-            "a &lt;b&gt; \\| \\`c\\` \\*d\\* \\_e\\_ \\#1"
-        );
     }
 }

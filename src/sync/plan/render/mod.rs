@@ -1,6 +1,7 @@
 //! A plan as people and programs read it: text for terminals, markdown for pull-request
 //! comments (split to fit them), JSON for scripts.
 
+mod escape;
 mod markdown;
 mod text;
 

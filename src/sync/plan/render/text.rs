@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::escape::{terminal as clean, terminal_line as line_of};
 use super::{
     context_line, forced_summary, leader_worker_set_text, phase_suffix, plural, pod_list,
     summary_line, versions,
@@ -73,9 +74,19 @@ impl Paint {
 /// `NO_COLOR` unset).
 pub fn render_text(plan: &Plan, color: bool) -> String {
     let paint = Paint { on: color };
-    let mut out = format!("{} {}\n", paint.bold("capstan plan:"), context_line(plan));
-    let _ = writeln!(out, "  base {} {}", plan.base.short_sha, plan.base.subject);
-    let _ = writeln!(out, "  head {} {}", plan.head.short_sha, plan.head.subject);
+    let mut out = format!(
+        "{} {}\n",
+        paint.bold("capstan plan:"),
+        line_of(&context_line(plan))
+    );
+    for (name, commit) in [("base", &plan.base), ("head", &plan.head)] {
+        let _ = writeln!(
+            out,
+            "  {name} {} {}",
+            line_of(&commit.short_sha),
+            line_of(&commit.subject)
+        );
+    }
     errors(plan, paint, &mut out);
     warnings(plan, paint, &mut out);
     objects(plan, paint, &mut out);
@@ -83,7 +94,12 @@ pub fn render_text(plan: &Plan, color: bool) -> String {
     leader_worker_sets(plan, &mut out);
     policy(plan, paint, &mut out);
     diffs(plan, paint, &mut out);
-    let _ = writeln!(out, "\n{} {}", paint.bold("Plan:"), summary_line(plan));
+    let _ = writeln!(
+        out,
+        "\n{} {}",
+        paint.bold("Plan:"),
+        line_of(&summary_line(plan))
+    );
     out
 }
 
@@ -97,7 +113,7 @@ fn errors(plan: &Plan, paint: Paint, out: &mut String) {
         paint.red(&plural(plan.errors.len(), "error"))
     );
     for error in &plan.errors {
-        let _ = writeln!(out, "  {error}");
+        let _ = writeln!(out, "  {}", clean(&error.to_string()));
     }
 }
 
@@ -107,7 +123,7 @@ fn warnings(plan: &Plan, paint: Paint, out: &mut String) {
     }
     let _ = writeln!(out, "\n{}", paint.yellow("Warnings:"));
     for warning in &plan.warnings {
-        let _ = writeln!(out, "  {warning}");
+        let _ = writeln!(out, "  {}", clean(warning));
     }
 }
 
@@ -119,13 +135,13 @@ fn objects(plan: &Plan, paint: Paint, out: &mut String) {
     let width = plan
         .objects
         .iter()
-        .map(|o| o.id.to_string().len())
+        .map(|o| line_of(&o.id.to_string()).chars().count())
         .max()
         .unwrap_or(0);
     for object in &plan.objects {
         let place = object
             .declared_at()
-            .map(|place| format!("  {place}"))
+            .map(|place| format!("  {}", line_of(&place)))
             .unwrap_or_default();
         let note = object
             .note()
@@ -134,7 +150,7 @@ fn objects(plan: &Plan, paint: Paint, out: &mut String) {
         let line = format!(
             "{} {:width$}  {:9}",
             object.action.sign(),
-            object.id.to_string(),
+            line_of(&object.id.to_string()),
             object.action.as_str()
         );
         let _ = writeln!(out, "  {}{place}{note}", paint.action(object.action, &line));
@@ -155,37 +171,39 @@ fn nodes(plan: &Plan, out: &mut String) {
             out,
             "  {}. {}  {} {}  (wave {})",
             node.order,
-            node.node,
-            node.module,
-            versions(node.from.as_deref(), node.to.as_deref()),
+            line_of(&node.node),
+            line_of(&node.module),
+            line_of(&versions(node.from.as_deref(), node.to.as_deref())),
             node.wave
         );
         if let (Some(campaign), Some(at)) = (&node.campaign, &node.held_until) {
             let _ = writeln!(
                 out,
-                "       held until {at} (campaign {campaign}); cordoned and drained first, \
-                 uncordoned after step 4"
+                "       held until {} (campaign {}); cordoned and drained first, \
+                 uncordoned after step 4",
+                line_of(at),
+                line_of(campaign)
             );
         }
         if let Some(drain) = &node.drain {
-            let list = |pods: &[String]| pod_list(pods, str::to_string);
+            let list = |pods: &[String]| pod_list(pods, line_of);
             let _ = writeln!(out, "       drain evicts: {}", list(&drain.evicted));
             let _ = writeln!(
                 out,
                 "       protected by a PodDisruptionBudget: {}",
                 list(&drain.protected)
             );
-            let _ = writeln!(out, "       forced: {}", forced_summary(drain));
+            let _ = writeln!(out, "       forced: {}", line_of(&forced_summary(drain)));
             if !drain.recreated_groups.is_empty() {
                 let _ = writeln!(
                     out,
                     "       LeaderWorkerSet groups recreated: {}",
-                    drain.recreated_groups.join(", ")
+                    line_of(&drain.recreated_groups.join(", "))
                 );
             }
         }
         for step in &node.steps {
-            let _ = writeln!(out, "       {}. {}", step.number, step.description);
+            let _ = writeln!(out, "       {}. {}", step.number, clean(&step.description));
         }
     }
     campaigns(plan, out);
@@ -197,12 +215,15 @@ fn campaigns(plan: &Plan, out: &mut String) {
     }
     let _ = writeln!(out, "\nCampaigns:");
     for campaign in &plan.campaigns {
-        let phase = phase_suffix(campaign);
+        let phase = line_of(&phase_suffix(campaign));
         let _ = writeln!(
             out,
             "  {} rolls out {}: held until {}{phase}; PodDisruptionBudgets forced after \
              PDBForceDrainTimeout {} min + nodeDrain.expectedNodeDrainTime",
-            campaign.name, campaign.version, campaign.upgrade_at, campaign.pdb_force_drain_timeout
+            line_of(&campaign.name),
+            line_of(&campaign.version),
+            line_of(&campaign.upgrade_at),
+            campaign.pdb_force_drain_timeout
         );
     }
 }
@@ -215,18 +236,26 @@ fn leader_worker_sets(plan: &Plan, out: &mut String) {
     let names: Vec<String> = plan
         .leader_worker_sets
         .iter()
-        .map(|set| format!("{}/{}", set.namespace, set.name))
+        .map(|set| line_of(&format!("{}/{}", set.namespace, set.name)))
         .collect();
-    let width = names.iter().map(String::len).max().unwrap_or(0);
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
     for (name, set) in names.iter().zip(&plan.leader_worker_sets) {
-        let _ = writeln!(out, "  {name:width$}  {}", leader_worker_set_text(set));
+        let _ = writeln!(
+            out,
+            "  {name:width$}  {}",
+            line_of(&leader_worker_set_text(set))
+        );
     }
 }
 
 fn policy(plan: &Plan, paint: Paint, out: &mut String) {
     let policy = &plan.policy;
     out.push_str("\nPolicy:\n");
-    let waves: Vec<String> = policy.waves.iter().map(|wave| wave.join(", ")).collect();
+    let waves: Vec<String> = policy
+        .waves
+        .iter()
+        .map(|wave| line_of(&wave.join(", ")))
+        .collect();
     let waves = if waves.is_empty() {
         "no node moves".to_string()
     } else {
@@ -245,7 +274,8 @@ fn policy(plan: &Plan, paint: Paint, out: &mut String) {
     let _ = writeln!(
         out,
         "  requirePullRequest: {} ({status}: {})",
-        check.required, check.message
+        check.required,
+        clean(&check.message)
     );
     let _ = writeln!(out, "  prune: {}", policy.prune);
 }
@@ -255,12 +285,12 @@ fn diffs(plan: &Plan, paint: Paint, out: &mut String) {
         let heading = format!(
             "{} {} ({})",
             object.action.sign(),
-            object.id,
+            line_of(&object.id.to_string()),
             object.action.as_str()
         );
         let _ = writeln!(out, "\n{}", paint.action(object.action, &heading));
         for line in object.diff.lines() {
-            let _ = writeln!(out, "  {}", paint.diff_line(line));
+            let _ = writeln!(out, "  {}", paint.diff_line(&clean(line)));
         }
     }
 }
