@@ -85,7 +85,7 @@ fn a_hostile_pull_request_cannot_reshape_its_plan_comment() {
         &[
             (
                 "fleet/hidden.yaml",
-                Some(config_map("x\n<!-- hidden", "before the comment")),
+                Some(config_map("hidden", "x\n<!-- hidden")),
             ),
             (
                 "fleet/f`<img src=x>`.yaml",
@@ -140,14 +140,7 @@ fn a_hostile_pull_request_cannot_reshape_its_plan_comment() {
     assert_eq!(html.matches("<table>").count(), 1, "{context}");
     let table = &html[html.find("<table>").unwrap()..html.find("</table>").unwrap()];
     assert_eq!(table.matches("<tr>").count(), objects + 1, "{context}");
-    for name in [
-        "x\\n&lt;!-- hidden",
-        "img",
-        "heading",
-        "mention",
-        "long",
-        "zzz-last",
-    ] {
+    for name in ["hidden", "img", "heading", "mention", "long", "zzz-last"] {
         assert!(table.contains(name), "{name} not in the table: {context}");
     }
     assert!(table.contains("&lt;img src=x&gt;"), "{context}");
@@ -180,4 +173,32 @@ fn a_hostile_pull_request_cannot_reshape_its_plan_comment() {
     );
     assert!(html.contains("the last object"), "{context}");
     assert!(html.contains("~~~~ the end"), "{context}");
+}
+
+#[test]
+fn a_name_the_api_server_would_refuse_is_an_error_that_cannot_reshape_the_comment() {
+    let head = with_changes(
+        &fleet_v1(),
+        &[(
+            "fleet/hidden.yaml",
+            Some(config_map("x\n<!-- hidden", "before the comment")),
+        )],
+    );
+    let fleet = FleetRepo::proposal(&fleet_v1(), &head);
+    let args = ["plan", "--path", "fleet", "--format"];
+    let json = capstan(fleet.path(), &[&args[..], &["json"]].concat());
+    let plan: Value = serde_json::from_str(&stdout(&json)).expect("a JSON plan");
+    let error = &plan["errors"][0];
+    assert_eq!(
+        (&error["file"], &error["field"]),
+        (
+            &Value::from("fleet/hidden.yaml"),
+            &Value::from("metadata.name")
+        ),
+        "{plan}"
+    );
+    let output = capstan(fleet.path(), &[&args[..], &["markdown"]].concat());
+    let html = cmark_gfm(&stdout(&output));
+    assert!(!html.contains("<!--"), "{html}");
+    assert!(html.contains("x\\n&lt;!-- hidden"), "{html}");
 }

@@ -24,7 +24,10 @@ use super::{Manifest, ManifestError, ObjectId, closest_name, schema};
 use capstan_api::labels::{KMM_PREFIX, ModuleKey, ModuleLabel, validate_label_value};
 use capstan_api::lws::{SubGroupPolicy, SubGroupPolicyType};
 use capstan_api::module::{KernelMapping, ModprobeSpec, ModuleLoaderContainerSpec, Sign};
-use capstan_api::names::{label_key, label_value_errors, qualified_name_errors};
+use capstan_api::names::{
+    dns1123_label_errors, dns1123_subdomain_errors, label_key, label_value_errors,
+    qualified_name_errors,
+};
 use capstan_api::{LeaderWorkerSet, Module, UpgradeConfig};
 use capstan_worker::modprobe::canonical_name;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -266,6 +269,11 @@ fn metadata(object: &Value) -> Vec<Finding> {
         .unwrap_or_default();
     if let Err(reason) = object_name(name) {
         found.push(finding(FieldPath::of(&["metadata", "name"]), reason));
+    } else if let Some(errors) = kind_name_errors(object, name) {
+        found.push(finding(
+            FieldPath::of(&["metadata", "name"]),
+            format!("Invalid value: {name:?}: {}", errors.join("; ")),
+        ));
     }
     if let Some(namespace) = object
         .pointer("/metadata/namespace")
@@ -323,6 +331,43 @@ fn key_values(
         }
     }
     found
+}
+
+/// What a built-in kind's names must be, as the API server's validation of the kind has it
+/// (Kubernetes 1.36): a DNS-1123 label for Namespaces, StatefulSets (their pods' hostnames
+/// add a suffix) and Services (`RelaxedServiceNameValidation`, on by default since 1.36),
+/// a path segment only for RBAC's kinds, a DNS-1123 subdomain for the others. `None`: the
+/// kind is not a built-in one (its CRD's server decides), or the name passes.
+fn kind_name_errors(object: &Value, name: &str) -> Option<Vec<String>> {
+    let api_version = object.get("apiVersion").and_then(Value::as_str)?;
+    let kind = object.get("kind").and_then(Value::as_str)?;
+    let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+    let errors = match (group, kind) {
+        ("", "Namespace" | "Service") | ("apps", "StatefulSet") => dns1123_label_errors(name),
+        ("rbac.authorization.k8s.io", _) => return None,
+        (
+            "",
+            "ConfigMap"
+            | "Secret"
+            | "ServiceAccount"
+            | "Pod"
+            | "Node"
+            | "PersistentVolume"
+            | "PersistentVolumeClaim"
+            | "Endpoints"
+            | "LimitRange"
+            | "ResourceQuota"
+            | "ReplicationController",
+        )
+        | ("apps", "Deployment" | "DaemonSet" | "ReplicaSet" | "ControllerRevision")
+        | ("batch", "Job" | "CronJob")
+        | ("networking.k8s.io", "Ingress" | "IngressClass" | "NetworkPolicy")
+        | ("policy", "PodDisruptionBudget")
+        | ("scheduling.k8s.io", "PriorityClass")
+        | ("storage.k8s.io", "StorageClass") => dns1123_subdomain_errors(name),
+        _ => return None,
+    };
+    (!errors.is_empty()).then_some(errors)
 }
 
 /// A name Kubernetes accepts in a URL path segment (the rule every kind shares).

@@ -1468,3 +1468,65 @@ fn a_subgroup_exclusive_topology_needs_subgroups() {
         ],
     );
 }
+
+#[test]
+fn names_follow_their_kinds_rules_as_the_api_server_checks_them() {
+    let ns = |name: &str| format!("  namespace: {name}\n");
+    // (api version, kind, name, namespaced, accepted)
+    let rows = [
+        ("v1", "ConfigMap", "settings.v2", true, true),
+        ("v1", "ConfigMap", "Bad_Name", true, false),
+        ("v1", "ConfigMap", "x\n<!-- hidden", true, false),
+        ("v1", "Secret", "tls.example.com", true, true),
+        ("v1", "Secret", "UPPER", true, false),
+        ("v1", "Service", "web", true, true),
+        ("v1", "Service", "web.v2", true, false),
+        ("v1", "Service", "70b-vllm", true, true),
+        ("v1", "Namespace", "team-a", false, true),
+        ("v1", "Namespace", "team.a", false, false),
+        ("apps/v1", "StatefulSet", "db.v2", true, false),
+        ("apps/v1", "Deployment", "web.v2", true, true),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            "system:reader",
+            false,
+            true,
+        ),
+    ];
+    for (api_version, kind, name, namespaced, accepted) in rows {
+        let quoted = serde_json::to_string(name).unwrap();
+        let rest = match kind {
+            "ConfigMap" => "data: {a: b}\n",
+            "Secret" => "stringData: {a: b}\n",
+            "Service" => "spec:\n  ports: [{port: 80}]\n",
+            "StatefulSet" | "Deployment" => {
+                "spec:\n  selector: {matchLabels: {app: x}}\n  template:\n    metadata: \
+                 {labels: {app: x}}\n    spec:\n      containers: [{name: c, image: i}]\n"
+            }
+            "ClusterRole" => "rules: []\n",
+            _ => "",
+        };
+        let text = format!(
+            "apiVersion: {api_version}\nkind: {kind}\nmetadata:\n  name: {quoted}\n{}{rest}",
+            if namespaced {
+                ns("default")
+            } else {
+                String::new()
+            }
+        );
+        let result = load_all(&[("o.yaml", text)])
+            .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>());
+        let named = |errors: &[String]| {
+            errors
+                .iter()
+                .any(|e| e.starts_with("o.yaml:4: metadata.name: Invalid value"))
+        };
+        match (result, accepted) {
+            (Ok(_), true) => {}
+            (Err(errors), false) => assert!(named(&errors), "{kind} {name:?}: {errors:?}"),
+            (Err(errors), true) => panic!("{kind} {name:?} refused: {errors:?}"),
+            (Ok(_), false) => panic!("{kind} {name:?} accepted"),
+        }
+    }
+}
