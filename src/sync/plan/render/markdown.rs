@@ -42,13 +42,27 @@ fn document(plan: &Plan) -> String {
     out
 }
 
+/// The errors a comment lists: a commit can hold tens of thousands, and a comment that
+/// lists them all comes in dozens of parts (the text and JSON plans list every one).
+pub const COMMENT_ERRORS: usize = 100;
+
 fn errors(plan: &Plan, out: &mut String) {
-    if plan.errors.is_empty() {
+    error_list(&plan.errors, out);
+}
+
+fn error_list(errors: &[impl std::fmt::Display], out: &mut String) {
+    if errors.is_empty() {
         return;
     }
     out.push_str("\n#### Errors\n\nThe sync would reject head until these are fixed:\n\n");
-    for error in &plan.errors {
+    for error in errors.iter().take(COMMENT_ERRORS) {
         let _ = writeln!(out, "- {}", escape(&error.to_string()));
+    }
+    if let Some(more) = errors.len().checked_sub(COMMENT_ERRORS).filter(|n| *n > 0) {
+        let _ = writeln!(
+            out,
+            "- and {more} more: `capstan plan` in text or JSON lists every one"
+        );
     }
 }
 
@@ -432,6 +446,23 @@ mod tests {
         }
         doc.push_str("```\n\n</details>\n");
         doc
+    }
+
+    #[test]
+    fn a_comment_lists_the_first_errors_and_counts_the_rest() {
+        for (count, listed, more) in [(3, 3, None), (100, 100, None), (250, 100, Some(150))] {
+            let errors: Vec<String> = (0..count).map(|i| format!("f.yaml:{i}: bad")).collect();
+            let mut out = String::new();
+            error_list(&errors, &mut out);
+            let lines = out.lines().filter(|l| l.starts_with("- f.yaml")).count();
+            assert_eq!(lines, listed, "{count}");
+            let tail = more.map(|n| format!("- and {n} more: "));
+            assert_eq!(
+                tail.as_deref().is_some_and(|t| out.contains(t)),
+                more.is_some(),
+                "{out}"
+            );
+        }
     }
 
     #[test]
