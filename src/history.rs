@@ -17,8 +17,8 @@ pub mod recorder;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde::Serialize;
 
 use crate::controllers::drain::DrainStep;
@@ -183,6 +183,32 @@ pub async fn write_record(
             Ok(false)
         }
         Err(err) => Err(err),
+    }
+}
+
+/// [`write_record`] from a controller, which may record before any sync made capstan's
+/// namespace: the namespace is made (server-side apply as `manager`) and the write tried
+/// again.
+pub async fn write_record_making_namespace(
+    client: &kube::Client,
+    spec: HistoryRecordSpec,
+    manager: &str,
+) -> Result<bool, kube::Error> {
+    match write_record(client, spec.clone()).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": SYSTEM_NAMESPACE}});
+            namespaces
+                .patch(
+                    SYSTEM_NAMESPACE,
+                    &PatchParams::apply(manager),
+                    &Patch::Apply(&namespace),
+                )
+                .await?;
+            write_record(client, spec).await
+        }
+        other => other,
     }
 }
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use futures::{FutureExt as _, StreamExt as _};
 use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -392,14 +392,9 @@ async fn record_strategy(
     record: &StrategyRecord,
 ) -> Result<(), kube::Error> {
     let client = &shared.ctx.client;
-    let created = match history::write_record(client, record.spec.clone()).await {
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            // No sync has made capstan's namespace yet.
-            ensure_system_namespace(client).await?;
-            history::write_record(client, record.spec.clone()).await?
-        }
-        other => other?,
-    };
+    let created =
+        history::write_record_making_namespace(client, record.spec.clone(), managers::NODEKEEPER)
+            .await?;
     if !created {
         return Ok(());
     }
@@ -424,20 +419,6 @@ async fn record_strategy(
         tracing::warn!(%err, node = %node.name_any(), "could not record a drain-strategy event");
     }
     Ok(())
-}
-
-async fn ensure_system_namespace(client: &kube::Client) -> Result<(), kube::Error> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": SYSTEM_NAMESPACE}});
-    namespaces
-        .patch(
-            SYSTEM_NAMESPACE,
-            &PatchParams::apply(managers::NODEKEEPER),
-            &Patch::Apply(&namespace),
-        )
-        .await
-        .map(|_| ())
 }
 
 /// Does `action` to `pod`, that pod only (by UID). A pod already gone, or replaced by

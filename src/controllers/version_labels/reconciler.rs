@@ -27,12 +27,11 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource as _, ResourceExt as _};
-use serde_json::json;
 
 use super::facts::{
     carries, facts_of, holds_slot, is_device_plugin_of, module_keys, not_ready_since,
@@ -233,7 +232,6 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
     else {
         return Ok(Action::await_change());
     };
-    say_resumed(shared, &node);
     let mut inputs = NodeInputs {
         node: name.clone(),
         modules: modules_of(shared, &node, true),
@@ -248,6 +246,7 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         cordon: cordon_of(&node),
         not_ready_since: not_ready_since(&node),
     };
+    say_resumed(shared, &node, &inputs.modules);
     // The clock is read for each decision, after the reads it confirms: a step then takes
     // a time later than every write the confirming list saw (the last step of the node
     // whose slot it takes, above all).
@@ -268,13 +267,13 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
 /// Logs, once per upgrade, each upgrade of `node` that started before this controller did:
 /// the process restarted (or took over the Lease) in the middle of it. A drained node's is
 /// the drain controller's to say.
-fn say_resumed(shared: &Shared, node: &Node) {
+fn say_resumed(shared: &Shared, node: &Node, modules: &[(ModuleKey, NodeModuleFacts)]) {
     if node.annotations().contains_key(DRAIN_ANNOTATION) {
         return;
     }
     let name = node.name_any();
-    for (key, facts) in modules_of(shared, node, false) {
-        let Some(progress) = facts.progress.filter(super::Progress::upgrading) else {
+    for (key, facts) in modules {
+        let Some(progress) = facts.progress.as_ref().filter(|p| p.upgrading()) else {
             continue;
         };
         let Some(started) = progress.started_at.filter(|at| *at < shared.started) else {
@@ -616,14 +615,12 @@ async fn record_step(
     now: Timestamp,
 ) -> Result<Timestamp, kube::Error> {
     let client = &shared.ctx.client;
-    let created = match history::write_record(client, record.spec.clone()).await {
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            // No sync has made capstan's namespace yet.
-            ensure_system_namespace(client).await?;
-            history::write_record(client, record.spec.clone()).await?
-        }
-        other => other?,
-    };
+    let created = history::write_record_making_namespace(
+        client,
+        record.spec.clone(),
+        managers::VERSION_LABELS,
+    )
+    .await?;
     if !created {
         let records: Api<HistoryRecord> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
         let recorded = records.get_opt(&history::record_name(&record.spec)).await?;
@@ -653,13 +650,9 @@ async fn record_step(
 /// record is new, its Event on the Module.
 async fn record_release(shared: &Shared, record: &HistoryRecordSpec) -> Result<(), kube::Error> {
     let client = &shared.ctx.client;
-    let created = match history::write_record(client, record.clone()).await {
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            ensure_system_namespace(client).await?;
-            history::write_record(client, record.clone()).await?
-        }
-        other => other?,
-    };
+    let created =
+        history::write_record_making_namespace(client, record.clone(), managers::VERSION_LABELS)
+            .await?;
     if !created {
         return Ok(());
     }
@@ -731,13 +724,12 @@ pub async fn write_drain_record(
     record: &DrainRecord,
 ) -> Result<(), kube::Error> {
     let client = &ctx.client;
-    let created = match history::write_record(client, record.spec.clone()).await {
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            ensure_system_namespace(client).await?;
-            history::write_record(client, record.spec.clone()).await?
-        }
-        other => other?,
-    };
+    let created = history::write_record_making_namespace(
+        client,
+        record.spec.clone(),
+        managers::VERSION_LABELS,
+    )
+    .await?;
     if created
         && let Err(err) = history::record_event(
             &ctx.recorder,
@@ -753,21 +745,6 @@ pub async fn write_drain_record(
         tracing::warn!(%err, node = %node.name_any(), "could not record a drain event");
     }
     Ok(())
-}
-
-/// Makes capstan's namespace, where history records live.
-pub async fn ensure_system_namespace(client: &kube::Client) -> Result<(), kube::Error> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": SYSTEM_NAMESPACE}});
-    namespaces
-        .patch(
-            SYSTEM_NAMESPACE,
-            &PatchParams::apply(managers::VERSION_LABELS),
-            &Patch::Apply(&namespace),
-        )
-        .await
-        .map(|_| ())
 }
 
 /// The Event that says, once per wait, why a node does not move.

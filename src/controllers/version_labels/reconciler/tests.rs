@@ -15,6 +15,7 @@ use crate::controllers::fixtures::{self, Call, REVISION_12, SHA_12, commit_12, s
 use crate::controllers::version_labels::{GUARD_RECHECK, POLICY_RECHECK, UPGRADE_RECHECK};
 use capstan_api::clock::ManualClock;
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
+use serde_json::json;
 
 const NOW: &str = "2026-11-21T10:14:13Z";
 
