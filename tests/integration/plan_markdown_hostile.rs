@@ -25,6 +25,7 @@ fn config_map(name: &str, value: &str) -> String {
 /// The plan's markdown rendered as GitHub renders it (before its sanitizer), failing
 /// clearly when cmark-gfm is not installed.
 fn cmark_gfm(markdown: &str) -> String {
+    crate::registry::ensure_packages();
     let mut child = match Command::new("cmark-gfm")
         .args(["--extension", "table", "--extension", "strikethrough"])
         .args([

@@ -43,12 +43,14 @@ pub struct Registry {
     options: RegistryOptions,
 }
 
-/// The Debian packages the worker's tests run: the registry, and kmod's `depmod` and
-/// `modprobe` (`gcc` builds the modules).
-const PACKAGES: [(&str, &str); 3] = [
+/// The Debian packages tests run: the registry, and kmod's `depmod` and `modprobe` (`gcc`
+/// builds the modules) for the worker's; cmark-gfm, GitHub's markdown renderer, for the
+/// plan comment's (`plan_markdown_hostile`).
+const PACKAGES: [(&str, &str); 4] = [
     ("docker-registry", REGISTRY_BINARY),
     ("kmod", "/usr/bin/kmod"),
     ("gcc", "/usr/bin/gcc"),
+    ("cmark-gfm", "/usr/bin/cmark-gfm"),
 ];
 
 /// Installs the missing [`PACKAGES`] with apt-get when this runs as root on a Debian
