@@ -191,19 +191,9 @@ pub fn replay(
 /// Why a commit's files cannot be read, as a rejection line: `file: message` when one file
 /// is to blame, like the other problems of a commit.
 fn problem(error: &SourceError) -> String {
-    match error {
-        SourceError::SymlinkEscapes { link, target } => format!(
-            "{link}: symlink to '{target}' leads out of the repository; only links inside it \
-             are followed"
-        ),
-        SourceError::SymlinkDangling { link, target } => {
-            format!("{link}: symlink to '{target}', which does not exist in the commit")
-        }
-        SourceError::SymlinkLoop { link } => format!("{link}: symlink leads into a loop of links"),
-        SourceError::FileTooLarge { path, size, limit } => {
-            format!("{path}: the file has {size} bytes, over the limit of {limit} bytes")
-        }
-        other => other.to_string(),
+    match error.in_commit() {
+        Some((file, message)) => format!("{file}: {message}"),
+        None => error.to_string(),
     }
 }
 

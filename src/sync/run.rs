@@ -27,10 +27,10 @@ use super::apply::{self, Action, ApplyError};
 use super::discovery::ClusterKinds;
 use super::follow::{self, Attribution, Landed, MAX_REPLAY, Replay};
 use super::inventory::{self, Inventory};
-use super::manifests::{DesiredState, DriftPolicy, MAX_FILE_BYTES, ObjectId};
+use super::manifests::{DesiredState, DriftPolicy, ObjectId};
 use super::metrics::Metrics;
 use super::prune::{self, Pruned};
-use super::source::{CommitInfo, Source, SourceError};
+use super::source::{CommitInfo, ReadBudget, Source, SourceError};
 use super::status;
 use crate::controllers::metrics::UpgradeMetrics;
 use crate::history::recorder::Recorder;
@@ -242,7 +242,7 @@ impl Syncer {
         let sha = &sync.status.as_ref()?.last_applied_commit.as_ref()?.sha;
         let source = self.source();
         let commit = source.resolve(sha).ok()?;
-        let files = source.files_at(&commit.sha, MAX_FILE_BYTES as u64).ok()?;
+        let files = source.files_at(&commit.sha, &ReadBudget::COMMIT).ok()?;
         let desired = follow::load_accepted(&files, source.path(), &self.kinds).ok()?;
         Some(AppliedCommit { commit, desired })
     }
@@ -261,7 +261,7 @@ impl Syncer {
             })
             .unwrap_or_else(|| vec![head.clone()]);
         let landed = commits.into_iter().map(|commit| Landed {
-            files: source.files_at(&commit.sha, MAX_FILE_BYTES as u64),
+            files: source.files_at(&commit.sha, &ReadBudget::COMMIT),
             commit,
         });
         follow::replay(
@@ -1123,7 +1123,7 @@ mod tests {
     fn commit(campaigns: &[(&str, &str)]) -> Vec<RepoFile> {
         let mut files = vec![RepoFile {
             path: "module.yaml".into(),
-            contents: module("my-kmod", "v1").into_bytes(),
+            contents: module("my-kmod", "v1").as_bytes().into(),
         }];
         for (name, version) in campaigns {
             let text = format!(
@@ -1134,7 +1134,7 @@ mod tests {
             );
             files.push(RepoFile {
                 path: format!("{name}.yaml"),
-                contents: text.into_bytes(),
+                contents: text.as_bytes().into(),
             });
         }
         files

@@ -402,3 +402,50 @@ async fn a_commit_with_tens_of_thousands_of_problems_is_recorded_rejected_once()
     let again = syncer.sync().await.expect("sync");
     assert!(matches!(again, Outcome::Unchanged), "{again:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_commit_fanning_one_file_out_past_the_budget_is_refused_and_the_last_good_one_stays()
+ {
+    let (_cluster, client) = common::start().await;
+    let mut repo = FleetRepo::new();
+    repo.commit(
+        &[
+            ("ns.yaml", Some(common::manifests::NAMESPACE)),
+            (
+                "marker.yaml",
+                Some(&common::manifests::config_map("marker", "good")),
+            ),
+        ],
+        "Good",
+    );
+    let mut syncer = common::syncer(&client, repo.path()).await;
+    expect_applied(&mut syncer, "good").await.expect("good");
+    // A few kilobytes in Git: one 256 KiB ConfigMap at 4,096 paths, 1 GiB to parse.
+    let big = common::manifests::config_map("big", &"x".repeat(256 * 1024));
+    repo.commit_fan_out(
+        "main",
+        "fan",
+        big.as_bytes(),
+        (8, 4),
+        &["m.yaml"],
+        "Fan out",
+    );
+    let outcome = syncer.sync().await.expect("the rejection is recorded");
+    let Outcome::Rejected { errors, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        // The 256th file passes 64 MiB; the 3,840 after it are not read.
+        errors[0].starts_with(
+            "fan/d0/d3/d7/d7/m.yaml: the manifest files reach more than 67108864 bytes"
+        ),
+        "{errors:?}"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kmm-demo");
+    let marker = maps
+        .get("marker")
+        .await
+        .expect("the last good commit stays");
+    assert_eq!(marker.data.expect("data")["value"], "good");
+}

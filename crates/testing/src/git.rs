@@ -3,7 +3,7 @@
 //! exact trees (symlinks included) on any branch, merges, branches, packed refs, and bare
 //! repositories standing for remotes. Every commit is Ada Lovelace's.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use git2::{
     Index, IndexAddOption, IndexEntry, IndexTime, Oid, Repository, RepositoryInitOptions, Signature,
@@ -82,6 +82,12 @@ impl FleetRepo {
         FleetRepo { dir, git }
     }
 
+    /// Keeps the repository on disk after this value is gone, and returns where: for a
+    /// process that only prepares repositories for another.
+    pub fn keep(self) -> PathBuf {
+        self.dir.keep()
+    }
+
     /// The work tree, or the repository itself when bare.
     pub fn path(&self) -> &Path {
         self.dir.path()
@@ -135,6 +141,43 @@ impl FleetRepo {
         let refname = format!("refs/heads/{branch}");
         let parents: Vec<Oid> = self.git.refname_to_id(&refname).into_iter().collect();
         self.commit_tree(&refname, self.write_tree(entries), message, &parents)
+    }
+
+    /// Commits on `branch` a tree whose folder `folder` holds one blob, `contents`, fanned
+    /// out: `width` folders of `width` folders, `depth` levels deep, each last folder holding
+    /// it under every name of `leaves`. A commit of a few kilobytes then names
+    /// `width^depth * leaves.len()` files, as a hostile pull request can.
+    pub fn commit_fan_out(
+        &self,
+        branch: &str,
+        folder: &str,
+        contents: &[u8],
+        (width, depth): (usize, usize),
+        leaves: &[&str],
+        message: &str,
+    ) -> Oid {
+        let git = &self.git;
+        let blob = git.blob(contents).expect("blob");
+        let mut leaf = git.treebuilder(None).expect("tree builder");
+        for name in leaves {
+            leaf.insert(name, blob, 0o100644).expect("insert");
+        }
+        let mut tree = leaf.write().expect("leaf tree");
+        for _ in 0..depth {
+            let mut level = git.treebuilder(None).expect("tree builder");
+            for i in 0..width {
+                level
+                    .insert(format!("d{i}"), tree, 0o040000)
+                    .expect("insert");
+            }
+            tree = level.write().expect("tree");
+        }
+        let mut root = git.treebuilder(None).expect("tree builder");
+        root.insert(folder, tree, 0o040000).expect("insert");
+        let root = root.write().expect("root tree");
+        let refname = format!("refs/heads/{branch}");
+        let parents: Vec<Oid> = git.refname_to_id(&refname).into_iter().collect();
+        self.commit_tree(&refname, root, message, &parents)
     }
 
     /// A merge commit of `from` into `into` whose tree is exactly `entries`.

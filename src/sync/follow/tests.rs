@@ -24,7 +24,7 @@ fn fleet(module_version: &str, labels: [&str; 3], setting: &str) -> Vec<RepoFile
 fn file(path: &str, text: &str) -> RepoFile {
     RepoFile {
         path: path.to_string(),
-        contents: text.as_bytes().to_vec(),
+        contents: text.as_bytes().into(),
     }
 }
 

@@ -145,7 +145,8 @@ pub struct ManifestError {
 }
 
 impl ManifestError {
-    fn new(
+    /// A problem at `file` (and `line`, `field` when known).
+    pub fn new(
         file: &str,
         line: Option<usize>,
         field: Option<String>,

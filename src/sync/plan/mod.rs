@@ -42,10 +42,10 @@ use crate::sync::follow;
 use crate::sync::inventory::{Inventory, id_of, inventory_of, read_sync};
 use crate::sync::manifests::Manifest;
 use crate::sync::manifests::{
-    Catalog, DesiredState, MAX_COMMIT_BYTES, ManifestError, ManifestFile, Settings, StaticCatalog,
-    check_transition, is_node, load,
+    Catalog, DesiredState, ManifestError, ManifestFile, Settings, StaticCatalog, check_transition,
+    is_node, load,
 };
-use crate::sync::source::{CommitInfo, RepoFile, Source, SourceError, redact_url};
+use crate::sync::source::{CommitInfo, ReadBudget, RepoFile, Source, SourceError, redact_url};
 use capstan_api::UpgradeConfig;
 use kube::Resource as _;
 use render::plural;
@@ -92,7 +92,9 @@ pub struct PlanInput {
     /// commit does not name it).
     pub pull_request: Option<u64>,
     base_files: Result<Vec<RepoFile>, SourceError>,
-    head_files: Vec<RepoFile>,
+    /// Head's files, or the problem of its content that rejects it whole (a file or the
+    /// commit over its budget, a symlink out of the repository).
+    head_files: Result<Vec<RepoFile>, ManifestError>,
 }
 
 impl PlanInput {
@@ -106,18 +108,23 @@ impl PlanInput {
         head: CommitInfo,
         pull_request: Option<u64>,
     ) -> Result<PlanInput, PlanError> {
-        let limit = MAX_COMMIT_BYTES as u64;
-        let head_files = source
-            .files_at(&head.sha, limit)
-            .map_err(|source| PlanError::Head {
-                commit: head.short_sha().to_string(),
-                source,
-            })?;
+        let head_files = match source.files_at(&head.sha, &ReadBudget::COMMIT) {
+            Ok(files) => Ok(files),
+            Err(error) => match error.in_commit() {
+                Some((file, message)) => Err(ManifestError::new(file, None, None, message)),
+                None => {
+                    return Err(PlanError::Head {
+                        commit: head.short_sha().to_string(),
+                        source: error,
+                    });
+                }
+            },
+        };
         Ok(PlanInput {
             repository: redact_url(source.location()),
             branch: source.branch().to_string(),
             path: source.path().to_string(),
-            base_files: source.files_at(&base.sha, limit),
+            base_files: source.files_at(&base.sha, &ReadBudget::COMMIT),
             base,
             head,
             pull_request,
@@ -328,7 +335,11 @@ impl States {
                 empty()
             }
         };
-        let (head, errors) = match load_files(&input.head_files, &input.path, catalog) {
+        let loaded = match &input.head_files {
+            Ok(files) => load_files(files, &input.path, catalog),
+            Err(unreadable) => Err(vec![unreadable.clone()]),
+        };
+        let (head, errors) = match loaded {
             Ok(head) => {
                 let errors = check_transition(Some(&base), &head);
                 (Some(head), errors)

@@ -109,6 +109,15 @@ pub enum SourceError {
     /// A file is over the size limit.
     #[error("file '{path}' is {size} bytes, over the limit of {limit} bytes")]
     FileTooLarge { path: String, size: u64, limit: u64 },
+    /// The commit's synced folder holds more paths than one commit may.
+    #[error("{path}: {}", too_many_paths(*.limit))]
+    TooManyPaths { path: String, limit: usize },
+    /// The commit holds more manifest files than one commit may.
+    #[error("{path}: {}", too_many_files(*.limit))]
+    TooManyFiles { path: String, limit: usize },
+    /// The commit's manifest files hold more bytes than one commit may.
+    #[error("{path}: {}", too_many_bytes(*.limit))]
+    CommitTooLarge { path: String, limit: u64 },
     /// Any other failure reading the repository (a corrupt object, an unreadable file).
     #[error("reading {repo}: {message}")]
     Git { repo: String, message: String },
@@ -119,4 +128,59 @@ pub enum SourceError {
         #[source]
         source: notify::Error,
     },
+}
+
+impl SourceError {
+    /// For a problem of the commit's content rather than of reaching the repository (a
+    /// symlink, a file or the whole commit over its budget), the path at fault and what is
+    /// wrong there: such a commit is rejected like one with an invalid manifest.
+    pub fn in_commit(&self) -> Option<(&str, String)> {
+        let problem = match self {
+            SourceError::SymlinkEscapes { link, target } => (
+                link,
+                format!(
+                    "symlink to '{target}' leads out of the repository; only links inside it \
+                     are followed"
+                ),
+            ),
+            SourceError::SymlinkDangling { link, target } => (
+                link,
+                format!("symlink to '{target}', which does not exist in the commit"),
+            ),
+            SourceError::SymlinkLoop { link } => {
+                (link, "symlink leads into a loop of links".to_string())
+            }
+            SourceError::FileTooLarge { path, size, limit } => (
+                path,
+                format!("the file has {size} bytes, over the limit of {limit} bytes"),
+            ),
+            SourceError::TooManyPaths { path, limit } => (path, too_many_paths(*limit)),
+            SourceError::TooManyFiles { path, limit } => (path, too_many_files(*limit)),
+            SourceError::CommitTooLarge { path, limit } => (path, too_many_bytes(*limit)),
+            _ => return None,
+        };
+        Some((problem.0.as_str(), problem.1))
+    }
+}
+
+fn too_many_paths(limit: usize) -> String {
+    format!(
+        "the synced folder has more than {limit} paths (files, folders and links, each path a \
+         symlink reaches counted), the limit for one commit; sync a smaller folder or move \
+         files out"
+    )
+}
+
+fn too_many_files(limit: usize) -> String {
+    format!(
+        "the synced folder has more than {limit} manifest files, the limit for one commit; \
+         join small manifests into fewer files"
+    )
+}
+
+fn too_many_bytes(limit: u64) -> String {
+    format!(
+        "the manifest files reach more than {limit} bytes with this file (a file reached by \
+         several paths counts at each), the limit for one commit"
+    )
 }

@@ -1,7 +1,9 @@
 //! The Git repository desired state is read from: opening, fetching, resolving, reading files.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use git2::{BranchType, Direction, ErrorCode, FetchOptions, ObjectType, Oid, Repository};
 
@@ -37,14 +39,46 @@ impl EntryKind {
     }
 }
 
-/// A committed file under the tracked path.
+/// A committed manifest file under the tracked path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RepoFile {
     /// Path relative to the repository root, `/`-separated; for a file reached through a
     /// symlink, the link's path.
     pub path: String,
-    /// The committed contents.
-    pub contents: Vec<u8>,
+    /// The committed contents, shared by every path that reaches the same blob.
+    pub contents: Arc<[u8]>,
+}
+
+/// How much of one commit capstan reads: counted while its tree is walked, before any file
+/// is read, so that a commit over budget costs no more than the budget to refuse. `plan`
+/// and `sync` read with the same one ([`ReadBudget::COMMIT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadBudget {
+    /// Paths walked under the synced folder: files, folders and links of any name, each
+    /// path a symlink reaches counted again.
+    pub max_paths: usize,
+    /// Manifest files (`*.yaml`, `*.yml`; not hidden) read.
+    pub max_files: usize,
+    /// Bytes of one manifest file.
+    pub max_file_bytes: u64,
+    /// Bytes of all manifest files, a blob counted at every path that reaches it (each path
+    /// is parsed on its own).
+    pub max_bytes: u64,
+}
+
+impl ReadBudget {
+    /// The budget of every commit `plan` and `sync` read.
+    pub const COMMIT: ReadBudget = ReadBudget {
+        max_paths: 100_000,
+        max_files: 20_000,
+        max_file_bytes: crate::sync::manifests::MAX_FILE_BYTES as u64,
+        max_bytes: crate::sync::manifests::MAX_COMMIT_BYTES as u64,
+    };
+}
+
+/// Whether a file named `name` is read as manifests (hidden names are skipped before).
+fn is_manifest_name(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml")
 }
 
 /// A Git branch to follow: a local repository, or a bare clone of a remote in the state directory.
@@ -368,23 +402,27 @@ impl Source {
         Ok(None)
     }
 
-    /// Every file under the tracked path at a commit, sorted by path.
+    /// Every manifest file (`*.yaml`, `*.yml`) under the tracked path at a commit, sorted by
+    /// path. Hidden files and folders (a name starting with `.`) are neither walked nor read,
+    /// and other files are counted but not read.
     ///
     /// Symlinks inside the repository resolve to their target's contents (a link to a folder
-    /// brings its files under the link's path). Fails on a symlink leading out of the repository
-    /// (absolute, or `..` past the root), dangling or looping; on a file larger than
-    /// `max_file_bytes`; and when the path is missing or not a folder at that commit.
-    pub fn files_at(&self, sha: &str, max_file_bytes: u64) -> Result<Vec<RepoFile>, SourceError> {
+    /// brings its files under the link's path); a blob reached by several paths is read once.
+    /// Fails on a symlink leading out of the repository (absolute, or `..` past the root),
+    /// dangling or looping; past `budget`, at the path where it was exceeded; and when the
+    /// path is missing or not a folder at that commit.
+    pub fn files_at(&self, sha: &str, budget: &ReadBudget) -> Result<Vec<RepoFile>, SourceError> {
         let commit = self.find_commit(sha)?;
         let root = commit.tree().map_err(|e| self.git_error(e))?;
         let snapshot = Snapshot {
             source: self,
             root: &root,
-            max_file_bytes,
+            budget,
         };
         let (start, real) = snapshot.folder(&self.path, &commit)?;
-        let mut files = Vec::new();
-        snapshot.collect(&start, &self.path, &real, &mut vec![start.id()], &mut files)?;
+        let mut walk = Walk::default();
+        snapshot.collect(&start, &self.path, &real, &mut vec![start.id()], &mut walk)?;
+        let mut files = walk.files;
         files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(files)
     }
@@ -403,7 +441,7 @@ impl Source {
         let snapshot = Snapshot {
             source: self,
             root: &root,
-            max_file_bytes: 0,
+            budget: &ReadBudget::COMMIT,
         };
         snapshot.folder(&self.path, &commit).map(drop)
     }
@@ -531,7 +569,17 @@ impl Source {
 struct Snapshot<'a> {
     source: &'a Source,
     root: &'a git2::Tree<'a>,
-    max_file_bytes: u64,
+    budget: &'a ReadBudget,
+}
+
+/// What a walk of one commit has found and spent so far.
+#[derive(Default)]
+struct Walk {
+    files: Vec<RepoFile>,
+    paths: usize,
+    bytes: u64,
+    /// Blobs already read, by id: a blob fanned out to many paths is held once.
+    blobs: HashMap<Oid, Arc<[u8]>>,
 }
 
 /// What a path leads to once its symlinks are followed, with the real path it ends at.
@@ -573,21 +621,33 @@ impl<'a> Snapshot<'a> {
         path: &str,
         real: &[String],
         ancestors: &mut Vec<Oid>,
-        files: &mut Vec<RepoFile>,
+        walk: &mut Walk,
     ) -> Result<(), SourceError> {
         for entry in tree.iter() {
             let name = String::from_utf8_lossy(entry.name_bytes()).into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
             let entry_path = join(path, &name);
+            walk.paths += 1;
+            if walk.paths > self.budget.max_paths {
+                return Err(SourceError::TooManyPaths {
+                    path: entry_path,
+                    limit: self.budget.max_paths,
+                });
+            }
+            let manifest = is_manifest_name(&name);
             let mut entry_real = real.to_vec();
             entry_real.push(name);
             match EntryKind::of(&entry) {
                 EntryKind::Folder => {
                     let subtree = self.tree(entry.id())?;
                     ancestors.push(subtree.id());
-                    self.collect(&subtree, &entry_path, &entry_real, ancestors, files)?;
+                    self.collect(&subtree, &entry_path, &entry_real, ancestors, walk)?;
                     ancestors.pop();
                 }
-                EntryKind::File => files.push(self.read(entry.id(), entry_path)?),
+                EntryKind::File if manifest => self.read(entry.id(), entry_path, walk)?,
+                EntryKind::File => {}
                 EntryKind::Link => {
                     let target = self.link_target(entry.id())?;
                     let mut link_dir = entry_real;
@@ -599,14 +659,15 @@ impl<'a> Snapshot<'a> {
                         }
                     })?;
                     match self.lookup(resolved, &entry_path)? {
-                        Target::File(blob) => files.push(self.read(blob, entry_path)?),
+                        Target::File(blob) if manifest => self.read(blob, entry_path, walk)?,
+                        Target::File(_) => {}
                         Target::Folder(subtree, subtree_real) => {
                             // A link to a folder above itself would list its files forever.
                             if ancestors.contains(&subtree.id()) {
                                 return Err(SourceError::SymlinkLoop { link: entry_path });
                             }
                             ancestors.push(subtree.id());
-                            self.collect(&subtree, &entry_path, &subtree_real, ancestors, files)?;
+                            self.collect(&subtree, &entry_path, &subtree_real, ancestors, walk)?;
                             ancestors.pop();
                         }
                         Target::Missing => {
@@ -687,30 +748,59 @@ impl<'a> Snapshot<'a> {
         Ok(String::from_utf8_lossy(blob.content()).into_owned())
     }
 
-    /// Reads a file, checking its size before loading it.
-    fn read(&self, id: Oid, path: String) -> Result<RepoFile, SourceError> {
-        let repo = &self.source.repo;
-        let odb = repo.odb().map_err(|e| self.source.git_error(e))?;
-        let (size, _) = odb.read_header(id).map_err(|e| self.source.git_error(e))?;
-        let size = size as u64;
-        if size > self.max_file_bytes {
-            return Err(SourceError::FileTooLarge {
+    /// Adds the manifest file `path` (blob `id`) to the walk, checking its size and the
+    /// commit's budget before reading it; a blob read before is not read again.
+    fn read(&self, id: Oid, path: String, walk: &mut Walk) -> Result<(), SourceError> {
+        let budget = self.budget;
+        if walk.files.len() >= budget.max_files {
+            return Err(SourceError::TooManyFiles {
                 path,
+                limit: budget.max_files,
+            });
+        }
+        let contents = match walk.blobs.get(&id) {
+            Some(contents) => Arc::clone(contents),
+            None => {
+                let repo = &self.source.repo;
+                let odb = repo.odb().map_err(|e| self.source.git_error(e))?;
+                let (size, _) = odb.read_header(id).map_err(|e| self.source.git_error(e))?;
+                self.spend(size as u64, &path, walk)?;
+                let object = odb.read(id).map_err(|e| self.source.git_error(e))?;
+                if object.kind() != ObjectType::Blob {
+                    return Err(SourceError::Git {
+                        repo: self.source.location.clone(),
+                        message: format!("'{path}' is not a file object"),
+                    });
+                }
+                let contents: Arc<[u8]> = Arc::from(object.data());
+                walk.blobs.insert(id, Arc::clone(&contents));
+                walk.files.push(RepoFile { path, contents });
+                return Ok(());
+            }
+        };
+        self.spend(contents.len() as u64, &path, walk)?;
+        walk.files.push(RepoFile { path, contents });
+        Ok(())
+    }
+
+    /// Counts `size` bytes at `path` against the budget.
+    fn spend(&self, size: u64, path: &str, walk: &mut Walk) -> Result<(), SourceError> {
+        let budget = self.budget;
+        if size > budget.max_file_bytes {
+            return Err(SourceError::FileTooLarge {
+                path: path.to_string(),
                 size,
-                limit: self.max_file_bytes,
+                limit: budget.max_file_bytes,
             });
         }
-        let object = odb.read(id).map_err(|e| self.source.git_error(e))?;
-        if object.kind() != ObjectType::Blob {
-            return Err(SourceError::Git {
-                repo: self.source.location.clone(),
-                message: format!("'{path}' is not a file object"),
+        walk.bytes = walk.bytes.saturating_add(size);
+        if walk.bytes > budget.max_bytes {
+            return Err(SourceError::CommitTooLarge {
+                path: path.to_string(),
+                limit: budget.max_bytes,
             });
         }
-        Ok(RepoFile {
-            path,
-            contents: object.data().to_vec(),
-        })
+        Ok(())
     }
 }
 
@@ -804,7 +894,7 @@ mod tests {
     use super::*;
     use capstan_testing::git::{Entry, FleetRepo};
 
-    const LIMIT: u64 = 1 << 20;
+    const LIMIT: ReadBudget = ReadBudget::COMMIT;
 
     fn open(repo: &Path, path: Option<&str>) -> Result<Source, SourceError> {
         let state = tempfile::tempdir().expect("state dir");
@@ -854,7 +944,7 @@ mod tests {
 
         let source = open(&repo.path().join("deploy"), Some("apps")).expect("open folder + path");
         assert_eq!(source.path(), "deploy/apps");
-        let files = source.files_at("main", LIMIT).expect("files");
+        let files = source.files_at("main", &LIMIT).expect("files");
         assert_eq!(paths(&files), ["deploy/apps/lws.yaml"]);
 
         let source = open(repo.path(), Some("./deploy/")).expect("open root + path");
@@ -880,7 +970,7 @@ mod tests {
 
         let source = open(repo.path(), Some("deploy")).expect("open");
         let head = source.head().expect("head");
-        let files = source.files_at(&head.sha, LIMIT).expect("files");
+        let files = source.files_at(&head.sha, &LIMIT).expect("files");
         assert_eq!(
             paths(&files),
             [
@@ -907,13 +997,13 @@ mod tests {
             "files",
         );
         let source = open(repo.path(), Some("deploy")).expect("open");
-        let files = source.files_at("main", LIMIT).expect("files");
+        let files = source.files_at("main", &LIMIT).expect("files");
         assert_eq!(
             paths(&files),
             ["deploy/a.yaml", "deploy/a/b.yaml", "deploy/z.yaml"]
         );
         let everything = open(repo.path(), None).expect("open root");
-        assert_eq!(everything.files_at("main", LIMIT).expect("files").len(), 5);
+        assert_eq!(everything.files_at("main", &LIMIT).expect("files").len(), 5);
     }
 
     #[test]
@@ -932,7 +1022,7 @@ mod tests {
         let source = open(repo.path(), None).expect("open");
         let head = source.head().expect("head");
         assert_eq!(head.subject, "on main");
-        let files = source.files_at(&head.sha, LIMIT).expect("files");
+        let files = source.files_at(&head.sha, &LIMIT).expect("files");
         assert_eq!(contents(&files, "a.yaml"), "main");
     }
 
@@ -950,7 +1040,13 @@ mod tests {
             "big",
         );
         let source = open(repo.path(), Some("deploy")).expect("open");
-        let error = source.files_at("main", 1024).expect_err("too large");
+        let budget = |max_file_bytes| ReadBudget {
+            max_file_bytes,
+            ..ReadBudget::COMMIT
+        };
+        let error = source
+            .files_at("main", &budget(1024))
+            .expect_err("too large");
         assert!(
             matches!(&error, SourceError::FileTooLarge { path, size: 2048, limit: 1024 } if path == "deploy/big.yaml"),
             "{error}"
@@ -960,9 +1056,68 @@ mod tests {
             "file 'deploy/big.yaml' is 2048 bytes, over the limit of 1024 bytes"
         );
         assert_eq!(
-            source.files_at("main", 2048).expect("at the limit").len(),
+            source
+                .files_at("main", &budget(2048))
+                .expect("at the limit")
+                .len(),
             3
         );
+    }
+
+    #[test]
+    fn a_commit_over_its_budget_is_refused_where_it_goes_over_before_reading_on() {
+        let repo = FleetRepo::new();
+        repo.commit_files("main", &[("deploy/a.yaml", Entry::File("a"))], "start");
+        // 8 folders of 8 of 8 of 8, each holding the same 1,000-byte file twice.
+        let file = "x".repeat(1000);
+        repo.commit_fan_out(
+            "main",
+            "deploy",
+            file.as_bytes(),
+            (8, 4),
+            &["m.yaml", "notes.txt"],
+            "fan out",
+        );
+        let source = open(repo.path(), Some("deploy")).expect("open");
+
+        // Under the default budget: 4,096 manifests, one blob held once.
+        let files = source.files_at("main", &LIMIT).expect("within budget");
+        assert_eq!(files.len(), 4096, "only the YAML files are read");
+        assert!(
+            files
+                .iter()
+                .all(|f| Arc::ptr_eq(&f.contents, &files[0].contents))
+        );
+
+        let cases = [
+            (
+                ReadBudget {
+                    max_bytes: 10_000,
+                    ..LIMIT
+                },
+                "deploy/d0/d0/d1/d2/m.yaml: the manifest files reach more than 10000 bytes",
+            ),
+            (
+                ReadBudget {
+                    max_files: 100,
+                    ..LIMIT
+                },
+                "deploy/d0/d1/d4/d4/m.yaml: the synced folder has more than 100 manifest files",
+            ),
+            (
+                ReadBudget {
+                    max_paths: 1000,
+                    ..LIMIT
+                },
+                "deploy/d0/d4/d7/d6: the synced folder has more than 1000 paths",
+            ),
+        ];
+        for (budget, message) in cases {
+            let error = source.files_at("main", &budget).expect_err(message);
+            assert!(error.to_string().starts_with(message), "{error}");
+            let (path, _) = error.in_commit().expect("a problem of the commit");
+            assert!(message.starts_with(path), "{path}");
+        }
     }
 
     #[test]
@@ -984,7 +1139,7 @@ mod tests {
             "links",
         );
         let source = open(repo.path(), Some("deploy")).expect("open through a link");
-        let files = source.files_at("main", LIMIT).expect("files");
+        let files = source.files_at("main", &LIMIT).expect("files");
         assert_eq!(
             paths(&files),
             [
@@ -1031,7 +1186,7 @@ mod tests {
             );
             let source = open(repo.path(), Some("deploy")).expect("open");
             let error = source
-                .files_at("main", LIMIT)
+                .files_at("main", &LIMIT)
                 .expect_err(target)
                 .to_string();
             assert!(error.contains("symlink 'deploy/"), "{error}");
@@ -1051,7 +1206,7 @@ mod tests {
             "loop",
         );
         let source = open(repo.path(), Some("deploy")).expect("open");
-        let error = source.files_at("main", LIMIT).expect_err("loop");
+        let error = source.files_at("main", &LIMIT).expect_err("loop");
         assert!(
             matches!(&error, SourceError::SymlinkLoop { link } if link == "deploy/sub/up"),
             "{error}"
@@ -1223,12 +1378,12 @@ mod tests {
             .expect("open for a plan");
         assert_eq!(
             source
-                .files_at(&proposed.to_string(), LIMIT)
+                .files_at(&proposed.to_string(), &LIMIT)
                 .expect("files")
                 .len(),
             3
         );
-        let error = source.files_at("main", LIMIT).expect_err("not on main");
+        let error = source.files_at("main", &LIMIT).expect_err("not on main");
         assert!(matches!(error, SourceError::PathNotFound { .. }), "{error}");
     }
 
@@ -1310,7 +1465,7 @@ mod tests {
         assert_eq!(source.path(), "deploy");
         assert_eq!(source.head().expect("head").sha, first.to_string());
         assert!(state.path().join("repo").join("HEAD").exists());
-        assert_eq!(source.files_at("main", LIMIT).expect("files").len(), 3);
+        assert_eq!(source.files_at("main", &LIMIT).expect("files").len(), 3);
 
         // Unchanged head: nothing is downloaded, not even FETCH_HEAD rewritten.
         let fetch_head = source.git_dir().join("FETCH_HEAD");

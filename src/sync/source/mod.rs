@@ -19,7 +19,7 @@ mod webhook;
 pub use auth::Auth;
 pub use commit::{CommitInfo, pull_request_of};
 pub use error::SourceError;
-pub use git::{RepoFile, Source, WORK_TREE, WORK_TREE_SUBJECT};
+pub use git::{ReadBudget, RepoFile, Source, WORK_TREE, WORK_TREE_SUBJECT};
 pub use redact::{redact_message, redact_url, redact_urls_in};
 pub use watch::{RefWatcher, watch_refs};
 pub use webhook::{WebhookError, verify_github_signature};

@@ -96,7 +96,7 @@ mod tests {
 
     fn files(source: &Source, sha: &str) -> Vec<(String, String)> {
         source
-            .files_at(sha, 1 << 20)
+            .files_at(sha, &crate::sync::source::ReadBudget::COMMIT)
             .expect("files")
             .into_iter()
             .map(|file| {
