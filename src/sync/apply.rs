@@ -138,6 +138,9 @@ impl LiveObjects {
 /// Reads the live objects the manifests declare: one list per kind (or a few gets, for a
 /// kind with many objects in the cluster but few in Git, such as Nodes), and the
 /// namespaces. Kinds the cluster does not serve yet have no live objects.
+///
+/// Fails with [`ApplyError::Refused`], naming each object, when the API server refuses to
+/// let `client` read objects the commit declares (RBAC): such a commit is rejected.
 pub async fn read_live(
     client: &kube::Client,
     kinds: &ClusterKinds,
@@ -151,6 +154,7 @@ pub async fn read_live(
             .push(manifest);
     }
     let mut objects = HashMap::new();
+    let mut refused = Vec::new();
     for ((api_version, kind), wanted) in by_kind {
         let Some(api) = kinds.api(client, api_version, kind, None) else {
             continue;
@@ -159,38 +163,63 @@ pub async fn read_live(
             what: format!("{kind} objects"),
             source,
         };
-        let found: Vec<DynamicObject> = if wanted.len() <= GET_LIMIT {
-            // Collected first: a lazy iterator of futures held across awaits makes the
-            // future not `Send`.
-            let gets: Vec<_> = wanted
-                .iter()
-                .map(|m| {
-                    let api = match &m.namespace {
-                        Some(ns) => kinds.api(client, api_version, kind, Some(ns)),
-                        None => kinds.api(client, api_version, kind, None),
-                    };
-                    async move {
-                        match api {
-                            Some(api) => api.get_opt(&m.name).await,
-                            None => Ok(None),
-                        }
-                    }
-                    .boxed()
-                })
-                .collect();
-            futures::stream::iter(gets)
-                .buffer_unordered(CONCURRENCY)
-                .try_collect::<Vec<_>>()
-                .await
-                .map_err(read_error)?
-                .into_iter()
-                .flatten()
-                .collect()
+        // One list for many objects; one get each for a few, or when the list is forbidden
+        // (an identity whose RBAC is namespaced, as a reach's ServiceAccount may be).
+        let listed = if wanted.len() > GET_LIMIT {
+            match api.list(&ListParams::default()).await {
+                Ok(list) => Some(list.items),
+                Err(kube::Error::Api(status)) if status.code == 403 => None,
+                Err(source) => return Err(read_error(source)),
+            }
         } else {
-            api.list(&ListParams::default())
-                .await
-                .map_err(read_error)?
-                .items
+            None
+        };
+        let found: Vec<DynamicObject> = match listed {
+            Some(items) => items,
+            None => {
+                // Collected first: a lazy iterator of futures held across awaits makes the
+                // future not `Send`.
+                let gets: Vec<_> = wanted
+                    .iter()
+                    .map(|m| {
+                        let api = kinds.api(client, api_version, kind, m.namespace.as_deref());
+                        async move {
+                            let got = match api {
+                                Some(api) => api.get_opt(&m.name).await,
+                                None => Ok(None),
+                            };
+                            match got {
+                                Ok(found) => Ok((found, None)),
+                                // Not readable by the writing identity: the commit reaches
+                                // where it may not.
+                                Err(err) if refuses(&err) => Ok((
+                                    None,
+                                    Some(format!(
+                                        "{}:{}: {}: {}",
+                                        m.file,
+                                        m.line,
+                                        m.id(),
+                                        reason(&err)
+                                    )),
+                                )),
+                                Err(err) => Err(err),
+                            }
+                        }
+                        .boxed()
+                    })
+                    .collect();
+                let results = futures::stream::iter(gets)
+                    .buffer_unordered(CONCURRENCY)
+                    .try_collect::<Vec<_>>()
+                    .await
+                    .map_err(read_error)?;
+                let mut found = Vec::new();
+                for (object, refusal) in results {
+                    found.extend(object);
+                    refused.extend(refusal);
+                }
+                found
+            }
         };
         for object in found {
             let value = serde_json::to_value(&object).unwrap_or(Value::Null);
@@ -217,6 +246,10 @@ pub async fn read_live(
             .collect(),
         None => BTreeSet::new(),
     };
+    if !refused.is_empty() {
+        refused.sort();
+        return Err(ApplyError::Refused(refused));
+    }
     Ok(LiveObjects {
         objects,
         namespaces,

@@ -12,6 +12,8 @@ use super::manifests::{Catalog, Scope};
 #[derive(Clone, Debug, Default)]
 pub struct ClusterKinds {
     kinds: HashMap<(String, String), (ApiResource, Scope)>,
+    /// The namespaced kinds that can be listed, each once, at its group's preferred version.
+    namespaced_lists: Vec<ApiResource>,
 }
 
 impl ClusterKinds {
@@ -19,7 +21,16 @@ impl ClusterKinds {
     pub async fn discover(client: &kube::Client) -> Result<Self, kube::Error> {
         let discovery = Discovery::new(client.clone()).run().await?;
         let mut kinds = HashMap::new();
+        let mut namespaced_lists = Vec::new();
         for group in discovery.groups() {
+            for (resource, capabilities) in group.recommended_resources() {
+                if capabilities.scope == KubeScope::Namespaced
+                    && capabilities.supports_operation(kube::discovery::verbs::LIST)
+                    && !resource.plural.contains('/')
+                {
+                    namespaced_lists.push(resource);
+                }
+            }
             for version in group.versions() {
                 for (resource, capabilities) in group.versioned_resources(version) {
                     // Subresources (pods/status) share the kind of their parent.
@@ -36,7 +47,15 @@ impl ClusterKinds {
                 }
             }
         }
-        Ok(ClusterKinds { kinds })
+        Ok(ClusterKinds {
+            kinds,
+            namespaced_lists,
+        })
+    }
+
+    /// Every namespaced kind the cluster can list, once each.
+    pub fn namespaced_lists(&self) -> &[ApiResource] {
+        &self.namespaced_lists
     }
 
     /// The resource serving `kind` in `api_version`.

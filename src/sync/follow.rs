@@ -22,8 +22,10 @@ use super::manifests::{
     Catalog, DesiredState, ManifestError, ManifestFile, ObjectId, campaigns_in_error,
     check_transition, load,
 };
+use super::reach;
 use super::source::{CommitInfo, RepoFile, SourceError};
 use capstan_api::canonical::digest;
+use capstan_api::capstan::Reach;
 
 /// At most this many commits since the applied one are replayed; a branch that moved
 /// further (or was rewritten) is taken at its head alone, judged against the applied commit.
@@ -55,9 +57,11 @@ pub fn judge(
     files: &[RepoFile],
     path: &str,
     catalog: &dyn Catalog,
+    reach: &Reach,
 ) -> Result<DesiredState, Vec<ManifestError>> {
     let next = load(&manifest_files(files), path, catalog)?;
-    let problems = check_transition(previous, &next);
+    let mut problems = reach::check(reach, &next.manifests);
+    problems.extend(check_transition(previous, &next));
     if problems.is_empty() {
         Ok(next)
     } else {
@@ -107,6 +111,7 @@ pub fn replay(
     landed: impl IntoIterator<Item = Landed>,
     path: &str,
     catalog: &dyn Catalog,
+    reach: &Reach,
 ) -> Replay {
     let mut replay = Replay::default();
     // Commits that change nothing under the path are common (a monorepo's other folders):
@@ -141,7 +146,7 @@ pub fn replay(
             continue;
         }
         let before = replay.accepted.as_ref().map(|a| &a.desired).or(previous);
-        match judge(before, &files, path, catalog) {
+        match judge(before, &files, path, catalog, reach) {
             Ok(desired) => {
                 let old: BTreeMap<ObjectId, String> = before
                     .iter()

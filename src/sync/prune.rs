@@ -139,6 +139,12 @@ async fn prune_one(
                 modules.join(", ")
             )));
         }
+        if let Some(reason) = holds_foreign_objects(client, kinds, &entry.name)
+            .await
+            .map_err(failed)?
+        {
+            return Ok(Pruned::Kept(reason));
+        }
     }
     match api.delete(&entry.name, &DeleteParams::background()).await {
         Ok(_) => Ok(Pruned::Deleted),
@@ -148,6 +154,88 @@ async fn prune_one(
             source,
         }),
     }
+}
+
+/// Why the Namespace `namespace` must not be deleted, if it holds objects capstan never
+/// applied (deleting it would delete them), or capstan cannot tell: each namespaced kind
+/// the cluster serves is listed in it. Not counted: Events; the `default` ServiceAccount and
+/// the `kube-root-ca.crt` ConfigMap Kubernetes puts in every namespace; objects owned by
+/// another (their owner counts); objects being deleted; and objects of which capstan's field
+/// manager holds fields (its own, pruned before the Namespace).
+async fn holds_foreign_objects(
+    client: &kube::Client,
+    kinds: &ClusterKinds,
+    namespace: &str,
+) -> Result<Option<String>, kube::Error> {
+    const SHOWN: usize = 5;
+    let mut foreign = Vec::new();
+    let mut unlisted = Vec::new();
+    for resource in kinds.namespaced_lists() {
+        if resource.kind == "Event" {
+            continue;
+        }
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::namespaced_with(client.clone(), namespace, resource);
+        let objects = match api.list_metadata(&ListParams::default()).await {
+            Ok(objects) => objects,
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                unlisted.push(resource.plural.clone());
+                continue;
+            }
+            // Gone since discovery: it holds nothing.
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 405) => continue,
+            // An aggregated API that is down may hold anything.
+            Err(kube::Error::Api(status)) if status.code == 503 => {
+                unlisted.push(resource.plural.clone());
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
+        for object in objects.items {
+            let meta = object.metadata;
+            let name = meta.name.unwrap_or_default();
+            let kubernetes_own = matches!(
+                (
+                    resource.kind.as_str(),
+                    resource.group.as_str(),
+                    name.as_str()
+                ),
+                ("ServiceAccount", "", "default") | ("ConfigMap", "", "kube-root-ca.crt")
+            );
+            let owned = meta.owner_references.is_some_and(|o| !o.is_empty());
+            let ours = meta
+                .managed_fields
+                .iter()
+                .flatten()
+                .any(|entry| entry.manager.as_deref() == Some(managers::SYNC));
+            if !(kubernetes_own || owned || ours || meta.deletion_timestamp.is_some()) {
+                foreign.push(format!("{} {name}", resource.kind));
+            }
+        }
+    }
+    if !foreign.is_empty() {
+        let more = foreign.len().saturating_sub(SHOWN);
+        foreign.truncate(SHOWN);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        return Ok(Some(format!(
+            "not deleted: it holds objects capstan never applied ({}{more}); delete them, or \
+             the namespace by hand",
+            foreign.join(", ")
+        )));
+    }
+    if !unlisted.is_empty() {
+        return Ok(Some(format!(
+            "not deleted: capstan may not list {} in it, so cannot tell whether it holds \
+             objects capstan never applied; grant capstan list on them, or delete the \
+             namespace by hand",
+            unlisted.join(", ")
+        )));
+    }
+    Ok(None)
 }
 
 /// The Modules still in namespace `namespace` (being deleted or not), by name.

@@ -26,16 +26,18 @@ use tokio::sync::Notify;
 use super::apply::{self, Action, ApplyError};
 use super::discovery::ClusterKinds;
 use super::follow::{self, Attribution, Landed, MAX_REPLAY, Replay};
+use super::impersonate;
 use super::inventory::{self, Inventory};
 use super::manifests::{DesiredState, DriftPolicy, ObjectId};
 use super::metrics::Metrics;
 use super::prune::{self, Pruned};
+use super::reach;
 use super::source::{CommitInfo, ReadBudget, Source, SourceError};
 use super::status;
 use crate::controllers::metrics::UpgradeMetrics;
 use crate::history::recorder::Recorder;
 use crate::history::{self, EventTarget};
-use capstan_api::capstan::{MAX_RUNS, SYSTEM_NAMESPACE};
+use capstan_api::capstan::{MAX_RUNS, Reach, SYSTEM_NAMESPACE};
 use capstan_api::clock::{Clock, SystemClock};
 use capstan_api::{
     Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecordSpec, InventoryEntry,
@@ -152,7 +154,13 @@ struct AppliedCommit {
 
 /// Follows one branch into one cluster.
 pub struct Syncer {
+    /// capstan's own client: discovery, the `GitSync`, history.
     client: kube::Client,
+    /// The client the repository's objects are read, applied and pruned through: capstan's
+    /// own, or one acting as the ServiceAccount of the reach ([`impersonate`]).
+    writer: kube::Client,
+    /// What the repository may reach (`GitSync.spec.reach`), read again for every new head.
+    reach: Reach,
     /// Behind a lock only so that a sync can run on any thread (git2 repositories are
     /// `Send` but not `Sync`); it is never held across an await.
     source: std::sync::Mutex<Source>,
@@ -186,13 +194,18 @@ impl Syncer {
             repo: source.location().to_string(),
             branch: source.branch().to_string(),
             path: source.path().to_string(),
+            reach: Reach::default(),
         };
         let sync = status::ensure(&client, &mut kinds, &options.name, spec).await?;
         let status = sync.status.clone().unwrap_or_default();
         let inventory = inventory::inventory_of(&sync);
         let recorder = Recorder::new(client.clone(), history::COMPONENT, options.clock.clone());
+        let reach = sync.spec.reach.clone();
+        let writer = writer_for(&client, &reach);
         let mut syncer = Syncer {
             recorder,
+            writer,
+            reach,
             client,
             source: std::sync::Mutex::new(source),
             options,
@@ -247,6 +260,27 @@ impl Syncer {
         Some(AppliedCommit { commit, desired })
     }
 
+    /// Reads the reach the cluster's admin set on the `GitSync`, and acts as its
+    /// ServiceAccount from now on when it names one.
+    async fn read_reach(&mut self) -> Result<(), SyncError> {
+        let syncs: kube::Api<GitSync> =
+            kube::Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
+        let reach = syncs
+            .get_opt(&self.options.name)
+            .await?
+            .map(|sync| sync.spec.reach)
+            .unwrap_or_default();
+        if reach != self.reach {
+            tracing::info!(
+                reach = %serde_json::to_string(&reach).unwrap_or_default(),
+                "the GitSync's reach changed: commits are judged, applied and pruned within it"
+            );
+            self.writer = writer_for(&self.client, &reach);
+            self.reach = reach;
+        }
+        Ok(())
+    }
+
     /// The commits since the applied one up to `head`, judged in turn (see [`follow::replay`]).
     fn replay(&self, head: &CommitInfo) -> Replay {
         let source = self.source();
@@ -269,6 +303,7 @@ impl Syncer {
             landed,
             source.path(),
             &self.kinds,
+            &self.reach,
         )
     }
 
@@ -314,6 +349,7 @@ impl Syncer {
             return result.map(|(outcome, _)| outcome);
         }
         self.kinds = ClusterKinds::discover(&self.client).await?;
+        self.read_reach().await?;
         let replay = blocking(|| self.replay(&head));
         self.report_campaigns(&replay);
         // A valid commit that landed before a rejected head is applied first, as a sync
@@ -371,9 +407,20 @@ impl Syncer {
         started: Instant,
     ) -> Result<(Outcome, bool), SyncError> {
         let drift = self.options.drift.unwrap_or(desired.settings.drift);
-        let live = apply::read_live(&self.client, &self.kinds, &desired.manifests).await?;
+        let live = match apply::read_live(&self.writer, &self.kinds, &desired.manifests).await {
+            Ok(live) => live,
+            Err(ApplyError::Refused(errors)) => {
+                self.reject(commit, errors.clone(), started).await?;
+                let outcome = Outcome::Rejected {
+                    commit: commit.clone(),
+                    errors,
+                };
+                return Ok((outcome, false));
+            }
+            Err(other) => return Err(other.into()),
+        };
         let writes = apply::decide(
-            &self.client,
+            &self.writer,
             &self.kinds,
             &desired.manifests,
             &live,
@@ -384,17 +431,18 @@ impl Syncer {
         .await?;
         let writes = self.unreported(writes, &live);
         let wanted: BTreeSet<ObjectId> = desired.manifests.iter().map(|m| m.id()).collect();
-        let leftovers: Vec<InventoryEntry> = self
+        // Objects outside the reach are never pruned: the repository could not declare them.
+        let (leftovers, unreachable): (Vec<InventoryEntry>, Vec<InventoryEntry>) = self
             .inventory
             .iter()
             .filter(|(id, _)| !wanted.contains(id))
             .map(|(_, entry)| entry.clone())
-            .collect();
+            .partition(|entry| reach::allows(&self.reach, &inventory::id_of(entry)));
         if writes.is_empty() && leftovers.is_empty() && !new {
             return Ok((Outcome::Unchanged, true));
         }
         if let Err(err) = apply::dry_run(
-            &self.client,
+            &self.writer,
             &self.kinds,
             &desired.manifests,
             &live,
@@ -447,7 +495,7 @@ impl Syncer {
         }
 
         let written = apply::write(
-            &self.client,
+            &self.writer,
             &mut self.kinds,
             &desired.manifests,
             writes,
@@ -473,7 +521,7 @@ impl Syncer {
         if !written.interrupted && !leftovers.is_empty() {
             if desired.settings.prune {
                 let pruned = prune::prune(
-                    &self.client,
+                    &self.writer,
                     &self.kinds,
                     &leftovers,
                     attribution,
@@ -503,6 +551,14 @@ impl Syncer {
             } else {
                 pruned_ids.extend(leftovers.iter().map(inventory::id_of));
             }
+        }
+        for entry in &unreachable {
+            report.kept.push((
+                inventory::id_of(entry),
+                "not pruned: outside this repository's reach (the GitSync's spec.reach), and \
+                 no longer managed"
+                    .to_string(),
+            ));
         }
         report.duration = started.elapsed();
         let interrupted = written.interrupted
@@ -890,6 +946,16 @@ fn change(action: &str, id: &ObjectId) -> Change {
 
 /// Runs `work` (Git reads and YAML parsing) off the runtime's task threads where the
 /// runtime allows it, so other tasks (the controllers) keep running meanwhile.
+/// The client the repository's objects go through under `reach`: capstan's own, or one
+/// acting as the reach's ServiceAccount.
+fn writer_for(client: &kube::Client, reach: &Reach) -> kube::Client {
+    reach
+        .service_account
+        .as_ref()
+        .and_then(|account| impersonate::as_service_account(client, account))
+        .unwrap_or_else(|| client.clone())
+}
+
 fn blocking<T>(work: impl FnOnce() -> T) -> T {
     let multi_thread = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -1159,7 +1225,13 @@ mod tests {
             commit: head,
             files: Ok(files),
         }];
-        let replay = follow::replay(applied, landed, "", &StaticCatalog::new());
+        let replay = follow::replay(
+            applied,
+            landed,
+            "",
+            &StaticCatalog::new(),
+            &Reach::default(),
+        );
         report_campaigns(metrics, &replay, applied);
         replay
     }

@@ -56,7 +56,16 @@ pub async fn ensure(
     }
     let syncs: Api<GitSync> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
     match syncs.get_opt(name).await? {
-        Some(existing) if existing.spec == spec => Ok(existing),
+        // The reach is the admin's: only what capstan writes is compared, and applied.
+        Some(existing)
+            if (
+                &existing.spec.repo,
+                &existing.spec.branch,
+                &existing.spec.path,
+            ) == (&spec.repo, &spec.branch, &spec.path) =>
+        {
+            Ok(existing)
+        }
         _ => {
             let object = json!({
                 "apiVersion": GitSync::api_version(&()),

@@ -37,6 +37,7 @@ mod sync_diff;
 mod sync_drift;
 mod sync_follow;
 mod sync_invalid;
+mod sync_reach;
 mod sync_restart;
 mod sync_server;
 mod sync_state_dir;

@@ -60,6 +60,64 @@ pub struct GitSyncSpec {
     /// The synced folder inside the repository (`""` for all of it).
     #[serde(default)]
     pub path: String,
+    /// What the repository may reach, set by the cluster's admin: a commit declaring an
+    /// object outside it is rejected. capstan writes `repo`, `branch` and `path` and never
+    /// this field, and a repository may not declare a `GitSync`.
+    #[serde(default, skip_serializing_if = "Reach::is_unbounded")]
+    pub reach: Reach,
+}
+
+/// The namespaces and kinds a repository may declare objects in and of, and the identity
+/// the sync writes them as (Argo CD's AppProject destinations and resource lists, Flux's
+/// `serviceAccountName`). Patterns are globs: `*` stands for any run of characters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Reach {
+    /// Namespaces the repository may put objects in and declare as `Namespace` objects;
+    /// empty: every namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Namespaces the repository may never reach, whatever `namespaces` allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_namespaces: Vec<String>,
+    /// Kinds the repository may declare; empty: every kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<KindPattern>,
+    /// Kinds the repository may never declare, whatever `kinds` allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_kinds: Vec<KindPattern>,
+    /// The ServiceAccount the sync impersonates to apply and prune the repository's objects,
+    /// so that its RBAC bounds them (capstan needs `impersonate` on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccountRef>,
+}
+
+impl Reach {
+    /// Whether the reach bounds nothing: every namespace and kind, as capstan itself.
+    pub fn is_unbounded(&self) -> bool {
+        *self == Reach::default()
+    }
+}
+
+/// A kind by API group and name, each a glob (`group: ""` is the core group).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KindPattern {
+    /// The API group (`apps`, `""` for the core group, `*` for any).
+    #[serde(default)]
+    pub group: String,
+    /// The kind (`Deployment`, `*` for any).
+    pub kind: String,
+}
+
+/// A ServiceAccount by namespace and name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccountRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
 }
 
 /// What a `GitSync` has done.

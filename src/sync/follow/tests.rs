@@ -52,7 +52,13 @@ fn run(previous: Option<&DesiredState>, commits: Vec<(&str, Vec<RepoFile>)>) -> 
             commit: commit(sha, Some(i as u64 + 10)),
             files: Ok(files),
         });
-    replay(previous, landed, "", &StaticCatalog::new())
+    replay(
+        previous,
+        landed,
+        "",
+        &StaticCatalog::new(),
+        &Reach::default(),
+    )
 }
 
 /// `changed_by` as (object name, sha) pairs.
@@ -75,7 +81,7 @@ fn a_restored_predecessor_is_not_judged_again() {
     // Mid-upgrade: the Module is at v2 and two nodes still carry v1. Judged alone this
     // commit fails (each label must name v2), yet it was accepted after the bump.
     let mid = fleet("v2", ["v2", "v1", "v1"], "a");
-    assert!(judge(None, &mid, "", &StaticCatalog::new()).is_err());
+    assert!(judge(None, &mid, "", &StaticCatalog::new(), &Reach::default()).is_err());
     let restored = accepted(&mid);
     let next = fleet("v2", ["v2", "v2", "v1"], "a");
     let replay = run(Some(&restored), vec![("c3", next)]);
@@ -228,7 +234,13 @@ fn the_heads_unreadable_files_reject_it() {
             }),
         },
     ];
-    let replay = replay(Some(&previous), landed, "", &StaticCatalog::new());
+    let replay = replay(
+        Some(&previous),
+        landed,
+        "",
+        &StaticCatalog::new(),
+        &Reach::default(),
+    );
     assert_eq!(replay.accepted.map(|a| a.commit.sha), Some("c1".into()));
     let errors = replay.rejected.expect("rejected");
     assert_eq!(errors.len(), 1);

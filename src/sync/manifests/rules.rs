@@ -166,6 +166,17 @@ pub fn check(
         )),
         Ok(_) => {}
     }
+    if manifest.api_version.split_once('/').map(|(group, _)| group) == Some("capstan.dev") {
+        found.push(finding(
+            FieldPath::of(&["kind"]),
+            format!(
+                "{} is one of capstan's own kinds, which a repository does not declare: a \
+                 GitSync is the cluster admin's (its reach bounds the repository), history is \
+                 capstan's",
+                manifest.kind
+            ),
+        ));
+    }
     found.extend(metadata(&manifest.object));
     found.extend(kind_rules(manifest, &parsed.tree));
     found

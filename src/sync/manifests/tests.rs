@@ -953,6 +953,24 @@ fn requests_cannot_be_declared() {
 }
 
 #[test]
+fn capstans_own_kinds_cannot_be_declared() {
+    let found = rejected(&[(
+        "reach.yaml",
+        "apiVersion: capstan.dev/v1alpha1\nkind: GitSync\nmetadata: {name: capstan, namespace: \
+         capstan-system}\nspec: {repo: r, branch: main, reach: {namespaces: ['*']}}\n"
+            .to_string(),
+    )]);
+    assert_errors(
+        &found,
+        &[
+            "reach.yaml:2: kind: GitSync is one of capstan's own kinds, which a repository does \
+           not declare: a GitSync is the cluster admin's (its reach bounds the repository), \
+           history is capstan's",
+        ],
+    );
+}
+
+#[test]
 fn a_crd_in_the_same_commit_serves_its_kind() {
     let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec:\n  group: example.com\n  names: {kind: Widget, plural: widgets}\n  scope: Namespaced\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
     let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {size: 3}\n";

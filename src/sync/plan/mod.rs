@@ -45,6 +45,7 @@ use crate::sync::manifests::{
     Catalog, DesiredState, ManifestError, ManifestFile, Settings, StaticCatalog, check_transition,
     is_node, load,
 };
+use crate::sync::reach;
 use crate::sync::source::{CommitInfo, ReadBudget, RepoFile, Source, SourceError, redact_url};
 use capstan_api::UpgradeConfig;
 use kube::Resource as _;
@@ -227,6 +228,12 @@ pub async fn live(
             findings,
         ));
     };
+    // The reach the cluster's admin set rejects what the sync would.
+    let reach = sync.as_ref().map(|s| &s.spec.reach);
+    findings.errors.extend(reach::check(
+        &reach.cloned().unwrap_or_default(),
+        &head.manifests,
+    ));
     let live_cluster = live::Cluster {
         client,
         kinds: &kinds,
