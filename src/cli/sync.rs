@@ -381,6 +381,10 @@ fn absolute(path: &std::path::Path) -> PathBuf {
 pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     let lease = args.lease();
     let auth = auth(&args)?;
+    let github_token = match &auth {
+        Auth::Token { token } => Some(token.trim().to_string()),
+        _ => None,
+    };
     let state_dir = args.state_dir();
     refuse_state_in_work_tree(&args.repo, &state_dir)?;
     let source = Source::open(
@@ -443,7 +447,11 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     }
     metrics.set_leader(true);
     let keeper = leadership.map(keep);
-    let syncer = Syncer::start(client.clone(), source, options(&args), metrics.clone())
+    let options = SyncOptions {
+        github_token,
+        ..options(&args)
+    };
+    let syncer = Syncer::start(client.clone(), source, options, metrics.clone())
         .await
         .context("preparing the sync")?;
     {

@@ -10,6 +10,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod plan;
 pub mod prune;
+pub mod pull_requests;
 pub mod reach;
 pub mod request;
 pub mod run;

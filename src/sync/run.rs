@@ -31,13 +31,14 @@ use super::inventory::{self, Inventory};
 use super::manifests::{DesiredState, DriftPolicy, ObjectId};
 use super::metrics::Metrics;
 use super::prune::{self, Pruned};
+use super::pull_requests::{ProofError, Prover};
 use super::reach;
 use super::source::{CommitInfo, ReadBudget, Source, SourceError};
 use super::status;
 use crate::controllers::metrics::UpgradeMetrics;
 use crate::history::recorder::Recorder;
 use crate::history::{self, EventTarget};
-use capstan_api::capstan::{MAX_RUNS, Reach, SYSTEM_NAMESPACE};
+use capstan_api::capstan::{MAX_RUNS, PullRequests, Reach, SYSTEM_NAMESPACE};
 use capstan_api::clock::{Clock, SystemClock};
 use capstan_api::{
     Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecordSpec, InventoryEntry,
@@ -57,6 +58,10 @@ pub enum SyncError {
     /// Applying failed part-way (an API error); the commit is retried at the next sync.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// Which pull request merged a commit could not be asked (`spec.pullRequests`); the
+    /// sync applies nothing and asks again.
+    #[error(transparent)]
+    Proof(#[from] ProofError),
 }
 
 /// How a [`Syncer`] behaves.
@@ -68,6 +73,8 @@ pub struct SyncOptions {
     pub drift: Option<DriftPolicy>,
     /// "Now" of the sync's records and Events.
     pub clock: Arc<dyn Clock>,
+    /// The repository's https token, which GitHub's API takes too (`spec.pullRequests`).
+    pub github_token: Option<String>,
 }
 
 impl Default for SyncOptions {
@@ -76,6 +83,7 @@ impl Default for SyncOptions {
             name: inventory::DEFAULT_SYNC_NAME.to_string(),
             drift: None,
             clock: Arc::new(SystemClock),
+            github_token: None,
         }
     }
 }
@@ -161,6 +169,10 @@ pub struct Syncer {
     writer: kube::Client,
     /// What the repository may reach (`GitSync.spec.reach`), read again for every new head.
     reach: Reach,
+    /// How commits' pull requests are proven (`GitSync.spec.pullRequests`), read with the
+    /// reach, and the prover it makes.
+    pull_requests: PullRequests,
+    prover: Prover,
     /// Behind a lock only so that a sync can run on any thread (git2 repositories are
     /// `Send` but not `Sync`); it is never held across an await.
     source: std::sync::Mutex<Source>,
@@ -195,6 +207,7 @@ impl Syncer {
             branch: source.branch().to_string(),
             path: source.path().to_string(),
             reach: Reach::default(),
+            pull_requests: Default::default(),
         };
         let sync = status::ensure(&client, &mut kinds, &options.name, spec).await?;
         let status = sync.status.clone().unwrap_or_default();
@@ -202,10 +215,22 @@ impl Syncer {
         let recorder = Recorder::new(client.clone(), history::COMPONENT, options.clock.clone());
         let reach = sync.spec.reach.clone();
         let writer = writer_for(&client, &reach);
+        let pull_requests = sync.spec.pull_requests.clone();
+        let prover = {
+            let source = &source;
+            Prover::new(
+                &pull_requests,
+                source.location(),
+                source.branch(),
+                options.github_token.clone(),
+            )?
+        };
         let mut syncer = Syncer {
             recorder,
             writer,
             reach,
+            pull_requests,
+            prover,
             client,
             source: std::sync::Mutex::new(source),
             options,
@@ -252,24 +277,44 @@ impl Syncer {
     /// [`follow::load_accepted`]). A commit that no longer loads (history rewritten) leaves
     /// no applied state; the inventory still says what capstan owns.
     fn reload_applied(&self, sync: &GitSync) -> Option<AppliedCommit> {
-        let sha = &sync.status.as_ref()?.last_applied_commit.as_ref()?.sha;
+        let applied = sync.status.as_ref()?.last_applied_commit.as_ref()?;
         let source = self.source();
-        let commit = source.resolve(sha).ok()?;
+        let mut commit = source.resolve(&applied.sha).ok()?;
+        // As proven when it was applied (`spec.pullRequests`), not read from its subject again.
+        commit.pull_request = applied.pull_request;
         let files = source.files_at(&commit.sha, &ReadBudget::COMMIT).ok()?;
         let desired = follow::load_accepted(&files, source.path(), &self.kinds).ok()?;
         Some(AppliedCommit { commit, desired })
     }
 
-    /// Reads the reach the cluster's admin set on the `GitSync`, and acts as its
-    /// ServiceAccount from now on when it names one.
-    async fn read_reach(&mut self) -> Result<(), SyncError> {
+    /// Reads what the cluster's admin set on the `GitSync`: the reach (acting as its
+    /// ServiceAccount from now on when it names one) and how pull requests are proven.
+    async fn read_admin_spec(&mut self) -> Result<(), SyncError> {
         let syncs: kube::Api<GitSync> =
             kube::Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
-        let reach = syncs
+        let spec = syncs
             .get_opt(&self.options.name)
             .await?
-            .map(|sync| sync.spec.reach)
+            .map(|sync| sync.spec)
             .unwrap_or_default();
+        if spec.pull_requests != self.pull_requests {
+            let prover = {
+                let source = self.source();
+                Prover::new(
+                    &spec.pull_requests,
+                    source.location(),
+                    source.branch(),
+                    self.options.github_token.clone(),
+                )?
+            };
+            tracing::info!(
+                pull_requests = %serde_json::to_string(&spec.pull_requests).unwrap_or_default(),
+                "the GitSync's pull request proof changed"
+            );
+            self.prover = prover;
+            self.pull_requests = spec.pull_requests;
+        }
+        let reach = spec.reach;
         if reach != self.reach {
             tracing::info!(
                 reach = %serde_json::to_string(&reach).unwrap_or_default(),
@@ -277,6 +322,19 @@ impl Syncer {
             );
             self.writer = writer_for(&self.client, &reach);
             self.reach = reach;
+        }
+        Ok(())
+    }
+
+    /// Replaces the pull requests the replay's commits name by their subjects with the ones
+    /// proven the admin's way, before anything is stamped with them.
+    async fn prove_pull_requests(&self, replay: &mut Replay) -> Result<(), SyncError> {
+        // Each commit is asked once: the prover keeps its answers.
+        if let Some(accepted) = &mut replay.accepted {
+            accepted.commit.pull_request = self.prover.prove(&accepted.commit).await?;
+        }
+        for commit in replay.changed_by.values_mut() {
+            commit.pull_request = self.prover.prove(commit).await?;
         }
         Ok(())
     }
@@ -349,8 +407,12 @@ impl Syncer {
             return result.map(|(outcome, _)| outcome);
         }
         self.kinds = ClusterKinds::discover(&self.client).await?;
-        self.read_reach().await?;
-        let replay = blocking(|| self.replay(&head));
+        self.read_admin_spec().await?;
+        let mut replay = blocking(|| self.replay(&head));
+        if let Err(err) = self.prove_pull_requests(&mut replay).await {
+            self.fail(&head, &err.to_string(), started).await?;
+            return Err(err);
+        }
         self.report_campaigns(&replay);
         // A valid commit that landed before a rejected head is applied first, as a sync
         // that saw it would have.
@@ -389,6 +451,14 @@ impl Syncer {
             }
         }
         let errors = replay.rejected.unwrap_or_default();
+        let mut head = head;
+        head.pull_request = match self.prover.prove(&head).await {
+            Ok(pull_request) => pull_request,
+            Err(err) => {
+                self.fail(&head, &err.to_string(), started).await?;
+                return Err(err.into());
+            }
+        };
         self.reject(&head, errors.clone(), started).await?;
         Ok(Outcome::Rejected {
             commit: head,
@@ -466,7 +536,9 @@ impl Syncer {
         }
 
         // The labels this commit writes are acted on under its own policy.
-        self.status.policy = Some(desired.settings.upgrade_policy());
+        let mut policy = desired.settings.upgrade_policy();
+        policy.require_pull_request |= self.pull_requests.require;
+        self.status.policy = Some(policy);
         let new_inventory: Inventory = desired
             .manifests
             .iter()

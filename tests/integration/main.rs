@@ -28,6 +28,7 @@ mod plan_fidelity;
 mod plan_leaderworkersets;
 mod plan_live_matches_offline;
 mod plan_markdown_hostile;
+mod pull_request_proof;
 mod rbac_requests;
 mod secrets_never_show;
 mod sync_apply;

@@ -65,6 +65,58 @@ pub struct GitSyncSpec {
     /// this field, and a repository may not declare a `GitSync`.
     #[serde(default, skip_serializing_if = "Reach::is_unbounded")]
     pub reach: Reach,
+    /// How capstan tells that a commit merged a pull request, set by the cluster's admin.
+    #[serde(default, skip_serializing_if = "PullRequests::is_default")]
+    pub pull_requests: PullRequests,
+}
+
+/// How capstan proves that a commit merged a pull request (what `requirePullRequest` and
+/// the records' pull request numbers rest on), and whether the cluster's admin requires it
+/// whatever the repository's `capstan.yaml` says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullRequests {
+    /// `subject` (the default): the number in GitHub's merge or squash subject, which anyone
+    /// who can push to the branch can write. `github`: GitHub's API names a merged pull
+    /// request into the followed branch whose merge commit is this commit.
+    #[serde(default, skip_serializing_if = "Proof::is_subject")]
+    pub proof: Proof,
+    /// The repository on GitHub, `owner/name`; default: read from the repository URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// GitHub's API; default `https://api.github.com` (GitHub Enterprise:
+    /// `https://<host>/api/v3`).
+    #[serde(default, rename = "apiURL", skip_serializing_if = "Option::is_none")]
+    pub api_url: Option<String>,
+    /// Act on version labels only when the commit is proven to have merged a pull request,
+    /// whatever `requirePullRequest` in the repository says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require: bool,
+}
+
+impl PullRequests {
+    /// Whether nothing is set: subject proof, nothing required.
+    pub fn is_default(&self) -> bool {
+        *self == PullRequests::default()
+    }
+}
+
+/// How a commit is proven to have merged a pull request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Proof {
+    /// GitHub's merge or squash subject (`Merge pull request #N`, `Subject (#N)`).
+    #[default]
+    Subject,
+    /// GitHub's API: `GET /repos/{owner}/{name}/commits/{sha}/pulls`.
+    Github,
+}
+
+impl Proof {
+    /// Whether this is the default, the subject.
+    pub fn is_subject(&self) -> bool {
+        *self == Proof::Subject
+    }
 }
 
 /// The namespaces and kinds a repository may declare objects in and of, and the identity
