@@ -798,8 +798,17 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
                 describe_commit(commit),
                 errors.len()
             );
-            for error in errors {
+            // As many as the status keeps: a commit may hold any number of problems.
+            let shown = errors.len().min(crate::sync::run::LOGGED_ERRORS);
+            for error in &errors[..shown] {
                 eprintln!("{time}   {error}");
+            }
+            if shown < errors.len() {
+                eprintln!(
+                    "{time}   and {} more (`kubectl -n capstan-system get gitsync` names the \
+                     first 100; `capstan plan` all of them)",
+                    errors.len() - shown
+                );
             }
         }
         Err(err) => eprintln!("{time} sync failed: {err}"),

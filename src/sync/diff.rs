@@ -2,13 +2,15 @@
 //! applied with `dryRun=All` under capstan's field manager and the result compared with
 //! the live object, both without the fields the server owns (status, managedFields,
 //! resourceVersion, generation, uid, timestamps). Defaults the server fills in are on both
-//! sides, so they make no noise. Secret values are masked.
+//! sides, so they make no noise. Secret values are masked ([`mask_pair`]).
 
 use capstan_api::managers;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use serde_json::{Value, json};
+use serde_json::Value;
 use similar::TextDiff;
+
+use super::mask::mask_pair;
 
 use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
 
@@ -85,7 +87,7 @@ pub async fn diff_object(
     let after = comparable(&serde_json::to_value(&applied).unwrap_or(Value::Null));
     match live {
         None => {
-            let (_, after) = mask_secrets(&Value::Null, &after);
+            let (_, after) = mask_pair(&Value::Null, &after);
             Ok(ObjectDiff {
                 action: Action::Create,
                 diff: unified(&Value::Null, &after),
@@ -99,7 +101,7 @@ pub async fn diff_object(
                     diff: String::new(),
                 })
             } else {
-                let (before, after) = mask_secrets(&before, &after);
+                let (before, after) = mask_pair(&before, &after);
                 Ok(ObjectDiff {
                     action: Action::Configure,
                     diff: unified(&before, &after),
@@ -143,44 +145,6 @@ pub fn comparable(object: &Value) -> Value {
     object
 }
 
-/// Secret values replaced by a mask that still shows which keys changed. Either side may
-/// be `Null` (an object created or pruned).
-pub fn mask_secrets(before: &Value, after: &Value) -> (Value, Value) {
-    let is_secret = |object: &Value| object.get("kind").and_then(Value::as_str) == Some("Secret");
-    if !is_secret(before) && !is_secret(after) {
-        return (before.clone(), after.clone());
-    }
-    let (mut before, mut after) = (before.clone(), after.clone());
-    for section in ["data", "stringData"] {
-        let old = before.get(section).cloned().unwrap_or(Value::Null);
-        let new = after.get(section).cloned().unwrap_or(Value::Null);
-        let mask = |values: &Value, other: &Value, side: &str| -> Value {
-            let Some(map) = values.as_object() else {
-                return values.clone();
-            };
-            map.iter()
-                .map(|(k, v)| {
-                    let changed = other.get(k) != Some(v);
-                    let shown = if changed {
-                        format!("***** ({side})")
-                    } else {
-                        "*****".to_string()
-                    };
-                    (k.clone(), json!(shown))
-                })
-                .collect::<serde_json::Map<String, Value>>()
-                .into()
-        };
-        if before.get(section).is_some() {
-            before[section] = mask(&old, &new, "before");
-        }
-        if after.get(section).is_some() {
-            after[section] = mask(&new, &old, "after");
-        }
-    }
-    (before, after)
-}
-
 /// A unified diff of two objects' YAML, the live one against the desired one.
 pub fn unified(before: &Value, after: &Value) -> String {
     unified_between(before, after, "live", "desired")
@@ -207,6 +171,7 @@ pub fn unified_between(before: &Value, after: &Value, old: &str, new: &str) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn server_owned_fields_make_no_difference() {
@@ -215,40 +180,6 @@ mod tests {
             "data": {"k": "v"}});
         let desired = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}});
         assert_eq!(comparable(&live), comparable(&desired));
-    }
-
-    #[test]
-    fn secret_values_are_masked_but_changes_show() {
-        let before = json!({"kind": "Secret", "data": {"same": "YQ==", "changed": "Yg=="}});
-        let after = json!({"kind": "Secret", "data": {"same": "YQ==", "changed": "Yw=="}});
-        let (b, a) = mask_secrets(&before, &after);
-        assert_eq!(
-            b["data"],
-            json!({"same": "*****", "changed": "***** (before)"})
-        );
-        assert_eq!(
-            a["data"],
-            json!({"same": "*****", "changed": "***** (after)"})
-        );
-        let diff = unified(&b, &a);
-        assert!(
-            diff.contains("-  changed: \"***** (before)\"")
-                && diff.contains("+  changed: \"***** (after)\""),
-            "{diff}"
-        );
-        assert!(!diff.contains("Yg==") && !diff.contains("Yw=="));
-    }
-
-    #[test]
-    fn secrets_created_or_pruned_are_masked_too() {
-        let secret = json!({"kind": "Secret", "data": {"token": "c2VjcmV0"}});
-        let (_, created) = mask_secrets(&Value::Null, &secret);
-        assert_eq!(created["data"], json!({"token": "***** (after)"}));
-        let (pruned, _) = mask_secrets(&secret, &Value::Null);
-        assert_eq!(pruned["data"], json!({"token": "***** (before)"}));
-        let diff = unified_between(&pruned, &Value::Null, "base", "head");
-        assert!(diff.starts_with("--- base\n+++ head\n"), "{diff}");
-        assert!(!diff.contains("c2VjcmV0"), "{diff}");
     }
 
     #[test]

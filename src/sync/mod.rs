@@ -7,6 +7,7 @@ pub mod follow;
 pub mod impersonate;
 pub mod inventory;
 pub mod manifests;
+pub mod mask;
 pub mod metrics;
 pub mod plan;
 pub mod prune;

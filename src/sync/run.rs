@@ -29,6 +29,7 @@ use super::follow::{self, Attribution, Landed, MAX_REPLAY, Replay};
 use super::impersonate;
 use super::inventory::{self, Inventory};
 use super::manifests::{DesiredState, DriftPolicy, ObjectId};
+use super::mask::Scrub;
 use super::metrics::Metrics;
 use super::prune::{self, Pruned};
 use super::pull_requests::{ProofError, Prover};
@@ -55,9 +56,13 @@ pub enum SyncError {
     /// The cluster could not be read or written.
     #[error("cluster: {0}")]
     Cluster(#[from] kube::Error),
-    /// Applying failed part-way (an API error); the commit is retried at the next sync.
+    /// Reading the cluster to apply failed (an API error); retried at the next sync.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// Applying failed part-way (an API error; its text scrubbed of the commit's Secret
+    /// values); the commit is retried at the next sync.
+    #[error("{0}")]
+    Write(String),
     /// Which pull request merged a commit could not be asked (`spec.pullRequests`); the
     /// sync applies nothing and asks again.
     #[error(transparent)]
@@ -477,9 +482,16 @@ impl Syncer {
         started: Instant,
     ) -> Result<(Outcome, bool), SyncError> {
         let drift = self.options.drift.unwrap_or(desired.settings.drift);
+        // The API server's messages may quote what it was sent: none of the commit's Secret
+        // values reaches the status, a record, an Event or the log.
+        let scrub = Scrub::of(desired.manifests.iter().map(|m| &m.object));
+        let scrubbed = |errors: Vec<String>| -> Vec<String> {
+            errors.iter().map(|error| scrub.text(error)).collect()
+        };
         let live = match apply::read_live(&self.writer, &self.kinds, &desired.manifests).await {
             Ok(live) => live,
             Err(ApplyError::Refused(errors)) => {
+                let errors = scrubbed(errors);
                 self.reject(commit, errors.clone(), started).await?;
                 let outcome = Outcome::Rejected {
                     commit: commit.clone(),
@@ -522,6 +534,7 @@ impl Syncer {
         {
             return match err {
                 ApplyError::Refused(errors) => {
+                    let errors = scrubbed(errors);
                     self.reject(commit, errors.clone(), started).await?;
                     Ok((
                         Outcome::Rejected {
@@ -577,8 +590,9 @@ impl Syncer {
         let written = match written {
             Ok(written) => written,
             Err(err) => {
-                self.fail(commit, &err.to_string(), started).await?;
-                return Err(err.into());
+                let message = scrub.text(&err.to_string());
+                self.fail(commit, &message, started).await?;
+                return Err(SyncError::Write(message));
             }
         };
         let mut report = Report {
@@ -603,8 +617,9 @@ impl Syncer {
                 let pruned = match pruned {
                     Ok(pruned) => pruned,
                     Err(err) => {
-                        self.fail(commit, &err.to_string(), started).await?;
-                        return Err(err.into());
+                        let message = scrub.text(&err.to_string());
+                        self.fail(commit, &message, started).await?;
+                        return Err(SyncError::Write(message));
                     }
                 };
                 for (id, outcome) in pruned {
@@ -1080,6 +1095,8 @@ fn list_changes(changes: &[Change]) -> String {
 /// status is one object, with the inventory beside it, under the API server's request limit.
 const STATUS_ERRORS: usize = 100;
 const STATUS_ERROR_BYTES: usize = 32 * 1024;
+/// How many of a rejected commit's problems the log shows, as the status does.
+pub const LOGGED_ERRORS: usize = STATUS_ERRORS;
 /// The same for its history record and Event.
 const RECORD_ERRORS: usize = 20;
 const RECORD_ERROR_BYTES: usize = 4 * 1024;

@@ -149,3 +149,60 @@ async fn a_live_plan_does_not_show_secret_values() {
         );
     }
 }
+
+/// A Secret the API server refuses for its value: the rejection the sync records (the
+/// outcome, the `GitSync` status, the history record, the Event) shows the object and why,
+/// never the value. (The API servers here redact values in their messages; an admission
+/// webhook may not, which the sync's scrub of every refusal covers: `sync::mask`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_secret_does_not_show_its_value_where_the_rejection_is_recorded() {
+    use crate::common;
+    use crate::common::git::FleetRepo;
+    use capstan::sync::run::Outcome;
+    use capstan_api::capstan::SYSTEM_NAMESPACE;
+    use capstan_api::{GitSync, HistoryRecord};
+    use k8s_openapi::api::core::v1::Event;
+    use kube::api::{Api, ListParams};
+
+    const VALUE: &str = "bmV3LXNlY3JldC12YWx1ZQ=="; // new-secret-value
+    let (_cluster, client) = common::start().await;
+    let mut repo = FleetRepo::new();
+    repo.commit(
+        &[(
+            "secret.yaml",
+            Some(&format!(
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: refused\n  namespace: default\ndata:\n  token: not base64 {VALUE}\n"
+            )),
+        )],
+        "A Secret the server refuses",
+    );
+    let mut syncer = common::syncer(&client, repo.path()).await;
+    let outcome = syncer.sync().await.expect("sync");
+    let Outcome::Rejected { errors, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    let status = Api::<GitSync>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get("capstan")
+        .await
+        .expect("GitSync")
+        .status
+        .expect("status");
+    let records = Api::<HistoryRecord>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .expect("records");
+    let events = Api::<Event>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .expect("events");
+    let shown = format!(
+        "{errors:?}\n{}\n{}\n{}",
+        status.error,
+        serde_json::to_string(&records.items).expect("json"),
+        serde_json::to_string(&events.items).expect("json"),
+    );
+    assert!(shown.contains("Secret default/refused"), "{shown}");
+    for value in [VALUE, "new-secret-value"] {
+        assert!(!shown.contains(value), "{value} shows in:\n{shown}");
+    }
+}

@@ -105,6 +105,24 @@ async fn once_exits_0_when_applied_and_1_when_the_commit_is_rejected() {
         ),
         "{stderr}"
     );
+
+    // 1,000 problems: the log names the first 100, as the status does, and counts the rest.
+    let bad = "a: 1\n---\n".repeat(1_000);
+    repo.commit(&[("module.yaml", None), ("bad.yaml", Some(&bad))], "Many");
+    let (code, stderr) = tokio::task::spawn_blocking({
+        let (repo, kubeconfig, state) = (
+            repo.path().to_path_buf(),
+            kubeconfig.clone(),
+            state.path().to_path_buf(),
+        );
+        move || sync_once(&repo, &kubeconfig, &state)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    let problems = stderr.lines().filter(|l| l.contains("bad.yaml:")).count();
+    assert_eq!(problems, 100, "{stderr}");
+    assert!(stderr.contains("and 900 more"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,6 @@ use serde_json::{Map, Value, json};
 
 use super::PlanError;
 use super::lws;
-use super::mask::{Scrub, mask_pair};
 use super::model::{LeaderWorkerSetChange, ObjectAction, ObjectChange, ObjectRef};
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
@@ -24,6 +23,7 @@ use crate::sync::diff::{Action, DiffError, comparable, diff_object, unified};
 use crate::sync::discovery::ClusterKinds;
 use crate::sync::inventory::{Inventory, stamped_by};
 use crate::sync::manifests::{Manifest, ManifestError, ObjectId, is_node, modules_in};
+use crate::sync::mask::{Scrub, mask_pair};
 use crate::sync::source::CommitInfo;
 use capstan_api::InventoryEntry;
 

@@ -19,7 +19,6 @@
 
 mod live;
 mod lws;
-mod mask;
 mod model;
 mod offline;
 mod policy;
@@ -45,6 +44,7 @@ use crate::sync::manifests::{
     Catalog, DesiredState, ManifestError, ManifestFile, Settings, StaticCatalog, check_transition,
     is_node, load,
 };
+use crate::sync::mask;
 use crate::sync::reach;
 use crate::sync::source::{CommitInfo, ReadBudget, RepoFile, Source, SourceError, redact_url};
 use capstan_api::UpgradeConfig;

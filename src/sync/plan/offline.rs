@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::mask::mask_pair;
 use super::model::{ObjectAction, ObjectChange, ObjectRef};
 use crate::sync::diff::unified_between;
 use crate::sync::manifests::{Manifest, ObjectId, is_node};
+use crate::sync::mask::mask_pair;
 
 /// The objects head creates or configures, in head's file order.
 pub fn changes(base: &[Manifest], head: &[Manifest]) -> Vec<ObjectChange> {

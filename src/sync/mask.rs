@@ -1,5 +1,5 @@
-//! Secret values never reach a plan: every object body a plan shows goes through
-//! [`mask_pair`] before it is diffed, and every text it shows that may echo a value (a
+//! Secret values never reach a plan, a log, a status or a record: every object body shown
+//! goes through [`mask_pair`] before it is diffed, and every text that may echo a value (a
 //! diff computed elsewhere, an API server's refusal) through [`Scrub`].
 //!
 //! A Secret's `data` and `stringData` are masked key by key when they are maps and whole
@@ -10,7 +10,7 @@
 use base64::Engine as _;
 use serde_json::Value;
 
-use crate::sync::diff::mask_secrets;
+use serde_json::json;
 
 /// The annotation `kubectl apply` keeps the whole applied object in.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -33,6 +33,44 @@ pub fn mask_pair(before: &Value, after: &Value) -> (Value, Value) {
     let (mut before, mut after) = mask_secrets(before, after);
     mask_rest(&mut before);
     mask_rest(&mut after);
+    (before, after)
+}
+
+/// Secret values replaced by a mask that still shows which keys changed. Either side may
+/// be `Null` (an object created or pruned).
+fn mask_secrets(before: &Value, after: &Value) -> (Value, Value) {
+    let is_secret = |object: &Value| object.get("kind").and_then(Value::as_str) == Some("Secret");
+    if !is_secret(before) && !is_secret(after) {
+        return (before.clone(), after.clone());
+    }
+    let (mut before, mut after) = (before.clone(), after.clone());
+    for section in ["data", "stringData"] {
+        let old = before.get(section).cloned().unwrap_or(Value::Null);
+        let new = after.get(section).cloned().unwrap_or(Value::Null);
+        let mask = |values: &Value, other: &Value, side: &str| -> Value {
+            let Some(map) = values.as_object() else {
+                return values.clone();
+            };
+            map.iter()
+                .map(|(k, v)| {
+                    let changed = other.get(k) != Some(v);
+                    let shown = if changed {
+                        format!("***** ({side})")
+                    } else {
+                        "*****".to_string()
+                    };
+                    (k.clone(), json!(shown))
+                })
+                .collect::<serde_json::Map<String, Value>>()
+                .into()
+        };
+        if before.get(section).is_some() {
+            before[section] = mask(&old, &new, "before");
+        }
+        if after.get(section).is_some() {
+            after[section] = mask(&new, &old, "after");
+        }
+    }
     (before, after)
 }
 
@@ -192,11 +230,45 @@ fn diff_prefix(line: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::diff::unified;
+    use crate::sync::diff::{unified, unified_between};
     use serde_json::json;
 
     const VALUE: &str = "hunter2-secret";
     const ENCODED: &str = "aHVudGVyMi1zZWNyZXQ="; // base64 of VALUE
+
+    #[test]
+    fn secret_values_are_masked_but_changes_show() {
+        let before = json!({"kind": "Secret", "data": {"same": "YQ==", "changed": "Yg=="}});
+        let after = json!({"kind": "Secret", "data": {"same": "YQ==", "changed": "Yw=="}});
+        let (b, a) = mask_secrets(&before, &after);
+        assert_eq!(
+            b["data"],
+            json!({"same": "*****", "changed": "***** (before)"})
+        );
+        assert_eq!(
+            a["data"],
+            json!({"same": "*****", "changed": "***** (after)"})
+        );
+        let diff = unified(&b, &a);
+        assert!(
+            diff.contains("-  changed: \"***** (before)\"")
+                && diff.contains("+  changed: \"***** (after)\""),
+            "{diff}"
+        );
+        assert!(!diff.contains("Yg==") && !diff.contains("Yw=="));
+    }
+
+    #[test]
+    fn secrets_created_or_pruned_are_masked_too() {
+        let secret = json!({"kind": "Secret", "data": {"token": "c2VjcmV0"}});
+        let (_, created) = mask_secrets(&Value::Null, &secret);
+        assert_eq!(created["data"], json!({"token": "***** (after)"}));
+        let (pruned, _) = mask_secrets(&secret, &Value::Null);
+        assert_eq!(pruned["data"], json!({"token": "***** (before)"}));
+        let diff = unified_between(&pruned, &Value::Null, "base", "head");
+        assert!(diff.starts_with("--- base\n+++ head\n"), "{diff}");
+        assert!(!diff.contains("c2VjcmV0"), "{diff}");
+    }
 
     fn secret(section: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Secret",
