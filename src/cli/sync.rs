@@ -357,16 +357,16 @@ async fn start_embedded(args: &SyncArgs) -> anyhow::Result<(kube::Client, Embedd
     let path = absolute(&args.state_dir().join("kubeconfig"));
     kubeconfig::write(&path, &cluster.kubeconfig())
         .with_context(|| format!("writing the kubeconfig to {}", path.display()))?;
-    eprintln!("================================================================================");
-    eprintln!(" No --kubeconfig: capstan started its EMBEDDED cluster (simulated nodes, not a");
-    eprintln!(" real cluster) and syncs into it.");
-    eprintln!("   API server: {}", cluster.url());
-    eprintln!("   kubeconfig: {}", path.display());
-    eprintln!(
+    say!("================================================================================");
+    say!(" No --kubeconfig: capstan started its EMBEDDED cluster (simulated nodes, not a");
+    say!(" real cluster) and syncs into it.");
+    say!("   API server: {}", cluster.url());
+    say!("   kubeconfig: {}", path.display());
+    say!(
         "   try:        kubectl --kubeconfig {} get nodes --show-labels",
         path.display()
     );
-    eprintln!("================================================================================");
+    say!("================================================================================");
     let client = cluster
         .client()
         .context("connecting to the embedded cluster")?;
@@ -436,7 +436,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
                 if let Some(endpoints) = endpoints {
                     endpoints.stop().await;
                 }
-                eprintln!("stopped before leading");
+                say!("stopped before leading");
                 return Ok(0);
             }
         },
@@ -457,7 +457,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
     {
         let source = syncer.source();
         let path = source.path();
-        eprintln!(
+        say!(
             "following {} of {}{}",
             args.branch,
             source.location(),
@@ -477,7 +477,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
         metrics.controllers(),
     );
     if !args.controllers.is_empty() {
-        eprintln!("running controllers: {}", args.controllers);
+        say!("running controllers: {}", args.controllers);
     }
     let selection = args.controllers.clone();
     let running = tokio::spawn(async move { controllers::run(ctx, &selection).await });
@@ -506,14 +506,16 @@ fn options(args: &SyncArgs) -> SyncOptions {
 
 /// Waits for the Lease; None when a shutdown signal came first.
 async fn lead(client: &kube::Client, options: &LeaseOptions) -> anyhow::Result<Option<Leadership>> {
-    eprintln!(
+    say!(
         "waiting for the Lease {}/{} as {}",
-        options.namespace, options.name, options.identity
+        options.namespace,
+        options.name,
+        options.identity
     );
     tokio::select! {
         leadership = election::acquire(client.clone(), options) => {
             let leadership = leadership?;
-            eprintln!("leading: holding the Lease {}/{} as {}", options.namespace, options.name, options.identity);
+            say!("leading: holding the Lease {}/{} as {}", options.namespace, options.name, options.identity);
             Ok(Some(leadership))
         }
         _ = shutdown_signal() => Ok(None),
@@ -532,7 +534,7 @@ fn keep(mut leadership: Leadership) -> Keeper {
     let task = tokio::spawn(async move {
         tokio::select! {
             _ = leadership.lost() => {
-                eprintln!("lost the Lease: exiting so that only the new leader acts");
+                say!("lost the Lease: exiting so that only the new leader acts");
                 std::process::exit(election::EXIT_LEASE_LOST);
             }
             _ = released => leadership.release().await,
@@ -546,7 +548,7 @@ impl Keeper {
     async fn release(self) {
         let _ = self.release.send(());
         let _ = self.task.await;
-        eprintln!("released the Lease");
+        say!("released the Lease");
     }
 }
 
@@ -598,11 +600,11 @@ impl Endpoints {
         )
         .with_context(|| format!("listening on {}", args.listen))?;
         if metrics_address == address {
-            eprintln!(
+            say!(
                 "metrics and health on http://{address}/metrics, /healthz, /readyz; webhook at /hooks/github"
             );
         } else {
-            eprintln!(
+            say!(
                 "metrics and health on http://{metrics_address}/metrics, /healthz, /readyz; webhook at http://{address}/hooks/github"
             );
         }
@@ -647,7 +649,7 @@ async fn run_once(
     };
     match outcome {
         Err(_) => {
-            eprintln!("not applied within {timeout:?}");
+            say!("not applied within {timeout:?}");
             return EXIT_TIMEOUT;
         }
         Ok(result) => {
@@ -683,25 +685,25 @@ async fn wait_for_convergence(
         match controllers::converge::survey(client, selection).await {
             // What campaigns hold for later is said, not waited for.
             Ok(survey) if survey.pending.is_empty() => {
-                eprintln!("{}", survey.summary());
+                say!("{}", survey.summary());
                 return 0;
             }
             Ok(survey) => {
                 let pending = survey.pending;
                 if tokio::time::Instant::now() >= deadline {
-                    eprintln!("not converged within {timeout:?}; still pending:");
+                    say!("not converged within {timeout:?}; still pending:");
                     for line in &pending {
-                        eprintln!("  {line}");
+                        say!("  {line}");
                     }
                     return EXIT_TIMEOUT;
                 }
                 if pending != shown {
-                    eprintln!("waiting for the controllers: {}", pending[0]);
+                    say!("waiting for the controllers: {}", pending[0]);
                     shown = pending;
                 }
             }
             Err(err) => {
-                eprintln!("reading the cluster: {err}");
+                say!("reading the cluster: {err}");
                 return 1;
             }
         }
@@ -739,7 +741,7 @@ async fn run_forever(
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             shutdown_signal().await;
-            eprintln!("stopping: finishing the write in flight");
+            say!("stopping: finishing the write in flight");
             stop_loop.notify_one();
             shutdown.notify_waiters();
         });
@@ -751,7 +753,7 @@ async fn run_forever(
     run::follow(syncer, args.interval, wakers, stop_loop, ready, log_outcome).await;
     requests.abort();
     endpoints.stop().await;
-    eprintln!("stopped");
+    say!("stopped");
     Ok(0)
 }
 
@@ -766,34 +768,34 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
                 .as_ref()
                 .map(describe_commit)
                 .unwrap_or_default();
-            eprintln!(
+            say!(
                 "{time} applied {commit}: {} in {} ms",
                 report.summary(),
                 report.duration.as_millis()
             );
             for change in &report.changes {
-                eprintln!("{time}   {}", crate::history::describe_change(change));
+                say!("{time}   {}", crate::history::describe_change(change));
             }
             for (id, reason) in &report.kept {
-                eprintln!("{time}   kept {id}: {reason}");
+                say!("{time}   kept {id}: {reason}");
             }
             explain_unregistered(&time, report);
         }
         Ok(Outcome::Drift(report)) => {
-            eprintln!("{time} drift: {}", report.summary());
+            say!("{time} drift: {}", report.summary());
             for change in &report.changes {
-                eprintln!("{time}   {}", crate::history::describe_change(change));
+                say!("{time}   {}", crate::history::describe_change(change));
             }
             explain_unregistered(&time, report);
         }
         Ok(Outcome::Interrupted(report)) => {
-            eprintln!(
+            say!(
                 "{time} interrupted: {} before stopping; the next start applies the commit again",
                 report.summary()
             );
         }
         Ok(Outcome::Rejected { commit, errors }) => {
-            eprintln!(
+            say!(
                 "{time} rejected {}: {} problem(s); nothing of it applied",
                 describe_commit(commit),
                 errors.len()
@@ -801,24 +803,24 @@ fn log_outcome(result: &Result<Outcome, SyncError>) {
             // As many as the status keeps: a commit may hold any number of problems.
             let shown = errors.len().min(crate::sync::run::LOGGED_ERRORS);
             for error in &errors[..shown] {
-                eprintln!("{time}   {error}");
+                say!("{time}   {error}");
             }
             if shown < errors.len() {
-                eprintln!(
+                say!(
                     "{time}   and {} more (`kubectl -n capstan-system get gitsync` names the \
                      first 100; `capstan plan` all of them)",
                     errors.len() - shown
                 );
             }
         }
-        Err(err) => eprintln!("{time} sync failed: {err}"),
+        Err(err) => say!("{time} sync failed: {err}"),
     }
 }
 
 /// What an `absent` Node line means, once per outcome that has one.
 fn explain_unregistered(time: &impl std::fmt::Display, report: &crate::sync::run::Report) {
     if report.count(crate::sync::apply::Action::Absent.as_str()) > 0 {
-        eprintln!(
+        say!(
             "{time}   (capstan never creates a Node: an absent one gets its labels from \
              Git once a kubelet registers it)"
         );

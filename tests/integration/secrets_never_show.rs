@@ -110,7 +110,7 @@ async fn a_live_plan_does_not_show_secret_values() {
         &[(
             "fleet/secrets.yaml",
             Some(format!(
-                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n  namespace: default\n  labels:\n    changed: here\ndata:\n  token: {NEW}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: holder\n  namespace: default\n  labels:\n    changed: here\ndata:\n  k: w\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: refused\n  namespace: default\ndata:\n  token: not base64 {NEW}\n"
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n  namespace: default\n  labels:\n    changed: here\ndata:\n  token: {NEW}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: holder\n  namespace: default\n  labels:\n    changed: here\ndata:\n  k: w\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: refused\n  namespace: default\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {NEW}\n"
             )),
         )],
     );
@@ -150,10 +150,11 @@ async fn a_live_plan_does_not_show_secret_values() {
     }
 }
 
-/// A Secret the API server refuses for its value: the rejection the sync records (the
-/// outcome, the `GitSync` status, the history record, the Event) shows the object and why,
-/// never the value. (The API servers here redact values in their messages; an admission
-/// webhook may not, which the sync's scrub of every refusal covers: `sync::mask`.)
+/// A Secret whose value is not base64, which the API server would refuse (the real one with a
+/// 500): rejected before anything is applied, and the rejection the sync records (the
+/// outcome, the `GitSync` status, the history record, the Event) names the file and field,
+/// never the value. (A refusal that quotes a value, as an admission webhook's may, is
+/// scrubbed of the commit's Secret values: `sync::mask`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_secret_does_not_show_its_value_where_the_rejection_is_recorded() {
     use crate::common;
@@ -201,7 +202,10 @@ async fn a_refused_secret_does_not_show_its_value_where_the_rejection_is_recorde
         serde_json::to_string(&records.items).expect("json"),
         serde_json::to_string(&events.items).expect("json"),
     );
-    assert!(shown.contains("Secret default/refused"), "{shown}");
+    assert!(
+        shown.contains("secret.yaml:7: data.token: not valid base64"),
+        "{shown}"
+    );
     for value in [VALUE, "new-secret-value"] {
         assert!(!shown.contains(value), "{value} shows in:\n{shown}");
     }

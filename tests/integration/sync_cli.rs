@@ -418,3 +418,72 @@ async fn a_remote_is_synced_at_once_on_a_signed_webhook_and_stops_on_sigterm() {
     .await;
     assert_eq!(status.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_plain_lines_off_a_terminal_and_json_objects_with_log_format_json() {
+    let (cluster, _client) = common::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let kubeconfig = write_kubeconfig(&cluster, state.path());
+    let mut repo = FleetRepo::new();
+    repo.commit(
+        &[
+            ("ns.yaml", Some(NAMESPACE)),
+            ("cm.yaml", Some(&config_map("settings", "a"))),
+        ],
+        "First",
+    );
+    let repo_path = repo.path().to_path_buf();
+    let run = |format: &'static str| {
+        let (repo, kubeconfig, state) = (
+            repo_path.clone(),
+            kubeconfig.clone(),
+            state.path().to_path_buf(),
+        );
+        move || {
+            let output = capstan()
+                .args(["--log-format", format, "sync", "--once", "--repo"])
+                .arg(&repo)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .arg("--state-dir")
+                .arg(&state)
+                .env("RUST_LOG", "capstan=info")
+                .output()
+                .expect("capstan runs");
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        }
+    };
+    let (code, text) = tokio::task::spawn_blocking(run("text")).await.unwrap();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("2 created"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "no colour codes off a terminal: {text:?}"
+    );
+
+    repo.commit(&[("cm.yaml", Some(&config_map("settings", "b")))], "Second");
+    let (code, json) = tokio::task::spawn_blocking(run("json")).await.unwrap();
+    assert_eq!(code, Some(0), "{json}");
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: not JSON: {line:?}"))
+        })
+        .collect();
+    assert!(
+        events.iter().all(|e| e["timestamp"].is_string()
+            && e["level"].is_string()
+            && e["message"].is_string()),
+        "{json}"
+    );
+    assert!(
+        events.iter().any(|e| e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("1 configured")),
+        "{json}"
+    );
+}

@@ -192,6 +192,8 @@ fn kind_rules(manifest: &Manifest, tree: &Node) -> Vec<Finding> {
     };
     if is_node(manifest) {
         node(&manifest.object)
+    } else if is("v1", "Secret") {
+        secret(&manifest.object)
     } else if is(&Module::api_version(&()), &Module::kind(&())) {
         match typed::<Module>(manifest, tree) {
             Ok(module) => self::module(&module, &manifest.object),
@@ -416,6 +418,64 @@ pub fn dns_label(name: &str) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// A Secret's `data` and `stringData` as the API server decodes them: maps of strings, each
+/// key a config key, `data`'s values base64 (Go's decoder: padded, newlines skipped). The
+/// findings never quote a value.
+fn secret(object: &Value) -> Vec<Finding> {
+    use base64::Engine as _;
+    let base64 = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
+    let mut found = Vec::new();
+    for section in ["data", "stringData"] {
+        let Some(values) = object.get(section) else {
+            continue;
+        };
+        let Some(values) = values.as_object() else {
+            if !values.is_null() {
+                found.push(finding(
+                    FieldPath::of(&[section]),
+                    "must be a map of keys to values",
+                ));
+            }
+            continue;
+        };
+        for (key, value) in values {
+            let path = FieldPath::of(&[section, key.as_str()]);
+            let config_key = !key.is_empty()
+                && key.len() <= 253
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+                && key != "."
+                && key != "..";
+            if !config_key {
+                found.push(finding(
+                    path.clone(),
+                    "a key must consist of alphanumeric characters, '-', '_' or '.'",
+                ));
+            }
+            match value {
+                Value::Null => {}
+                Value::String(text) if section == "data" => {
+                    let text: String = text.chars().filter(|c| !matches!(c, '\r' | '\n')).collect();
+                    if base64.decode(text).is_err() {
+                        found.push(finding(
+                            path,
+                            "not valid base64 (a Secret's data is base64-encoded; put plain text \
+                             under stringData)",
+                        ));
+                    }
+                }
+                Value::String(_) => {}
+                _ => found.push(finding(path, "must be a string")),
+            }
+        }
+    }
+    found
 }
 
 /// A Node manifest only declares labels and annotations: capstan applies what the file

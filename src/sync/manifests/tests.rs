@@ -953,6 +953,47 @@ fn requests_cannot_be_declared() {
 }
 
 #[test]
+fn a_secret_holds_what_the_api_server_decodes_and_its_errors_quote_no_value() {
+    let secret = |name: &str, body: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\n{body}"
+        )
+    };
+    let found = rejected(&[
+        (
+            "a.yaml",
+            secret(
+                "a",
+                "data:\n  token: not base64 hunter2\n  'bad key': aGk=\n",
+            ),
+        ),
+        ("b.yaml", secret("b", "data: aHVudGVyMg==\n")),
+        ("c.yaml", secret("c", "stringData:\n  port: 8080\n")),
+    ]);
+    assert_errors(
+        &found,
+        &[
+            "a.yaml:5: data.token: not valid base64 (a Secret's data is base64-encoded; put \
+             plain text under stringData)",
+            "a.yaml:6: data[bad key]: a key must consist of alphanumeric characters, '-', '_' \
+             or '.'",
+            "b.yaml:4: data: must be a map of keys to values",
+            "c.yaml:5: stringData.port: must be a string",
+        ],
+    );
+    assert!(found.iter().all(|e| !e.to_string().contains("hunter2")));
+    // Go's decoder skips newlines and takes trailing bits; a null value is an empty one.
+    load_all(&[(
+        "ok.yaml",
+        secret(
+            "ok",
+            "data:\n  a: \"aGVs\\nbG8=\"\n  b: aGk=\n  c: null\nstringData:\n  d: plain\n",
+        ),
+    )])
+    .expect("a Secret as the API server takes it");
+}
+
+#[test]
 fn capstans_own_kinds_cannot_be_declared() {
     let found = rejected(&[(
         "reach.yaml",

@@ -896,10 +896,6 @@ fn secret_values_never_show_in_any_rendering() {
             Some(
                 secret("map", "data:\n  token: b3RoZXJzZWNyZXQ=\n")
                     + "---\n"
-                    + &secret("string", "data: c3VwZXJzZWNyZXQ=\n")
-                    + "---\n"
-                    + &secret("list", "stringData:\n  - hunter2-value\n  - supersecret\n")
-                    + "---\n"
                     + &annotated("Secret", "self", "data:\n  t: b3RoZXJzZWNyZXQ=\n")
                     + "---\n"
                     + &annotated("ConfigMap", "holder", "data:\n  k: v\n"),
@@ -923,4 +919,34 @@ fn secret_values_never_show_in_any_rendering() {
         assert!(names.contains(&name), "{name} not planned: {names:?}");
     }
     assert!(renderings[0].contains("(masked: may hold a Secret's values)"));
+
+    // Sections that are not maps are refused, as the API server refuses them, without
+    // quoting what they hold.
+    let refused = with_changes(
+        &base,
+        &[(
+            "fleet/secrets.yaml",
+            Some(
+                secret("string", "data: c3VwZXJzZWNyZXQ=\n")
+                    + "---\n"
+                    + &secret("list", "stringData:\n  - hunter2-value\n  - supersecret\n"),
+            ),
+        )],
+    );
+    let plan = plan_of(&base, &refused, Some(7));
+    let fields: Vec<&str> = plan
+        .errors
+        .iter()
+        .filter_map(|e| e.field.as_deref())
+        .collect();
+    assert_eq!(fields, ["data", "stringData"], "{:?}", plan.errors);
+    for rendering in [
+        render_text(&plan, false),
+        render_markdown(&plan).join("\n"),
+        render_json(&plan),
+    ] {
+        for value in VALUES {
+            assert!(!rendering.contains(value), "{value} shows in:\n{rendering}");
+        }
+    }
 }
