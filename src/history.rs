@@ -22,7 +22,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde::Serialize;
 
 use crate::controllers::drain::DrainStep;
-use crate::controllers::version_labels::records::asked_by;
+use crate::controllers::upgrade::policy::asked_by;
 use capstan_api::canonical::sha256_hex;
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::clock::rfc3339_micros;
@@ -653,6 +653,20 @@ pub struct EventTarget {
     pub name: String,
     /// UID, when known (kubectl describe matches on it).
     pub uid: Option<String>,
+}
+
+impl EventTarget {
+    /// A Node, as the Events of its upgrade steps, drains and strategies name it.
+    pub fn node(node: &k8s_openapi::api::core::v1::Node) -> EventTarget {
+        use kube::ResourceExt as _;
+        EventTarget {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            namespace: None,
+            name: node.name_any(),
+            uid: node.uid(),
+        }
+    }
 }
 
 /// Publishes an Event about `target` through `recorder`, annotated with the commit's

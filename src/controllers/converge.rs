@@ -35,7 +35,7 @@ use kube::{Client, ResourceExt};
 use super::campaign::{CampaignGate, Campaigns};
 use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
-use super::version_labels::Progress;
+use super::upgrade::Progress;
 use super::{ControllerName, Selection};
 use capstan_api::labels::{self, DRAIN_ANNOTATION, ModuleKey, ModuleLabel};
 use capstan_api::lws::condition_types;

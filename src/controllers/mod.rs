@@ -54,6 +54,7 @@ pub mod node;
 pub mod nodekeeper;
 pub mod retries;
 pub mod skipped_fields;
+pub mod upgrade;
 pub mod version_labels;
 
 pub use context::Context;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use capstan::controllers::nodekeeper::records;
 use capstan::controllers::nodekeeper::{PodRef, Strategy, StrategyRun};
-use capstan::controllers::version_labels::{Policies, Stamp};
+use capstan::controllers::upgrade::{Policies, Stamp};
 use capstan::controllers::{self, Context};
 use capstan_api::labels::{
     PULL_REQUEST_ANNOTATION, RECORD_NODE_LABEL, RECORD_TYPE_LABEL, REVISION_ANNOTATION,

@@ -1,6 +1,7 @@
 //! The campaign table of [`super::decide`], row by row, and MUO's step runner.
 
 use super::*;
+use capstan_api::upgrade_config::UpgradeConfig;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 fn at(minutes: i64) -> Timestamp {

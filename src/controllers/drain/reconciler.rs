@@ -27,7 +27,8 @@ use super::{Decision, DrainState, DrainStep, PodFacts, decide, record, resumed, 
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
 use crate::controllers::nodekeeper::evictable;
-use crate::controllers::version_labels::Policies;
+use crate::controllers::upgrade::Policies;
+use crate::controllers::upgrade::drain::write_record;
 use capstan_api::GitSync;
 use capstan_api::labels::DRAIN_ANNOTATION;
 use capstan_api::managers;
@@ -178,12 +179,7 @@ async fn reconcile(cached: Arc<Node>, shared: Arc<Shared>) -> Result<Action, kub
             let now = shared.ctx.clock.now();
             let policies = Policies::of(shared.syncs.state());
             let drained = record(&policies, &name, &state, DrainStep::Drained, now);
-            crate::controllers::version_labels::reconciler::write_drain_record(
-                &shared.ctx,
-                &node,
-                &drained,
-            )
-            .await?;
+            write_record(&shared.ctx, &node, &drained).await?;
             let marked = DrainState {
                 drained_at: Some(now),
                 ..state

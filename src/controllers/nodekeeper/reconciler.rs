@@ -47,8 +47,7 @@ use super::{
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
 use crate::controllers::retries::Retries;
-use crate::controllers::version_labels::Policies;
-use crate::controllers::version_labels::facts::stamp_of;
+use crate::controllers::upgrade::{Policies, stamp_of};
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::managers;
@@ -398,13 +397,7 @@ async fn record_strategy(
     if !created {
         return Ok(());
     }
-    let target = EventTarget {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        namespace: None,
-        name: node.name_any(),
-        uid: node.uid(),
-    };
+    let target = EventTarget::node(node);
     if let Err(err) = history::record_event(
         &shared.ctx.recorder,
         &target,

@@ -10,7 +10,7 @@
 use jiff::Timestamp;
 
 use super::strategies::StrategyRun;
-use crate::controllers::version_labels::{Policies, Stamp};
+use crate::controllers::upgrade::{Policies, Stamp};
 use capstan_api::clock::rfc3339_micros;
 use capstan_api::{HistoryRecordSpec, RecordType};
 

@@ -6,16 +6,16 @@
 //! plugin does, so its pods count as the device plugin's: the module is not unloaded while
 //! one remains on the node (KMM main's guard matches both roles).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt as _;
 
-use super::{NodeModuleFacts, Progress, Stamp, VersionLabels};
+use super::{NodeModuleFacts, Progress, VersionLabels};
+use crate::controllers::upgrade::stamp_of;
 use capstan_api::labels::{
-    DRAIN_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ModuleLabel, PULL_REQUEST_ANNOTATION,
-    REVISION_ANNOTATION, UPGRADE_ANNOTATION_PREFIX,
+    DRAIN_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ModuleLabel, UPGRADE_ANNOTATION_PREFIX,
 };
 use capstan_api::module::Module;
 
@@ -95,19 +95,6 @@ pub fn facts_of(
     }
 }
 
-/// The stamps capstan's sync put on a node.
-pub fn stamp_of(annotations: &BTreeMap<String, String>) -> Stamp {
-    Stamp {
-        revision: annotations
-            .get(REVISION_ANNOTATION)
-            .filter(|r| !r.is_empty())
-            .cloned(),
-        pull_request: annotations
-            .get(PULL_REQUEST_ANNOTATION)
-            .and_then(|pr| pr.parse().ok()),
-    }
-}
-
 /// Whether an upgrade of some Module runs on `node`, or its campaign drain has not ended
 /// (it holds a slot until both end), unless the node gave its slot up.
 pub fn holds_slot(node: &Node) -> bool {
@@ -143,7 +130,9 @@ pub fn not_ready_since(node: &Node) -> Option<Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::upgrade::Stamp;
     use capstan_api::labels::{DRA_ROLE, ROLE_LABEL};
+    use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 

@@ -36,19 +36,19 @@ use kube::{Resource as _, ResourceExt as _};
 use super::facts::{
     carries, facts_of, holds_slot, is_device_plugin_of, module_keys, not_ready_since,
 };
-use super::policy::{SyncState, wakes_every_node};
 use super::records::{StepRecord, WaitEvent};
 use super::{
     Confirm, FleetNode, NodeDecision, NodeInputs, NodeModuleFacts, NodePlan, Policies, decide_node,
     has_work, next_in_line, node_patch, standings,
 };
 use crate::controllers::caches::Caches;
-use crate::controllers::campaign::Campaigns;
 use crate::controllers::context::Context;
-use crate::controllers::drain::{
-    Cordon, DrainRecord, DrainState, DrainStep, end_patch, start_patch,
-};
 use crate::controllers::retries::Retries;
+use crate::controllers::upgrade::Campaigns;
+use crate::controllers::upgrade::drain::{
+    Cordon, DrainState, DrainStep, end_patch, start_patch, write_record,
+};
+use crate::controllers::upgrade::policy::{SyncState, wakes_every_node};
 use crate::history::{self, EventTarget};
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{
@@ -353,7 +353,7 @@ async fn write(
 ) -> Result<Action, ReconcileError> {
     let name = node.name_any();
     if let Some(change) = &plan.drain {
-        write_drain_record(&shared.ctx, node, &change.record)
+        write_record(&shared.ctx, node, &change.record)
             .await
             .map_err(failed(&name, "recording a drain"))?;
     }
@@ -586,16 +586,6 @@ fn line_moves(
 
 // ---- writes ----
 
-fn node_target(node: &Node) -> EventTarget {
-    EventTarget {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        namespace: None,
-        name: node.name_any(),
-        uid: node.uid(),
-    }
-}
-
 fn module_target(shared: &Shared, key: &ModuleKey) -> EventTarget {
     EventTarget {
         api_version: Module::api_version(&()).to_string(),
@@ -628,7 +618,7 @@ async fn record_step(
             .and_then(|recorded| recorded.spec.time.parse().ok())
             .unwrap_or(now));
     }
-    for target in [node_target(node), module_target(shared, &record.key)] {
+    for target in [EventTarget::node(node), module_target(shared, &record.key)] {
         if let Err(err) = history::record_event(
             &shared.ctx.recorder,
             &target,
@@ -716,42 +706,11 @@ async fn record_departures(
     }
 }
 
-/// Writes the history record of a drain step and, when the record is new, its Event on
-/// the Node.
-pub async fn write_drain_record(
-    ctx: &Context,
-    node: &Node,
-    record: &DrainRecord,
-) -> Result<(), kube::Error> {
-    let client = &ctx.client;
-    let created = history::write_record_making_namespace(
-        client,
-        record.spec.clone(),
-        managers::VERSION_LABELS,
-    )
-    .await?;
-    if created
-        && let Err(err) = history::record_event(
-            &ctx.recorder,
-            &node_target(node),
-            false,
-            record.reason,
-            &record.spec.message,
-            &record.spec.commit,
-            record.annotations.clone(),
-        )
-        .await
-    {
-        tracing::warn!(%err, node = %node.name_any(), "could not record a drain event");
-    }
-    Ok(())
-}
-
 /// The Event that says, once per wait, why a node does not move.
 async fn announce_wait(shared: &Shared, node: &Node, wait: &WaitEvent) {
     if let Err(err) = history::record_event(
         &shared.ctx.recorder,
-        &node_target(node),
+        &EventTarget::node(node),
         wait.warning,
         wait.reason,
         &wait.message,

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
-use super::policy::Policies;
 use super::{
     Decision, Gate, NodeModuleFacts, Outcome, PolicyWait, Progress, Slot, Stamp, StepReached, Wait,
 };
+use crate::controllers::upgrade::Policies;
+use crate::controllers::upgrade::policy::asked_by;
 use capstan_api::clock::rfc3339_micros;
 use capstan_api::labels::{
     FROM_VERSION_ANNOTATION, MODULE_ANNOTATION, ModuleKey, TO_VERSION_ANNOTATION,
@@ -270,15 +271,6 @@ pub fn release_record(
 /// `v1` or `none`.
 fn version(version: &Option<String>) -> &str {
     version.as_deref().unwrap_or("none")
-}
-
-/// `, asked by 3cf3bea (#42)`, or nothing for an unstamped node.
-pub fn asked_by(commit: &CommitRef) -> String {
-    match (commit.short_sha.is_empty(), commit.pull_request) {
-        (true, _) => String::new(),
-        (false, Some(pr)) => format!(", asked by {} (#{pr})", commit.short_sha),
-        (false, None) => format!(", asked by {}", commit.short_sha),
-    }
 }
 
 /// The Event annotations of a move: module and versions.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt as _;
 
-use super::Stamp;
+use super::progress::Stamp;
 use crate::history;
 use crate::sync::inventory::DEFAULT_SYNC_NAME;
 use capstan_api::{CommitRef, GitSync, UpgradePolicy};
@@ -150,6 +150,15 @@ pub fn wakes_every_node(previous: Option<&SyncState>, now: &SyncState) -> bool {
     match previous {
         None => true,
         Some(previous) => previous.policy != now.policy || (previous.applying && !now.applying),
+    }
+}
+
+/// `, asked by 3cf3bea (#42)`, or nothing for an unstamped node.
+pub fn asked_by(commit: &CommitRef) -> String {
+    match (commit.short_sha.is_empty(), commit.pull_request) {
+        (true, _) => String::new(),
+        (false, Some(pr)) => format!(", asked by {} (#{pr})", commit.short_sha),
+        (false, None) => format!(", asked by {}", commit.short_sha),
     }
 }
 
