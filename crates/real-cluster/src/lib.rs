@@ -223,6 +223,15 @@ impl ControlPlane {
         config: &ClusterConfig,
         options: &Options,
     ) -> anyhow::Result<ControlPlane> {
+        let mut plane = ControlPlane::boot(options, &config.broken_images).await?;
+        plane.add_nodes(config).await?;
+        Ok(plane)
+    }
+
+    /// A control plane without nodes: it serves, and its controllers run. kwok's pods of
+    /// an image in `broken_images` never start. [`ControlPlane::add_nodes`] registers the
+    /// nodes; a test harness may boot planes ahead of the tests that take them.
+    pub async fn boot(options: &Options, broken_images: &[String]) -> anyhow::Result<ControlPlane> {
         capstan_api::install_crypto_provider();
         let binaries = Binaries::locate()?;
         let dir = tempfile::Builder::new()
@@ -370,7 +379,7 @@ impl ControlPlane {
         let kwok_config = root.join("kwok.yaml");
         std::fs::write(
             &kwok_config,
-            kwok::config(&binaries.kwok_stages(), &config.broken_images)?,
+            kwok::config(&binaries.kwok_stages(), broken_images)?,
         )?;
         plane.spawn(
             "kwok",
@@ -385,22 +394,6 @@ impl ControlPlane {
             ],
         )?;
 
-        let nodes: Api<Node> = Api::all(client.clone());
-        let now = jiff::Timestamp::now();
-        for (index, node) in config.nodes.iter().enumerate() {
-            let object: Node = serde_json::from_value(kwok_node(registration(node, index, now)))?;
-            nodes
-                .create(&PostParams::default(), &object)
-                .await
-                .with_context(|| format!("registering node {}", node.name))?;
-        }
-        let names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
-        plane
-            .wait("every node to be Ready under kwok", || {
-                let (nodes, names) = (nodes.clone(), names.clone());
-                async move { all_ready(&nodes, &names).await }
-            })
-            .await?;
         // The service-account controller makes `default` in each namespace; pods are
         // refused until it has (the ServiceAccount admission plugin).
         let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
@@ -411,6 +404,29 @@ impl ControlPlane {
             })
             .await?;
         Ok(plane)
+    }
+
+    /// Registers the nodes of `config` as kwok's and waits until every one is Ready.
+    pub async fn add_nodes(&mut self, config: &ClusterConfig) -> anyhow::Result<()> {
+        if config.nodes.is_empty() {
+            return Ok(());
+        }
+        let client = self.client().await?;
+        let nodes: Api<Node> = Api::all(client);
+        let now = jiff::Timestamp::now();
+        for (index, node) in config.nodes.iter().enumerate() {
+            let object: Node = serde_json::from_value(kwok_node(registration(node, index, now)))?;
+            nodes
+                .create(&PostParams::default(), &object)
+                .await
+                .with_context(|| format!("registering node {}", node.name))?;
+        }
+        let names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
+        self.wait("every node to be Ready under kwok", || {
+            let (nodes, names) = (nodes.clone(), names.clone());
+            async move { all_ready(&nodes, &names).await }
+        })
+        .await
     }
 
     /// The administrator's kubeconfig (YAML, certificates inline).
