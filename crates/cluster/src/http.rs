@@ -207,9 +207,22 @@ async fn handle(server: &Arc<Server>, request: Request) -> Result<Response, ApiE
                     "selfsubjectaccessreviews are only created",
                 ));
             }
+            let is_protobuf = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| t.starts_with(PROTOBUF));
             let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
                 .await
                 .map_err(|_| ApiError::request_too_large(MAX_BODY_BYTES))?;
+            // kubectl's typed client (`kubectl auth can-i`) sends the review as protobuf.
+            let body = if is_protobuf {
+                let review = protobuf::decode(&body)
+                    .map_err(|e| ApiError::unsupported_media_type(e.to_string()))?;
+                serde_json::to_vec(&review).map_err(|e| ApiError::internal(e.to_string()))?
+            } else {
+                body.to_vec()
+            };
             Ok(json_response(
                 StatusCode::CREATED,
                 &access_review::answer(&body)?,

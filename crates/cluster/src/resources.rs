@@ -247,6 +247,24 @@ const BUILTINS: &[Builtin] = &[
     ),
 ];
 
+/// The categories kube-apiserver gives a built-in kind: `all` (what `kubectl get all`
+/// lists) for the workloads and Services.
+fn categories(group: &str, plural: &str) -> Vec<String> {
+    let all = matches!(
+        (group, plural),
+        ("", "pods" | "services" | "replicationcontrollers")
+            | (
+                "apps",
+                "daemonsets" | "deployments" | "replicasets" | "statefulsets"
+            )
+    );
+    if all {
+        vec!["all".to_string()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// A resource addressed by its URL parts.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Address {
@@ -278,7 +296,7 @@ impl Registry {
                 singular: b.kind.to_lowercase(),
                 namespaced: b.namespaced,
                 short_names: b.short_names.iter().map(|s| (*s).into()).collect(),
-                categories: Vec::new(),
+                categories: categories(b.group, b.plural),
                 has_status: b.has_status,
                 scale: ScaleSubresource::builtin(b.group, b.plural),
                 storage: b.storage.into(),

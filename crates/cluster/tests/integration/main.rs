@@ -25,6 +25,7 @@ mod api_selectors;
 mod api_server_side_apply;
 mod api_watch;
 mod api_wrong_types;
+mod kubectl_at_the_zero_setup_cluster;
 mod requests;
 mod sim_container_restart;
 mod sim_controller_events;

@@ -408,7 +408,7 @@ async fn kubectl_drain_respects_the_budget() {
 }
 
 /// kubectl's path, from `hack/real-cluster/build-kubectl` (a no-op when it is built).
-fn build_kubectl() -> std::path::PathBuf {
+pub(crate) fn build_kubectl() -> std::path::PathBuf {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../hack/real-cluster/build-kubectl");
     let output = std::process::Command::new(&script)
