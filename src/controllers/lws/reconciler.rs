@@ -298,7 +298,14 @@ async fn reconcile(
             "status": decision.status,
         });
         match lwss
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                &name,
+                &PatchParams {
+                    field_manager: Some(managers::LWS.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Ok(_) => {}
@@ -357,7 +364,11 @@ async fn create_revision(
     revision: ControllerRevision,
     note: fn(&str) -> String,
 ) -> Result<ControllerRevision, kube::Error> {
-    match api.create(&PostParams::default(), &revision).await {
+    let params = PostParams {
+        field_manager: Some(managers::LWS.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, &revision).await {
         Ok(created) => {
             let note = note(facts::revision_key(&created));
             event(

@@ -629,7 +629,14 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
                 "resourceVersion": module.resource_version(),
             }});
             match api
-                .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                .patch(
+                    name,
+                    &PatchParams {
+                        field_manager: Some(managers::MODULE_NMC.into()),
+                        ..PatchParams::default()
+                    },
+                    &Patch::Merge(patch),
+                )
                 .await
             {
                 Ok(_) => {}
@@ -663,7 +670,14 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
             "resourceVersion": module.resource_version(),
         }});
         match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(
+                name,
+                &PatchParams {
+                    field_manager: Some(managers::MODULE_NMC.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(patch),
+            )
             .await
         {
             Ok(_) => {}

@@ -49,7 +49,6 @@ use crate::controllers::context::Context;
 use crate::controllers::retries::Retries;
 use crate::controllers::upgrade::{Policies, stamp_of};
 use crate::history::{self, EventTarget};
-use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::managers;
 use capstan_api::{GitSync, NodeDrain, UpgradeConfig};
 
@@ -300,17 +299,8 @@ async fn read_campaigns(shared: &Shared) -> Result<UpgradingCampaigns, kube::Err
     }
 }
 
-/// The `GitSync`s, as [`read_campaigns`] reads the campaigns.
 async fn read_policies(shared: &Shared) -> Result<Policies, kube::Error> {
-    if let Some(Ok(())) = shared.syncs.wait_until_ready().now_or_never() {
-        return Ok(Policies::of(shared.syncs.state()));
-    }
-    let api: Api<GitSync> = Api::namespaced(shared.ctx.client.clone(), SYSTEM_NAMESPACE);
-    match api.list(&ListParams::default()).await {
-        Ok(list) => Ok(Policies::of(list.items.into_iter().map(Arc::new).collect())),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Policies::of(Vec::new())),
-        Err(err) => Err(err),
-    }
+    Policies::read(&shared.syncs, &shared.ctx.client).await
 }
 
 /// The facts of the pods on `node`, against every PodDisruptionBudget.

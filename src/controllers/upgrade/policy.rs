@@ -26,6 +26,26 @@ pub struct Policies {
 }
 
 impl Policies {
+    /// The policies of the `GitSync`s `cache` holds once it has listed them, else (capstan's
+    /// kinds may not be served yet) from the API server; a cluster without the kind has no
+    /// `GitSync`.
+    pub async fn read(
+        cache: &kube::runtime::reflector::Store<GitSync>,
+        client: &kube::Client,
+    ) -> Result<Policies, kube::Error> {
+        use futures::FutureExt as _;
+        if let Some(Ok(())) = cache.wait_until_ready().now_or_never() {
+            return Ok(Policies::of(cache.state()));
+        }
+        let api: kube::Api<GitSync> =
+            kube::Api::namespaced(client.clone(), capstan_api::capstan::SYSTEM_NAMESPACE);
+        match api.list(&kube::api::ListParams::default()).await {
+            Ok(list) => Ok(Policies::of(list.items.into_iter().map(Arc::new).collect())),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Policies::of(Vec::new())),
+            Err(err) => Err(err),
+        }
+    }
+
     /// The policies `syncs` set.
     pub fn of(syncs: Vec<Arc<GitSync>>) -> Policies {
         let mut owners = HashMap::new();

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::{FutureExt as _, StreamExt as _};
+use futures::StreamExt as _;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -478,18 +478,8 @@ fn device_plugin_pods_selector(key: &ModuleKey) -> String {
     )
 }
 
-/// The `GitSync`s: from the cache once it has listed them, else (capstan's kinds may not be
-/// served yet) from the API server; a cluster without the kind has no `GitSync`.
 async fn read_policies(shared: &Shared) -> Result<Policies, kube::Error> {
-    if let Some(Ok(())) = shared.syncs.wait_until_ready().now_or_never() {
-        return Ok(Policies::of(shared.syncs.state()));
-    }
-    let api: Api<GitSync> = Api::namespaced(shared.ctx.client.clone(), SYSTEM_NAMESPACE);
-    match api.list(&ListParams::default()).await {
-        Ok(list) => Ok(Policies::of(list.items.into_iter().map(Arc::new).collect())),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Policies::of(Vec::new())),
-        Err(err) => Err(err),
-    }
+    Policies::read(&shared.syncs, &shared.ctx.client).await
 }
 
 /// The campaigns, from the cache.

@@ -962,21 +962,15 @@ fn percent(text: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Upstream `intstr.GetScaledValueFromIntOrPercent`: a count as it is, a percentage of
-/// `total` rounded down (or up, for `maxSurge`); `None` for a string that is not a
-/// percentage.
+/// Upstream `intstr.GetScaledValueFromIntOrPercent` (one implementation, the LWS
+/// controller's); `None` for a string that is not a percentage as [`percent`] reads one.
 fn scaled(value: &IntOrString, total: i32, round_up: bool) -> Option<i64> {
-    match value {
-        IntOrString::Int(count) => Some(i64::from(*count)),
-        IntOrString::String(text) => {
-            let share = percent(text)? as f64 * f64::from(total) / 100.0;
-            Some(if round_up {
-                share.ceil()
-            } else {
-                share.floor()
-            } as i64)
-        }
+    if let IntOrString::String(text) = value {
+        percent(text)?;
     }
+    crate::controllers::lws::rolling::scaled(value, total, round_up)
+        .ok()
+        .map(i64::from)
 }
 
 /// Upstream's `validateUpdateSubGroupPolicy`: what is wrong with `policy` for groups of
