@@ -554,9 +554,13 @@ async fn wait_converged(
                     if loaded(client).await.0 != nodes {
                         vec!["NMC statuses do not list every module yet".to_string()]
                     } else {
-                        controllers::converge::check(client, selection)
-                            .await
-                            .unwrap_or_else(|err| vec![format!("check failed: {err}")])
+                        controllers::converge::check(
+                            client,
+                            selection,
+                            &capstan_api::clock::SystemClock,
+                        )
+                        .await
+                        .unwrap_or_else(|err| vec![format!("check failed: {err}")])
                     }
                 } else {
                     vec!["Module statuses do not count every node yet".to_string()]
@@ -631,9 +635,10 @@ async fn steady_state(
     // Every NMC reconciled since the restart means the whole fleet was reconciled again.
     let mut resynced = None;
     while restarted.elapsed() < DEADLINE {
-        let pending = controllers::converge::check(plain, selection)
-            .await
-            .unwrap_or_else(|err| vec![format!("check failed: {err}")]);
+        let pending =
+            controllers::converge::check(plain, selection, &capstan_api::clock::SystemClock)
+                .await
+                .unwrap_or_else(|err| vec![format!("check failed: {err}")]);
         if pending.is_empty() && controllers.reconciled().await >= nodes {
             resynced = Some(restarted.elapsed());
             break;

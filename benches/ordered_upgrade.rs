@@ -39,9 +39,13 @@ async fn converge(client: &kube::Client) -> Duration {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(900);
     loop {
-        let pending = controllers::converge::check(client, &Selection::all())
-            .await
-            .expect("check");
+        let pending = controllers::converge::check(
+            client,
+            &Selection::all(),
+            &capstan_api::clock::SystemClock,
+        )
+        .await
+        .expect("check");
         if pending.is_empty() {
             return started.elapsed();
         }

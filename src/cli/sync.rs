@@ -480,9 +480,10 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<i32> {
         say!("running controllers: {}", args.controllers);
     }
     let selection = args.controllers.clone();
+    let clock = ctx.clock.clone();
     let running = tokio::spawn(async move { controllers::run(ctx, &selection).await });
     let code = match endpoints {
-        None => run_once(syncer, &client, &args.controllers, args.timeout).await,
+        None => run_once(syncer, &client, &args.controllers, &*clock, args.timeout).await,
         Some(endpoints) => run_forever(&args, syncer, &client, endpoints).await?,
     };
     stop_controllers.cancel();
@@ -636,6 +637,7 @@ async fn run_once(
     mut syncer: Syncer,
     client: &kube::Client,
     selection: &Selection,
+    clock: &dyn capstan_api::clock::Clock,
     timeout: Duration,
 ) -> i32 {
     let deadline = tokio::time::Instant::now() + timeout;
@@ -664,7 +666,7 @@ async fn run_once(
         return 0;
     }
     tokio::select! {
-        code = wait_for_convergence(client, selection, deadline, timeout) => code,
+        code = wait_for_convergence(client, selection, clock, deadline, timeout) => code,
         _ = shutdown_signal() => 1,
     }
 }
@@ -677,12 +679,13 @@ const CONVERGENCE_POLL: Duration = Duration::from_millis(200);
 async fn wait_for_convergence(
     client: &kube::Client,
     selection: &Selection,
+    clock: &dyn capstan_api::clock::Clock,
     deadline: tokio::time::Instant,
     timeout: Duration,
 ) -> i32 {
     let mut shown: Vec<String> = Vec::new();
     loop {
-        match controllers::converge::survey(client, selection).await {
+        match controllers::converge::survey(client, selection, clock).await {
             // What campaigns hold for later is said, not waited for.
             Ok(survey) if survey.pending.is_empty() => {
                 say!("{}", survey.summary());

@@ -25,6 +25,7 @@
 //! it does not wait for, so that a converged `--once` says what is held and until when
 //! ([`Convergence::summary`]).
 
+use capstan_api::clock::Clock;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -124,13 +125,22 @@ impl Convergence {
     }
 }
 
-/// What is still to happen; empty when the cluster has converged.
-pub async fn check(client: &Client, selection: &Selection) -> Result<Vec<String>, kube::Error> {
-    Ok(survey(client, selection).await?.pending)
+/// What is still to happen; empty when the cluster has converged. `clock` is the
+/// controllers' "now" (when a campaign's `upgradeAt` comes).
+pub async fn check(
+    client: &Client,
+    selection: &Selection,
+    clock: &dyn Clock,
+) -> Result<Vec<String>, kube::Error> {
+    Ok(survey(client, selection, clock).await?.pending)
 }
 
 /// What is still to happen, and the moves campaigns hold.
-pub async fn survey(client: &Client, selection: &Selection) -> Result<Convergence, kube::Error> {
+pub async fn survey(
+    client: &Client,
+    selection: &Selection,
+    clock: &dyn Clock,
+) -> Result<Convergence, kube::Error> {
     let mut pending = Vec::new();
     let mut held: BTreeMap<String, HeldMoves> = BTreeMap::new();
     let modules = Api::<Module>::all(client.clone())
@@ -266,7 +276,7 @@ pub async fn survey(client: &Client, selection: &Selection) -> Result<Convergenc
     }
 
     if selection.contains(ControllerName::VersionLabels) {
-        let now = jiff::Timestamp::now();
+        let now = clock.now();
         for node in &nodes {
             if node.annotations().contains_key(DRAIN_ANNOTATION) {
                 pending.push(format!(

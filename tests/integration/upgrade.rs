@@ -179,9 +179,10 @@ pub fn steps(records: &[HistoryRecord]) -> Vec<String> {
 /// `Ok` when every Module has converged and no node is in an upgrade; else what is still
 /// pending.
 pub async fn at_rest(client: &kube::Client) -> Result<(), String> {
-    let pending = controllers::converge::check(client, &Selection::all())
-        .await
-        .map_err(|err| err.to_string())?;
+    let pending =
+        controllers::converge::check(client, &Selection::all(), &capstan_api::clock::SystemClock)
+            .await
+            .map_err(|err| err.to_string())?;
     if !pending.is_empty() {
         return Err(format!("not converged: {pending:?}"));
     }
@@ -210,9 +211,10 @@ pub async fn at_rest(client: &kube::Client) -> Result<(), String> {
 pub async fn converged(client: &kube::Client) {
     let selection = Selection::all();
     crate::common::wait_for("every Module to converge", async || {
-        let pending = controllers::converge::check(client, &selection)
-            .await
-            .expect("check");
+        let pending =
+            controllers::converge::check(client, &selection, &capstan_api::clock::SystemClock)
+                .await
+                .expect("check");
         if pending.is_empty() {
             Ok(())
         } else {

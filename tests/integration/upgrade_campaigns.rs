@@ -422,9 +422,13 @@ async fn a_campaign_due_later_is_not_waited_for_and_its_held_moves_are_named() {
     .await;
     // What --once waits for (nothing) and what it says instead of "converged".
     let survey = common::wait_for("nothing pending but the held moves", async || {
-        let survey = controllers::converge::survey(&client, &Selection::all())
-            .await
-            .map_err(|err| err.to_string())?;
+        let survey = controllers::converge::survey(
+            &client,
+            &Selection::all(),
+            &capstan_api::clock::SystemClock,
+        )
+        .await
+        .map_err(|err| err.to_string())?;
         if survey.pending.is_empty() {
             Ok(survey)
         } else {
