@@ -158,10 +158,10 @@ async fn prune_one(
 
 /// Why the Namespace `namespace` must not be deleted, if it holds objects capstan never
 /// applied (deleting it would delete them), or capstan cannot tell: each namespaced kind
-/// the cluster serves is listed in it. Not counted: Events; the `default` ServiceAccount and
-/// the `kube-root-ca.crt` ConfigMap Kubernetes puts in every namespace; objects owned by
-/// another (their owner counts); objects being deleted; and objects of which capstan's field
-/// manager holds fields (its own, pruned before the Namespace).
+/// the cluster serves is listed in it. Not counted: Events and Endpoints; the `default`
+/// ServiceAccount and the `kube-root-ca.crt` ConfigMap Kubernetes puts in every namespace;
+/// objects owned by another (their owner counts); objects being deleted; and objects of
+/// which capstan's field manager holds fields (its own, pruned before the Namespace).
 async fn holds_foreign_objects(
     client: &kube::Client,
     kinds: &ClusterKinds,
@@ -171,7 +171,9 @@ async fn holds_foreign_objects(
     let mut foreign = Vec::new();
     let mut unlisted = Vec::new();
     for resource in kinds.namespaced_lists() {
-        if resource.kind == "Event" {
+        // Events, and the Endpoints the endpoints controller keeps beside each Service
+        // (without an owner), are Kubernetes' record of other objects, not content.
+        if resource.kind == "Event" || (resource.group.is_empty() && resource.kind == "Endpoints") {
             continue;
         }
         let api: kube::Api<kube::api::DynamicObject> =

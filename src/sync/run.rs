@@ -412,7 +412,15 @@ impl Syncer {
             return result.map(|(outcome, _)| outcome);
         }
         self.kinds = ClusterKinds::discover(&self.client).await?;
-        self.read_admin_spec().await?;
+        match self.read_admin_spec().await {
+            Err(err @ SyncError::Proof(_)) => {
+                // The admin's proof cannot be set up (no GitHub repository to ask): said in
+                // the status as any failure to apply.
+                self.fail(&head, &err.to_string(), started).await?;
+                return Err(err);
+            }
+            other => other?,
+        }
         let mut replay = blocking(|| self.replay(&head));
         if let Err(err) = self.prove_pull_requests(&mut replay).await {
             self.fail(&head, &err.to_string(), started).await?;
