@@ -47,19 +47,17 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{HostPathVolumeSource, PodSpec, Volume, VolumeMount};
-use kube::Resource;
-use thiserror::Error;
 
 use super::module_daemon_sets::{
-    container, has_labels, is_applied, node_selector, non_empty, non_empty_list, owned_daemon_set,
-    schedules_nothing, status_counts,
+    check_version, container, has_labels, is_applied, node_selector, non_empty, non_empty_list,
+    owned_daemon_set, owner, schedules_nothing, status_counts,
 };
 use super::module_nmc::ModuleFacts;
 use super::node::NodeFacts;
 use capstan_api::canonical::sha256_hex;
 use capstan_api::labels::{
     DEVICE_PLUGIN_ROLE, KUBELET_DEVICE_PLUGINS_PATH, KUBELET_DEVICE_PLUGINS_VOLUME, LABEL_NAME_MAX,
-    LabelError, ModuleKey, NODE_LABELER_FINALIZER, validate_label_value,
+    ModuleKey, NODE_LABELER_FINALIZER,
 };
 use capstan_api::module::{DaemonSetStatus, DevicePluginSpec};
 
@@ -82,25 +80,7 @@ const NAME_MAX: usize = LABEL_NAME_MAX;
 const NAME_HASH_BYTES: usize = 4;
 
 /// Why the wanted DaemonSet cannot be made.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum DevicePluginError {
-    /// The Module's version cannot be a label value, so no node selector can name it.
-    #[error("Module {module}: version {version:?} cannot be a node label value: {source}")]
-    InvalidVersion {
-        /// `namespace/name` of the Module.
-        module: String,
-        /// The Module's `spec.moduleLoader.container.version`.
-        version: String,
-        /// Why it is not a label value.
-        source: Box<LabelError>,
-    },
-    /// The Module has no `metadata.uid`, so its DaemonSets cannot name it as their owner.
-    #[error("Module {module} has no metadata.uid; it must be read from the cluster")]
-    MissingUid {
-        /// `namespace/name` of the Module.
-        module: String,
-    },
-}
+pub type DevicePluginError = super::module_daemon_sets::DaemonSetError;
 
 /// What to do with one DaemonSet, and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -282,22 +262,8 @@ pub fn daemon_set(
     version: Option<&str>,
 ) -> Result<DaemonSet, DevicePluginError> {
     let key = &module.key;
-    if let Some(version) = version {
-        validate_label_value(version).map_err(|source| DevicePluginError::InvalidVersion {
-            module: key.to_string(),
-            version: version.to_string(),
-            source: Box::new(source),
-        })?;
-    }
-    let mut owner =
-        module
-            .object
-            .controller_owner_ref(&())
-            .ok_or_else(|| DevicePluginError::MissingUid {
-                module: key.to_string(),
-            })?;
-    // As upstream's controller reference: foreground deletion of the Module waits for it.
-    owner.block_owner_deletion = Some(true);
+    check_version(key, version)?;
+    let owner = owner(module)?;
     let spec = &module.object.spec;
     let plugin = spec.device_plugin.clone().unwrap_or_default();
     Ok(owned_daemon_set(

@@ -61,15 +61,13 @@ use thiserror::Error;
 use super::device_plugin::{self, PRIORITY_CLASS};
 pub use super::module_daemon_sets::Action;
 use super::module_daemon_sets::{
-    annotate_digest, container, has_labels, is_applied, node_selector, non_empty, non_empty_list,
-    owned_daemon_set, schedules_nothing, status_counts,
+    DaemonSetError, annotate_digest, check_version, container, has_labels, is_applied,
+    node_selector, non_empty, non_empty_list, owned_daemon_set, owner, schedules_nothing,
+    status_counts,
 };
 use super::module_nmc::ModuleFacts;
 use super::node::NodeFacts;
-use capstan_api::labels::{
-    DRA_ROLE, LabelError, MODULE_NAME_LABEL, MODULE_NAMESPACE_LABEL, ModuleKey,
-    validate_label_value,
-};
+use capstan_api::labels::{DRA_ROLE, MODULE_NAME_LABEL, MODULE_NAMESPACE_LABEL, ModuleKey};
 use capstan_api::module::{DaemonSetStatus, DraSpec, ModuleSpec};
 
 pub mod reconciler;
@@ -102,22 +100,9 @@ pub const PRESET_VOLUMES: [(&str, &str, &str); 3] = [
 /// Why the wanted objects cannot be made.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum DraError {
-    /// The Module's version cannot be a label value, so no node selector can name it.
-    #[error("Module {module}: version {version:?} cannot be a node label value: {source}")]
-    InvalidVersion {
-        /// `namespace/name` of the Module.
-        module: String,
-        /// The Module's `spec.moduleLoader.container.version`.
-        version: String,
-        /// Why it is not a label value.
-        source: Box<LabelError>,
-    },
-    /// The Module has no `metadata.uid`, so its DaemonSets cannot name it as their owner.
-    #[error("Module {module} has no metadata.uid; it must be read from the cluster")]
-    MissingUid {
-        /// `namespace/name` of the Module.
-        module: String,
-    },
+    /// What stops any Module's DaemonSet: its version, its uid.
+    #[error(transparent)]
+    DaemonSet(#[from] DaemonSetError),
     /// A user volume or mount takes the name or path of a preset one.
     #[error("Module {module}: {}", problems.join("; "))]
     PresetConflict {
@@ -517,13 +502,7 @@ pub fn preset_conflicts(dra: &DraSpec) -> Vec<(String, String)> {
 /// volume or mount takes a preset one's place.
 pub fn daemon_set(module: &ModuleFacts, version: Option<&str>) -> Result<DaemonSet, DraError> {
     let key = &module.key;
-    if let Some(version) = version {
-        validate_label_value(version).map_err(|source| DraError::InvalidVersion {
-            module: key.to_string(),
-            version: version.to_string(),
-            source: Box::new(source),
-        })?;
-    }
+    check_version(key, version)?;
     let spec = &module.object.spec;
     let dra = spec.dra.clone().unwrap_or_default();
     let conflicts = preset_conflicts(&dra);
@@ -536,15 +515,7 @@ pub fn daemon_set(module: &ModuleFacts, version: Option<&str>) -> Result<DaemonS
                 .collect(),
         });
     }
-    let mut owner =
-        module
-            .object
-            .controller_owner_ref(&())
-            .ok_or_else(|| DraError::MissingUid {
-                module: key.to_string(),
-            })?;
-    // As upstream's controller reference: foreground deletion of the Module waits for it.
-    owner.block_owner_deletion = Some(true);
+    let owner = owner(module)?;
     Ok(owned_daemon_set(
         daemon_set_name(key, version),
         key,

@@ -28,6 +28,57 @@ use capstan_api::canonical::digest;
 use capstan_api::labels::{APPLIED_DIGEST_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL};
 use capstan_api::module::{CommonContainerSpec, DaemonSetStatus, Module, ModuleSpec};
 
+/// Why a Module's DaemonSet (a device plugin's, a DRA driver's) cannot be made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DaemonSetError {
+    /// The Module's version cannot be a label value, so no node selector can name it.
+    #[error("Module {module}: version {version:?} cannot be a node label value: {source}")]
+    InvalidVersion {
+        /// `namespace/name` of the Module.
+        module: String,
+        /// The Module's `spec.moduleLoader.container.version`.
+        version: String,
+        /// Why it is not a label value.
+        source: Box<capstan_api::labels::LabelError>,
+    },
+    /// The Module has no `metadata.uid`, so its DaemonSets cannot name it as their owner.
+    #[error("Module {module} has no metadata.uid; it must be read from the cluster")]
+    MissingUid {
+        /// `namespace/name` of the Module.
+        module: String,
+    },
+}
+
+/// Fails when `version` of the Module `key` cannot be a label value: a DaemonSet's node
+/// selector names it.
+pub fn check_version(key: &ModuleKey, version: Option<&str>) -> Result<(), DaemonSetError> {
+    if let Some(version) = version {
+        capstan_api::labels::validate_label_value(version).map_err(|source| {
+            DaemonSetError::InvalidVersion {
+                module: key.to_string(),
+                version: version.to_string(),
+                source: Box::new(source),
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// The Module as the controller owner of its DaemonSets; as upstream's controller
+/// reference, foreground deletion of the Module waits for them.
+pub fn owner(module: &ModuleFacts) -> Result<OwnerReference, DaemonSetError> {
+    use kube::Resource as _;
+    let mut owner =
+        module
+            .object
+            .controller_owner_ref(&())
+            .ok_or_else(|| DaemonSetError::MissingUid {
+                module: module.key.to_string(),
+            })?;
+    owner.block_owner_deletion = Some(true);
+    Ok(owner)
+}
+
 /// The labels of the DaemonSet of `role` (device plugin, DRA driver) for `version`, which
 /// are also its selector and its pods' labels: the role, the Module's name and, with a
 /// version, the version-device-plugin label naming it (as upstream labels versioned
