@@ -95,7 +95,7 @@ pub struct Leadership {
 /// by another replica is waited for, however long.
 pub async fn acquire(client: kube::Client, options: &LeaseOptions) -> anyhow::Result<Leadership> {
     let (duration, grace) = options.seconds()?;
-    ensure_namespace(&client, &options.namespace)
+    crate::runtime::ensure_namespace(&client, &options.namespace, "capstan-lease")
         .await
         .with_context(|| format!("creating the Lease's namespace {}", options.namespace))?;
     let manager = LeaseManagerBuilder::new(client, &options.name)
@@ -131,28 +131,6 @@ pub async fn acquire(client: kube::Client, options: &LeaseOptions) -> anyhow::Re
             )));
         }
     }
-}
-
-/// Creates the Lease's namespace when missing: a first `capstan sync` outside a pod finds
-/// none (in a pod it is the pod's own). Every replica may race to create it; the apply is
-/// the same from each.
-async fn ensure_namespace(client: &kube::Client, name: &str) -> kube::Result<()> {
-    use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{Api, Patch, PatchParams};
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(name).await?.is_some() {
-        return Ok(());
-    }
-    let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name}});
-    namespaces
-        .patch(
-            name,
-            &PatchParams::apply("capstan-lease"),
-            &Patch::Apply(&namespace),
-        )
-        .await?;
-    Ok(())
 }
 
 impl Leadership {

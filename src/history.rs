@@ -17,8 +17,8 @@ pub mod recorder;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde::Serialize;
 
 use crate::controllers::drain::DrainStep;
@@ -196,16 +196,7 @@ pub async fn write_record_making_namespace(
 ) -> Result<bool, kube::Error> {
     match write_record(client, spec.clone()).await {
         Err(kube::Error::Api(status)) if status.code == 404 => {
-            let namespaces: Api<Namespace> = Api::all(client.clone());
-            let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": SYSTEM_NAMESPACE}});
-            namespaces
-                .patch(
-                    SYSTEM_NAMESPACE,
-                    &PatchParams::apply(manager),
-                    &Patch::Apply(&namespace),
-                )
-                .await?;
+            crate::runtime::ensure_namespace(client, SYSTEM_NAMESPACE, manager).await?;
             write_record(client, spec).await
         }
         other => other,

@@ -343,9 +343,9 @@ pub const NEEDS: &[Need] = &[
         Part::Bootstrap,
         CORE,
         "namespaces",
-        &["create", "patch"],
+        &["get", "create", "patch"],
         "creates capstan-system (or the Lease's namespace) on a cluster that lacks it",
-        "src/sync/status.rs, src/election.rs, src/controllers/version_labels/reconciler.rs, src/controllers/nodekeeper/reconciler.rs",
+        "src/runtime.rs, src/sync/status.rs, src/election.rs, src/history.rs",
     ),
     // ---- module-nmc ----
     need(

@@ -86,3 +86,29 @@ impl Signals {
         }
     }
 }
+
+/// Makes the namespace `name` when it is missing (server-side apply as `manager`), as a
+/// first `capstan sync` outside a pod finds neither capstan's nor the Lease's. Several
+/// replicas or controllers may race to make it; the apply is the same from each.
+pub async fn ensure_namespace(
+    client: &kube::Client,
+    name: &str,
+    manager: &str,
+) -> kube::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, Patch, PatchParams};
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name}});
+    namespaces
+        .patch(
+            name,
+            &PatchParams::apply(manager),
+            &Patch::Apply(&namespace),
+        )
+        .await?;
+    Ok(())
+}

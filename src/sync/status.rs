@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{CustomResourceExt as _, Resource as _};
@@ -46,14 +45,7 @@ pub async fn ensure(
             *kinds = ClusterKinds::discover(client).await?;
         }
     }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(SYSTEM_NAMESPACE).await?.is_none() {
-        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": SYSTEM_NAMESPACE}});
-        namespaces
-            .patch(SYSTEM_NAMESPACE, &params, &Patch::Apply(&namespace))
-            .await?;
-    }
+    crate::runtime::ensure_namespace(client, SYSTEM_NAMESPACE, managers::SYNC).await?;
     let syncs: Api<GitSync> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
     match syncs.get_opt(name).await? {
         // The reach is the admin's: only what capstan writes is compared, and applied.
