@@ -402,6 +402,19 @@ pub fn decide(facts: &NodeModuleFacts, gate: &Gate, now: Timestamp) -> Decision 
 
 /// An upgrade whose node gave up its slot: it goes on once a slot is free again, as a
 /// node in line would start; until then nothing moves on it.
+/// An upgrade under way holds where it is for `wait`, keeping its progress; the wait is
+/// announced once.
+fn hold(mut progress: Progress, wait: PolicyWait) -> Decision {
+    let announce = progress.waiting != Some(wait);
+    progress.waiting = Some(wait);
+    Decision {
+        outcome: Outcome::Wait(Wait::Policy(wait)),
+        step: None,
+        progress: Some(progress),
+        announce,
+    }
+}
+
 fn resume_upgrade(
     mut progress: Progress,
     facts: &NodeModuleFacts,
@@ -410,14 +423,7 @@ fn resume_upgrade(
     now: Timestamp,
 ) -> Decision {
     if gate.slot != Slot::Free {
-        let announce = progress.waiting != Some(PolicyWait::Slot);
-        progress.waiting = Some(PolicyWait::Slot);
-        return Decision {
-            outcome: Outcome::Wait(Wait::Policy(PolicyWait::Slot)),
-            step: None,
-            progress: Some(progress),
-            announce,
-        };
+        return hold(progress, PolicyWait::Slot);
     }
     progress.released_at = None;
     continue_upgrade(progress, facts, gate, table, now)
@@ -538,14 +544,7 @@ fn continue_upgrade(
     if progress.to != facts.labels.module {
         if gate.require_pull_request && facts.stamp.pull_request.is_none() {
             // The new label is not approved: the node holds where it is, keeping its slot.
-            let announce = progress.waiting != Some(PolicyWait::PullRequest);
-            progress.waiting = Some(PolicyWait::PullRequest);
-            return Decision {
-                outcome: Outcome::Wait(Wait::Policy(PolicyWait::PullRequest)),
-                step: None,
-                progress: Some(progress),
-                announce,
-            };
+            return hold(progress, PolicyWait::PullRequest);
         }
         // With W still set the node leaves W's version; once W is gone, the version it
         // left before. A new starting version is a new upgrade.

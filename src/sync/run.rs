@@ -56,7 +56,8 @@ pub enum SyncError {
     /// The cluster could not be read or written.
     #[error("cluster: {0}")]
     Cluster(#[from] kube::Error),
-    /// Reading the cluster to apply failed (an API error); retried at the next sync.
+    /// Reading the cluster or the dry run failed (an API error that says nothing of the
+    /// commit); retried at the next sync.
     #[error(transparent)]
     Apply(#[from] ApplyError),
     /// Applying failed part-way (an API error; its text scrubbed of the commit's Secret
@@ -221,15 +222,7 @@ impl Syncer {
         let reach = sync.spec.reach.clone();
         let writer = writer_for(&client, &reach);
         let pull_requests = sync.spec.pull_requests.clone();
-        let prover = {
-            let source = &source;
-            Prover::new(
-                &pull_requests,
-                source.location(),
-                source.branch(),
-                options.github_token.clone(),
-            )?
-        };
+        let prover = prover_for(&pull_requests, &source, &options)?;
         let mut syncer = Syncer {
             recorder,
             writer,
@@ -303,15 +296,7 @@ impl Syncer {
             .map(|sync| sync.spec)
             .unwrap_or_default();
         if spec.pull_requests != self.pull_requests {
-            let prover = {
-                let source = self.source();
-                Prover::new(
-                    &spec.pull_requests,
-                    source.location(),
-                    source.branch(),
-                    self.options.github_token.clone(),
-                )?
-            };
+            let prover = prover_for(&spec.pull_requests, &self.source(), &self.options)?;
             tracing::info!(
                 pull_requests = %serde_json::to_string(&spec.pull_requests).unwrap_or_default(),
                 "the GitSync's pull request proof changed"
@@ -492,8 +477,9 @@ impl Syncer {
         let drift = self.options.drift.unwrap_or(desired.settings.drift);
         // The API server's messages may quote what it was sent: none of the commit's Secret
         // values reaches the status, a record, an Event or the log.
-        let scrub = Scrub::of(desired.manifests.iter().map(|m| &m.object));
+        let scrub = || Scrub::of(desired.manifests.iter().map(|m| &m.object));
         let scrubbed = |errors: Vec<String>| -> Vec<String> {
+            let scrub = scrub();
             errors.iter().map(|error| scrub.text(error)).collect()
         };
         let live = match apply::read_live(&self.writer, &self.kinds, &desired.manifests).await {
@@ -598,7 +584,7 @@ impl Syncer {
         let written = match written {
             Ok(written) => written,
             Err(err) => {
-                let message = scrub.text(&err.to_string());
+                let message = scrub().text(&err.to_string());
                 self.fail(commit, &message, started).await?;
                 return Err(SyncError::Write(message));
             }
@@ -625,7 +611,7 @@ impl Syncer {
                 let pruned = match pruned {
                     Ok(pruned) => pruned,
                     Err(err) => {
-                        let message = scrub.text(&err.to_string());
+                        let message = scrub().text(&err.to_string());
                         self.fail(commit, &message, started).await?;
                         return Err(SyncError::Write(message));
                     }
@@ -1041,6 +1027,21 @@ fn change(action: &str, id: &ObjectId) -> Change {
 
 /// Runs `work` (Git reads and YAML parsing) off the runtime's task threads where the
 /// runtime allows it, so other tasks (the controllers) keep running meanwhile.
+/// The prover of pull requests `spec` asks for, for the repository and branch `source`
+/// follows.
+fn prover_for(
+    spec: &PullRequests,
+    source: &Source,
+    options: &SyncOptions,
+) -> Result<Prover, ProofError> {
+    Prover::new(
+        spec,
+        source.location(),
+        source.branch(),
+        options.github_token.clone(),
+    )
+}
+
 /// The client the repository's objects go through under `reach`: capstan's own, or one
 /// acting as the reach's ServiceAccount.
 fn writer_for(client: &kube::Client, reach: &Reach) -> kube::Client {

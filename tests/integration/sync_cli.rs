@@ -432,6 +432,7 @@ async fn logs_are_plain_lines_off_a_terminal_and_json_objects_with_log_format_js
         ],
         "First",
     );
+    // `--log-format` is global: it may follow the subcommand.
     let repo_path = repo.path().to_path_buf();
     let run = |format: &'static str| {
         let (repo, kubeconfig, state) = (
@@ -439,25 +440,10 @@ async fn logs_are_plain_lines_off_a_terminal_and_json_objects_with_log_format_js
             kubeconfig.clone(),
             state.path().to_path_buf(),
         );
-        move || {
-            let output = capstan()
-                .args(["--log-format", format, "sync", "--once", "--repo"])
-                .arg(&repo)
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .arg("--state-dir")
-                .arg(&state)
-                .env("RUST_LOG", "capstan=info")
-                .output()
-                .expect("capstan runs");
-            (
-                output.status.code(),
-                String::from_utf8_lossy(&output.stderr).into_owned(),
-            )
-        }
+        move || sync_once_with(&repo, &kubeconfig, &state, &["--log-format", format])
     };
     let (code, text) = tokio::task::spawn_blocking(run("text")).await.unwrap();
-    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(code, 0, "{text}");
     assert!(text.contains("2 created"), "{text}");
     assert!(
         !text.contains('\u{1b}'),
@@ -466,7 +452,7 @@ async fn logs_are_plain_lines_off_a_terminal_and_json_objects_with_log_format_js
 
     repo.commit(&[("cm.yaml", Some(&config_map("settings", "b")))], "Second");
     let (code, json) = tokio::task::spawn_blocking(run("json")).await.unwrap();
-    assert_eq!(code, Some(0), "{json}");
+    assert_eq!(code, 0, "{json}");
     let events: Vec<serde_json::Value> = json
         .lines()
         .map(|line| {

@@ -758,13 +758,20 @@ impl<'a> Snapshot<'a> {
                 limit: budget.max_files,
             });
         }
-        let contents = match walk.blobs.get(&id) {
-            Some(contents) => Arc::clone(contents),
+        let known = walk.blobs.get(&id).cloned();
+        let odb = self
+            .source
+            .repo
+            .odb()
+            .map_err(|e| self.source.git_error(e))?;
+        let size = match &known {
+            Some(contents) => contents.len() as u64,
+            None => odb.read_header(id).map_err(|e| self.source.git_error(e))?.0 as u64,
+        };
+        self.spend(size, &path, walk)?;
+        let contents = match known {
+            Some(contents) => contents,
             None => {
-                let repo = &self.source.repo;
-                let odb = repo.odb().map_err(|e| self.source.git_error(e))?;
-                let (size, _) = odb.read_header(id).map_err(|e| self.source.git_error(e))?;
-                self.spend(size as u64, &path, walk)?;
                 let object = odb.read(id).map_err(|e| self.source.git_error(e))?;
                 if object.kind() != ObjectType::Blob {
                     return Err(SourceError::Git {
@@ -774,11 +781,9 @@ impl<'a> Snapshot<'a> {
                 }
                 let contents: Arc<[u8]> = Arc::from(object.data());
                 walk.blobs.insert(id, Arc::clone(&contents));
-                walk.files.push(RepoFile { path, contents });
-                return Ok(());
+                contents
             }
         };
-        self.spend(contents.len() as u64, &path, walk)?;
         walk.files.push(RepoFile { path, contents });
         Ok(())
     }
