@@ -39,6 +39,9 @@ pub const CACHE_ENV: &str = "CAPSTAN_CACHE_DIR";
 /// The annotation kwok manages nodes by.
 pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
+/// What a component's log says when the port it was given is no longer free.
+const PORT_TAKEN: &str = "address already in use";
+
 /// How long a component has to become ready: kube-apiserver's first start on a loaded
 /// 2-core machine takes tens of seconds.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
@@ -231,7 +234,28 @@ impl ControlPlane {
     /// A control plane without nodes: it serves, and its controllers run. kwok's pods of
     /// an image in `broken_images` never start. [`ControlPlane::add_nodes`] registers the
     /// nodes; a test harness may boot planes ahead of the tests that take them.
+    ///
+    /// Ports are picked free, then bound by the component that gets them, so another
+    /// process may take one in between (control planes boot side by side in the tests): a
+    /// component that found its port taken makes the boot start again with new ports.
     pub async fn boot(options: &Options, broken_images: &[String]) -> anyhow::Result<ControlPlane> {
+        const ATTEMPTS: usize = 3;
+        let mut attempt = 1;
+        loop {
+            match ControlPlane::boot_once(options, broken_images).await {
+                Err(err) if attempt < ATTEMPTS && format!("{err:#}").contains(PORT_TAKEN) => {
+                    tracing::info!(attempt, "a control plane's port was taken: booting again");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn boot_once(
+        options: &Options,
+        broken_images: &[String],
+    ) -> anyhow::Result<ControlPlane> {
         capstan_api::install_crypto_provider();
         let binaries = Binaries::locate()?;
         let dir = tempfile::Builder::new()
