@@ -88,12 +88,9 @@ pub async fn start() -> (TestCluster, kube::Client) {
 /// real one).
 pub async fn start_simulated(config: ClusterConfig) -> (TestCluster, kube::Client) {
     if on_real_server() {
-        let mut plane = if config.broken_images.is_empty() {
-            booted_plane().await
-        } else {
-            boot_plane(&config.broken_images).await
-        }
-        .unwrap_or_else(|err| panic!("the real control plane starts: {err:#}"));
+        let mut plane = boot_plane(&config.broken_images)
+            .await
+            .unwrap_or_else(|err| panic!("the real control plane starts: {err:#}"));
         plane
             .add_nodes(&config)
             .await
@@ -116,41 +113,6 @@ async fn boot_plane(broken_images: &[String]) -> anyhow::Result<ControlPlane> {
     let client = plane.client().await?;
     capstan_real_cluster::install_crds(&client, capstan_api::crds::all()).await?;
     Ok(plane)
-}
-
-/// A control plane [`boot_plane`] booted ahead of the test that takes it, on a thread of
-/// its own that boots the next while the tests run: most tests spend more time waiting
-/// than computing, and a test no longer waits seconds for five processes to start. The
-/// thread lives as long as the test binary, so the planes' processes (which die with the
-/// thread that started them) live until the test that took them drops them.
-async fn booted_plane() -> anyhow::Result<ControlPlane> {
-    type Booted = tokio::sync::mpsc::Receiver<anyhow::Result<ControlPlane>>;
-    static POOL: std::sync::OnceLock<tokio::sync::Mutex<Booted>> = std::sync::OnceLock::new();
-    let pool = POOL.get_or_init(|| {
-        // Two threads boot, as two tests run at a time; one plane waits in the channel.
-        let (booted, planes) = tokio::sync::mpsc::channel(1);
-        for _ in 0..2 {
-            let booted = booted.clone();
-            std::thread::Builder::new()
-                .name("control-plane-pool".into())
-                .spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("the pool's runtime");
-                    runtime.block_on(async move {
-                        while booted.send(boot_plane(&[]).await).await.is_ok() {}
-                    });
-                })
-                .expect("the pool's thread");
-        }
-        tokio::sync::Mutex::new(planes)
-    });
-    let mut planes = pool.lock().await;
-    match planes.recv().await {
-        Some(plane) => plane,
-        None => anyhow::bail!("the control-plane pool's thread stopped"),
-    }
 }
 
 /// The default cluster: a control-plane node and three workers.
