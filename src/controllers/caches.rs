@@ -366,15 +366,11 @@ impl Stores {
         })
     }
 
-    /// Waits until every store has its initial list. A reconciler must not decide on a
-    /// store that has not been filled yet: an empty Module store would look like every
-    /// Module was deleted.
-    pub async fn ready(&self) {
-        for ready in &self.ready {
-            let mut ready = ready.clone();
-            // An error means the watch is gone (shutdown); the reconciler is stopping too.
-            let _ = ready.wait_for(|listed| *listed).await;
-        }
+    /// The readiness of every store, for [`Runner::reads`](super::runner::Runner::reads):
+    /// a reconciler must not decide on a store that has not been filled yet (an empty
+    /// Module store would look like every Module was deleted).
+    pub fn readiness(&self) -> impl Iterator<Item = tokio::sync::watch::Receiver<bool>> + '_ {
+        self.ready.iter().cloned()
     }
 }
 

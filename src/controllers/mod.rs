@@ -53,6 +53,7 @@ pub mod nmc;
 pub mod node;
 pub mod nodekeeper;
 pub mod retries;
+pub mod runner;
 pub mod skipped_fields;
 pub mod upgrade;
 pub mod version_labels;
@@ -193,7 +194,6 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
     let mut caches = caches::Caches::new(&ctx.client);
     for name in selection.names() {
         let ctx = ctx.clone();
-        tracing::info!(controller = %name, "starting controller");
         match name {
             ControllerName::ModuleNmc => {
                 tasks.spawn(module_nmc::reconciler::run(ctx, &caches));

@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -22,6 +21,7 @@ use serde_json::json;
 use super::{CampaignEvent, CampaignFacts, decide, phase_line, resumed_line, tally};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
+use crate::controllers::runner::Runner;
 use crate::controllers::upgrade::policy::asked_by;
 use crate::controllers::upgrade::{Policies, stamp_of};
 use crate::history::{self, EventTarget};
@@ -31,8 +31,6 @@ use k8s_openapi::api::core::v1::Node;
 
 /// Next look after the campaign changed under a write.
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
-/// Next look after a failed reconcile.
-const ERROR_RETRY: Duration = Duration::from_secs(5);
 
 struct Shared {
     ctx: Arc<Context>,
@@ -65,40 +63,23 @@ pub fn run(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (configs, _) = caches.upgrade_configs.reader();
     let (nodes, nodes_ready) = caches.nodes.reader();
-    let (syncs, _) = caches.syncs.reader();
+    let (syncs, syncs_ready) = caches.syncs.reader();
     let config_changes = caches.upgrade_configs.subscribe();
     let node_changes = caches.nodes.subscribe();
     let shared = Arc::new(Shared::new(ctx.clone(), nodes, syncs));
-    async move {
-        // An empty node store would tally no node.
-        let mut ready = nodes_ready;
-        tokio::select! {
-            _ = ready.wait_for(|listed| *listed) => {}
-            () = ctx.shutdown.cancelled() => return,
-        }
-        let shutdown = ctx.shutdown.clone();
-        Controller::for_shared_stream(config_changes, configs.clone())
-            .watches_shared_stream(node_changes, move |_node: Arc<Node>| {
-                configs
-                    .state()
-                    .iter()
-                    .map(|config| ObjectRef::from_obj(config.as_ref()))
-                    .collect::<Vec<_>>()
-            })
-            .graceful_shutdown_on(async move { shutdown.cancelled().await })
-            .run(reconcile, error_policy, shared)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "campaign controller");
-                }
-            })
-            .await;
-    }
-}
-
-fn error_policy(_config: Arc<UpgradeConfig>, err: &kube::Error, _shared: Arc<Shared>) -> Action {
-    tracing::warn!(%err, "campaign reconcile failed");
-    Action::requeue(ERROR_RETRY)
+    let controller = Controller::for_shared_stream(config_changes, configs.clone())
+        .watches_shared_stream(node_changes, move |_node: Arc<Node>| {
+            configs
+                .state()
+                .iter()
+                .map(|config| ObjectRef::from_obj(config.as_ref()))
+                .collect::<Vec<_>>()
+        });
+    // An empty node store would tally no node.
+    Runner::new("campaigns", &ctx)
+        .reads(nodes_ready)
+        .reads(syncs_ready)
+        .run(controller, reconcile, shared)
 }
 
 async fn reconcile(config: Arc<UpgradeConfig>, shared: Arc<Shared>) -> Result<Action, kube::Error> {

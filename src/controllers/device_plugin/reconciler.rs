@@ -18,8 +18,7 @@
 //! upstream KMM's `kmm_*` gauges ([`KmmGauges`]), which upstream's device-plugin reconciler
 //! sets: it is counted again from the Module cache whenever a Module changes or goes.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::mpsc;
@@ -29,7 +28,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use thiserror::Error;
 
 use super::{Step, StepAction, Why, decide, plugin_status};
@@ -39,15 +38,12 @@ use crate::controllers::metrics::KmmGauges;
 use crate::controllers::module_daemon_sets::{follow_node_labels, write_status};
 use crate::controllers::module_nmc::ModuleFacts;
 use crate::controllers::node::NodeFacts;
+use crate::controllers::runner::Runner;
 use capstan_api::managers;
 use capstan_api::module::Module;
 
 /// How often a Module is reconciled without any change.
 const RESYNC: Duration = Duration::from_secs(600);
-/// First retry after a failed reconcile; doubled on every further failure.
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-/// Longest wait between retries.
-const RETRY_MAX: Duration = Duration::from_secs(300);
 /// Wait before reconciling again after a delete precondition failed: the DaemonSet changed
 /// and its watch event is on its way.
 const AFTER_CONFLICT: Duration = Duration::from_secs(1);
@@ -88,34 +84,11 @@ pub enum ReconcileError {
     },
 }
 
-/// What the reconciles share: the controllers' context, the caches, and the failure counts
-/// the retry backoff grows with.
+/// What the reconciles share: the controllers' context and the caches.
 struct State {
     ctx: Arc<Context>,
     nodes: Store<Node>,
     daemon_sets: Store<DaemonSet>,
-    failures: Mutex<HashMap<ObjectRef<Module>, u32>>,
-}
-
-impl State {
-    /// The wait before the next retry of `module`, counting this failure.
-    fn next_retry(&self, module: &ObjectRef<Module>) -> Duration {
-        let mut failures = self
-            .failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let count = failures.entry(module.clone()).or_insert(0);
-        let wait = RETRY_FIRST.saturating_mul(2u32.saturating_pow(*count));
-        *count = count.saturating_add(1);
-        wait.min(RETRY_MAX)
-    }
-
-    fn forget_failures(&self, module: &ObjectRef<Module>) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(module);
-    }
 }
 
 /// Runs the device-plugin controller until `ctx.shutdown` is cancelled; reconciles in
@@ -138,29 +111,16 @@ pub fn run(
         ctx: ctx.clone(),
         nodes: nodes.clone(),
         daemon_sets,
-        failures: Mutex::new(HashMap::new()),
     });
-    let shutdown = ctx.shutdown.clone();
-    let controller = async move {
-        // Decisions on half-filled caches would delete and recount wrongly.
-        for mut ready in [nodes_ready, modules_ready, daemon_sets_ready] {
-            if ready.wait_for(|listed| *listed).await.is_err() || shutdown.is_cancelled() {
-                return;
-            }
-        }
-        tracing::info!("device-plugin controller started");
-        Controller::for_shared_stream(module_changes, modules)
-            .owns_shared_stream(daemon_set_changes)
-            .reconcile_all_on(on_labels_changed)
-            .graceful_shutdown_on(shutdown.cancelled_owned())
-            .run(reconcile, error_policy, state)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "device-plugin reconcile did not complete");
-                }
-            })
-            .await;
-    };
+    let controller = Controller::for_shared_stream(module_changes, modules)
+        .owns_shared_stream(daemon_set_changes)
+        .reconcile_all_on(on_labels_changed);
+    // Decisions on half-filled caches would delete and recount wrongly.
+    let controller = Runner::new("device-plugin", &ctx)
+        .reads(nodes_ready)
+        .reads(modules_ready)
+        .reads(daemon_sets_ready)
+        .run(controller, reconcile, state);
     async move {
         tokio::join!(
             follow_node_labels(node_changes, nodes, labels_changed, &ctx),
@@ -168,7 +128,6 @@ pub fn run(
             controller,
             labeller,
         );
-        tracing::info!("device-plugin controller stopped");
     }
 }
 
@@ -189,17 +148,7 @@ async fn count_modules(
 }
 
 async fn reconcile(module: Arc<Module>, state: Arc<State>) -> Result<Action, ReconcileError> {
-    let result = reconcile_module(&module, &state).await;
-    if result.is_ok() {
-        state.forget_failures(&ObjectRef::from_obj(module.as_ref()));
-    }
-    result
-}
-
-fn error_policy(module: Arc<Module>, err: &ReconcileError, state: Arc<State>) -> Action {
-    let wait = state.next_retry(&ObjectRef::from_obj(module.as_ref()));
-    tracing::warn!(%err, retry_in = ?wait, "device-plugin reconcile failed");
-    Action::requeue(wait)
+    reconcile_module(&module, &state).await
 }
 
 async fn reconcile_module(module: &Module, state: &State) -> Result<Action, ReconcileError> {

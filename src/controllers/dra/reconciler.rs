@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -40,7 +39,7 @@ use crate::controllers::context::Context;
 use crate::controllers::module_daemon_sets::{follow_node_labels, write_status};
 use crate::controllers::module_nmc::ModuleFacts;
 use crate::controllers::node::NodeFacts;
-use crate::controllers::retries::Retries;
+use crate::controllers::runner::{self, Runner};
 use capstan_api::labels::MODULE_NAME_LABEL;
 use capstan_api::managers;
 use capstan_api::module::Module;
@@ -98,8 +97,7 @@ pub enum ReconcileError {
     },
 }
 
-/// What the reconciles share: the controllers' context, the caches, and the failure counts
-/// the retry backoff grows with.
+/// What the reconciles share: the controllers' context and the caches.
 struct State {
     ctx: Arc<Context>,
     nodes: Store<Node>,
@@ -107,7 +105,6 @@ struct State {
     pods: Store<Pod>,
     classes: Store<DeviceClass>,
     classes_served: Arc<AtomicBool>,
-    failures: Retries,
 }
 
 /// Runs the DRA controller until `ctx.shutdown` is cancelled; reconciles in flight finish
@@ -134,51 +131,41 @@ pub fn run(
         pods,
         classes,
         classes_served: caches.device_classes.served(),
-        failures: Retries::default(),
     });
-    let shutdown = ctx.shutdown.clone();
-    let controller = async move {
-        // Decisions on half-filled caches would delete and recount wrongly.
-        for mut ready in [
-            nodes_ready,
-            modules_ready,
-            daemon_sets_ready,
-            pods_ready,
-            classes_ready,
-        ] {
-            if ready.wait_for(|listed| *listed).await.is_err() || shutdown.is_cancelled() {
-                return;
+    let served = state.classes_served.clone();
+    let unserved_said = {
+        let ctx = ctx.clone();
+        let ready = [classes_ready.clone()];
+        async move {
+            if runner::listed(&ctx, ready).await && !served.load(Ordering::Relaxed) {
+                tracing::info!(
+                    "the cluster serves no resource.k8s.io/v1 DeviceClasses (Kubernetes 1.34 \
+                     and later do): DRA drivers run, their DeviceClasses are not managed"
+                );
             }
         }
-        if !state.classes_served.load(Ordering::Relaxed) {
-            tracing::info!(
-                "the cluster serves no resource.k8s.io/v1 DeviceClasses (Kubernetes 1.34 and \
-                 later do): DRA drivers run, their DeviceClasses are not managed"
-            );
-        }
-        tracing::info!("DRA controller started");
-        Controller::for_shared_stream(module_changes, modules)
-            .owns_shared_stream(daemon_set_changes)
-            .watches_shared_stream(pod_changes, |pod: Arc<Pod>| module_of(pod.as_ref()))
-            .watches_shared_stream(class_changes, |class: Arc<DeviceClass>| {
-                class_owner(&class).map(|(namespace, name)| ObjectRef::new(name).within(namespace))
-            })
-            .reconcile_all_on(on_labels_changed)
-            .graceful_shutdown_on(shutdown.cancelled_owned())
-            .run(reconcile, error_policy, state)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "DRA reconcile did not complete");
-                }
-            })
-            .await;
     };
+    let controller = Controller::for_shared_stream(module_changes, modules)
+        .owns_shared_stream(daemon_set_changes)
+        .watches_shared_stream(pod_changes, |pod: Arc<Pod>| module_of(pod.as_ref()))
+        .watches_shared_stream(class_changes, |class: Arc<DeviceClass>| {
+            class_owner(&class).map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+        })
+        .reconcile_all_on(on_labels_changed);
+    // Decisions on half-filled caches would delete and recount wrongly.
+    let controller = Runner::new("dra", &ctx)
+        .reads(nodes_ready)
+        .reads(modules_ready)
+        .reads(daemon_sets_ready)
+        .reads(pods_ready)
+        .reads(classes_ready)
+        .run(controller, reconcile, state);
     async move {
         tokio::join!(
             follow_node_labels(node_changes, nodes, labels_changed, &ctx),
             controller,
+            unserved_said,
         );
-        tracing::info!("DRA controller stopped");
     }
 }
 
@@ -189,21 +176,7 @@ fn module_of(pod: &Pod) -> Option<ObjectRef<Module>> {
 }
 
 async fn reconcile(module: Arc<Module>, state: Arc<State>) -> Result<Requeue, ReconcileError> {
-    let result = reconcile_module(&module, &state).await;
-    if result.is_ok() {
-        state
-            .failures
-            .succeeded(&ObjectRef::from_obj(module.as_ref()).to_string());
-    }
-    result
-}
-
-fn error_policy(module: Arc<Module>, err: &ReconcileError, state: Arc<State>) -> Requeue {
-    let wait = state
-        .failures
-        .failed(&ObjectRef::from_obj(module.as_ref()).to_string());
-    tracing::warn!(%err, retry_in = ?wait, "DRA reconcile failed");
-    Requeue::requeue(wait)
+    reconcile_module(&module, &state).await
 }
 
 async fn reconcile_module(module: &Module, state: &State) -> Result<Requeue, ReconcileError> {

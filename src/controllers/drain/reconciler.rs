@@ -14,7 +14,6 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt as _;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
@@ -27,6 +26,7 @@ use super::{Decision, DrainState, DrainStep, PodFacts, decide, record, resumed, 
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
 use crate::controllers::nodekeeper::evictable;
+use crate::controllers::runner::Runner;
 use crate::controllers::upgrade::Policies;
 use crate::controllers::upgrade::drain::write_record;
 use capstan_api::GitSync;
@@ -37,8 +37,6 @@ use capstan_api::managers;
 const EVICTION_RECHECK: Duration = Duration::from_secs(2);
 /// Next look after a PodDisruptionBudget refused an eviction.
 const PDB_RETRY: Duration = super::refusals::RETRY_EVERY;
-/// Next look after a failed reconcile.
-const ERROR_RETRY: Duration = Duration::from_secs(5);
 
 struct Shared {
     ctx: Arc<Context>,
@@ -70,27 +68,18 @@ pub fn run(
     ctx: Arc<Context>,
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let (nodes, _) = caches.nodes.reader();
-    let (syncs, _) = caches.syncs.reader();
+    let (nodes, nodes_ready) = caches.nodes.reader();
+    let (syncs, syncs_ready) = caches.syncs.reader();
     let node_changes = caches.nodes.subscribe();
     let shared = Arc::new(Shared::new(ctx.clone(), syncs));
-    async move {
-        let shutdown = ctx.shutdown.clone();
-        Controller::for_shared_stream(node_changes, nodes)
-            .graceful_shutdown_on(async move { shutdown.cancelled().await })
-            .run(reconcile, error_policy, shared)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "drain controller");
-                }
-            })
-            .await;
-    }
-}
-
-fn error_policy(_node: Arc<Node>, err: &kube::Error, _shared: Arc<Shared>) -> Action {
-    tracing::warn!(%err, "drain reconcile failed");
-    Action::requeue(ERROR_RETRY)
+    Runner::new("drain", &ctx)
+        .reads(nodes_ready)
+        .reads(syncs_ready)
+        .run(
+            Controller::for_shared_stream(node_changes, nodes),
+            reconcile,
+            shared,
+        )
 }
 
 async fn reconcile(cached: Arc<Node>, shared: Arc<Shared>) -> Result<Action, kube::Error> {

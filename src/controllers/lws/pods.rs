@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -34,14 +33,13 @@ use super::reconciler::{ensure_headless_service, event};
 use super::{facts, revision, statefulsets};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
+use crate::controllers::runner::Runner;
 use capstan_api::LeaderWorkerSet;
 use capstan_api::lws::SubdomainPolicy;
 use capstan_api::managers;
 
 /// Next look for the revision a leader pod names (upstream's 1 s).
 const REVISION_RECHECK: Duration = Duration::from_secs(1);
-/// Next look after a failed reconcile.
-const ERROR_RETRY: Duration = Duration::from_secs(2);
 
 struct Shared {
     ctx: Arc<Context>,
@@ -67,33 +65,21 @@ pub fn run(
         sets,
         pods: pods.clone(),
     });
-    async move {
-        for ready in [lwss_ready, sets_ready, pods_ready] {
-            let mut ready = ready;
-            let _ = ready.wait_for(|listed| *listed).await;
-        }
-        let shutdown = ctx.shutdown.clone();
-        Controller::for_shared_stream(pod_changes, pods)
-            .watches_shared_stream(set_changes, |set: Arc<StatefulSet>| {
-                let owner = set.owner_references().iter().find(|o| {
-                    o.controller == Some(true) && o.kind == "Pod" && o.api_version == "v1"
-                })?;
-                Some(ObjectRef::new(&owner.name).within(set.namespace().as_deref()?))
-            })
-            .graceful_shutdown_on(async move { shutdown.cancelled().await })
-            .run(reconcile, error_policy, shared)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "lws pod controller");
-                }
-            })
-            .await;
-    }
-}
-
-fn error_policy(pod: Arc<Pod>, err: &kube::Error, _shared: Arc<Shared>) -> Action {
-    tracing::warn!(pod = %pod.name_any(), %err, "lws pod reconcile failed");
-    Action::requeue(ERROR_RETRY)
+    let controller = Controller::for_shared_stream(pod_changes, pods).watches_shared_stream(
+        set_changes,
+        |set: Arc<StatefulSet>| {
+            let owner = set
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true) && o.kind == "Pod" && o.api_version == "v1")?;
+            Some(ObjectRef::new(&owner.name).within(set.namespace().as_deref()?))
+        },
+    );
+    Runner::new("lws/pods", &ctx)
+        .reads(lwss_ready)
+        .reads(sets_ready)
+        .reads(pods_ready)
+        .run(controller, reconcile, shared)
 }
 
 async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, kube::Error> {

@@ -24,7 +24,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -39,14 +38,13 @@ use super::rolling::{self, GroupState, LeaderSet};
 use super::{facts, revision, statefulsets, status};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
+use crate::controllers::runner::Runner;
 use capstan_api::LeaderWorkerSet;
 use capstan_api::lws::SubdomainPolicy;
 use capstan_api::managers;
 
 /// Next look while the leader StatefulSet is being deleted (upstream's 5 s).
 const DELETING_RECHECK: Duration = Duration::from_secs(5);
-/// Next look after a failed reconcile.
-const ERROR_RETRY: Duration = Duration::from_secs(2);
 /// Next look at an LWS at rest whose groups share one headless Service, which is made
 /// again if it was deleted.
 const SERVICE_RECHECK: Duration = Duration::from_secs(5 * 60);
@@ -66,7 +64,6 @@ pub fn run(
     let (lwss, lwss_ready) = caches.leader_worker_sets.reader();
     let (sets, sets_ready) = caches.lws_stateful_sets.reader();
     let (pods, pods_ready) = caches.lws_pods.reader();
-    let ready = [lwss_ready, sets_ready, pods_ready];
     let lws_changes = caches.leader_worker_sets.subscribe();
     let set_changes = caches.lws_stateful_sets.subscribe();
     let pod_changes = caches.lws_pods.subscribe();
@@ -75,30 +72,20 @@ pub fn run(
         sets,
         pods,
     });
-    async move {
-        for ready in ready {
-            let mut ready = ready;
-            let _ = ready.wait_for(|listed| *listed).await;
-        }
-        let shutdown = ctx.shutdown.clone();
-        Controller::for_shared_stream(lws_changes, lwss)
-            .watches_shared_stream(set_changes, |set: Arc<StatefulSet>| owner_of(set.as_ref()))
-            .watches_shared_stream(pod_changes, |pod: Arc<Pod>| {
-                // Only leader pods count in the status and the rolling update; the worker
-                // StatefulSets tell how their workers are.
-                facts::is_leader(pod.as_ref())
-                    .then(|| owner_of(pod.as_ref()))
-                    .flatten()
-            })
-            .graceful_shutdown_on(async move { shutdown.cancelled().await })
-            .run(reconcile, error_policy, shared)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "lws controller");
-                }
-            })
-            .await;
-    }
+    let controller = Controller::for_shared_stream(lws_changes, lwss)
+        .watches_shared_stream(set_changes, |set: Arc<StatefulSet>| owner_of(set.as_ref()))
+        .watches_shared_stream(pod_changes, |pod: Arc<Pod>| {
+            // Only leader pods count in the status and the rolling update; the worker
+            // StatefulSets tell how their workers are.
+            facts::is_leader(pod.as_ref())
+                .then(|| owner_of(pod.as_ref()))
+                .flatten()
+        });
+    Runner::new("lws", &ctx)
+        .reads(lwss_ready)
+        .reads(sets_ready)
+        .reads(pods_ready)
+        .run(controller, reconcile, shared)
 }
 
 /// The LWS an object of it names in its `leaderworkerset.sigs.k8s.io/name` label.
@@ -106,11 +93,6 @@ fn owner_of<K: kube::Resource>(object: &K) -> Option<ObjectRef<LeaderWorkerSet>>
     let name = object.meta().labels.as_ref()?.get(NAME_LABEL)?;
     let namespace = object.meta().namespace.as_deref()?;
     Some(ObjectRef::new(name).within(namespace))
-}
-
-fn error_policy(lws: Arc<LeaderWorkerSet>, err: &kube::Error, _shared: Arc<Shared>) -> Action {
-    tracing::warn!(lws = %lws.name_any(), %err, "lws reconcile failed");
-    Action::requeue(ERROR_RETRY)
 }
 
 async fn reconcile(

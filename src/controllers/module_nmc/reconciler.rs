@@ -33,6 +33,7 @@ use super::{EntryAction, ModuleFacts, decide};
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context};
 use crate::controllers::node::NodeFacts;
+use crate::controllers::runner::Runner;
 use capstan_api::clock::rfc3339;
 use capstan_api::labels::{ModuleKey, ModuleLabel, NAMESPACE_LABEL};
 use capstan_api::managers;
@@ -52,9 +53,8 @@ pub enum Error {
 /// nodes writes its progress every two seconds, not once per NMC write. See [`Pacer`].
 const STATUS_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Errors are retried after this long, doubled per failure up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Next look after the Module changed under a finalizer patch.
+const CONFLICT_RETRY: Duration = Duration::from_millis(500);
 
 /// Runs both reconcilers until `ctx.shutdown`. Subscribes to `caches`; the caller starts
 /// them.
@@ -81,7 +81,6 @@ fn node_controller(
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let all_nodes = stores.nodes.clone();
-    let shutdown = ctx.shutdown.clone();
     let controller = Controller::for_shared_stream(caches.nodes.subscribe(), stores.nodes.clone())
         .with_config(Config::default().concurrency(CONCURRENCY))
         // A Module's spec or deletion concerns every node; its status does not.
@@ -108,15 +107,17 @@ fn node_controller(
                 nmc_fingerprint,
             ),
             |nmc: Arc<NodeModulesConfig>| Some(ObjectRef::new(&nmc.name_any())),
+        );
+    Runner::new("module-nmc/nodes", &ctx)
+        .reads_all(stores.readiness())
+        .run(
+            controller,
+            reconcile_node,
+            Arc::new(NodeCtx {
+                ctx: ctx.clone(),
+                stores,
+            }),
         )
-        .graceful_shutdown_on(async move { shutdown.cancelled().await });
-    let data = Arc::new(NodeCtx { ctx, stores });
-    async move {
-        controller
-            .run(reconcile_node, node_error_policy, data)
-            .for_each(|_| async {})
-            .await;
-    }
 }
 
 /// Keeps only the objects whose `fingerprint` changed since the stream last passed them,
@@ -172,11 +173,6 @@ fn nmc_fingerprint(nmc: &NodeModulesConfig) -> u64 {
     nmc.metadata.labels.hash(&mut hasher);
     nmc.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     hasher.finish()
-}
-
-fn node_error_policy(_node: Arc<Node>, err: &Error, _data: Arc<NodeCtx>) -> Action {
-    tracing::warn!(%err, "module-nmc: node reconcile failed; retrying");
-    Action::requeue(FIRST_BACKOFF)
 }
 
 /// The NMC spec and labels one node should have.
@@ -296,8 +292,6 @@ fn nmc_patch(nmc: &NodeModulesConfig, wants: &NodeWants, owner: &OwnerReference)
 
 async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, Error> {
     let stores = &data.stores;
-    tracing::trace!(node = %node.name_any(), "module-nmc: waiting for the caches");
-    stores.ready().await;
     let facts = NodeFacts::from_node(&node);
     let mut modules = Vec::new();
     let mut unusable = BTreeSet::new();
@@ -507,7 +501,6 @@ fn module_controller(
     stores: Arc<Stores>,
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let shutdown = ctx.shutdown.clone();
     let pacer = Arc::new(Pacer::default());
     let tally = Arc::new(Tally::default());
     // Each NMC or Node change updates the tally and queues the Modules whose counts it
@@ -542,20 +535,16 @@ fn module_controller(
                     node_targeting_fingerprint,
                 ),
                 on_node,
-            )
-            .graceful_shutdown_on(async move { shutdown.cancelled().await });
+            );
     let data = Arc::new(ModuleCtx {
-        ctx,
-        stores,
+        ctx: ctx.clone(),
+        stores: stores.clone(),
         pacer,
         tally,
     });
-    async move {
-        controller
-            .run(reconcile_module, module_error_policy, data)
-            .for_each(|_| async {})
-            .await;
-    }
+    Runner::new("module-nmc/modules", &ctx)
+        .reads_all(stores.readiness())
+        .run(controller, reconcile_module, data)
 }
 
 /// What of a Node decides whether a Module targets it: its labels and its taints.
@@ -602,16 +591,10 @@ fn shown(status: Option<&ModuleStatus>) -> Option<Verdict> {
     })
 }
 
-fn module_error_policy(_module: Arc<Module>, err: &Error, _data: Arc<ModuleCtx>) -> Action {
-    tracing::warn!(%err, "module-nmc: module reconcile failed; retrying");
-    Action::requeue(MAX_BACKOFF.min(FIRST_BACKOFF * 4))
-}
-
 async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<Action, Error> {
     let stores = &data.stores;
     let reference = ObjectRef::from_obj(module.as_ref());
     data.pacer.started(&reference);
-    stores.ready().await;
     let Ok(facts) = ModuleFacts::from_shared(&module) else {
         return Ok(Action::await_change());
     };
@@ -641,7 +624,7 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
             {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {
-                    return Ok(Action::requeue(FIRST_BACKOFF));
+                    return Ok(Action::requeue(CONFLICT_RETRY));
                 }
                 Err(err) => return Err(err.into()),
             }
@@ -682,7 +665,7 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
         {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                return Ok(Action::requeue(FIRST_BACKOFF));
+                return Ok(Action::requeue(CONFLICT_RETRY));
             }
             Err(err) => return Err(err.into()),
         }

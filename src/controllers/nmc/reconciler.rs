@@ -39,6 +39,7 @@ use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context};
 use crate::controllers::failures::{FAILURES_ANNOTATION, WorkerFailures};
 use crate::controllers::node::NodeFacts;
+use crate::controllers::runner::Runner;
 use crate::controllers::skipped_fields::Lean;
 use crate::history::recorder::EventKey;
 use capstan_api::labels::{ModuleKey, ModuleLabel, WORKER_POD_FINALIZER};
@@ -57,7 +58,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-const RETRY: Duration = Duration::from_secs(1);
+/// Next look after a worker pod deletion refused for a conflict.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// The annotation upstream KMM puts on its `ModuleLoaded` and `ModuleUnloaded` Events:
 /// the Module as `<namespace>/<name>`, which tools filter KMM's Events by.
@@ -90,7 +92,6 @@ pub fn run(
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = Stores::of(caches);
-    let shutdown = ctx.shutdown.clone();
     let expectations = Arc::new(Expectations::default());
     // Every worker pod the cache passes on settles what this reconciler expected of it,
     // before the reconcile it triggers runs.
@@ -135,10 +136,9 @@ pub fn run(
         })
         .watches_shared_stream(caches.nodes.subscribe(), |node: Arc<Node>| {
             Some(ObjectRef::new(&node.name_any()))
-        })
-        .graceful_shutdown_on(async move { shutdown.cancelled().await });
+        });
     let data = Arc::new(Data {
-        ctx,
+        ctx: ctx.clone(),
         nodes: stores.nodes.clone(),
         modules: stores.modules.clone(),
         nmcs: stores.nmcs.clone(),
@@ -147,24 +147,9 @@ pub fn run(
         own_writes,
     });
     // A store not filled yet would look like every Module and pod was deleted.
-    let when_filled = move |nmc: Arc<NodeModulesConfig>, data: Arc<Data>| {
-        let stores = stores.clone();
-        async move {
-            stores.ready().await;
-            reconcile(nmc, data).await
-        }
-    };
-    async move {
-        controller
-            .run(when_filled, error_policy, data)
-            .for_each(|_| async {})
-            .await;
-    }
-}
-
-fn error_policy(nmc: Arc<NodeModulesConfig>, err: &Error, _data: Arc<Data>) -> Action {
-    tracing::warn!(nmc = %nmc.name_any(), %err, "nmc: reconcile failed; retrying");
-    Action::requeue(RETRY)
+    Runner::new("nmc", &ctx)
+        .reads_all(stores.readiness())
+        .run(controller, reconcile, data)
 }
 
 impl Data {
@@ -379,7 +364,7 @@ async fn reconcile(cached: Arc<NodeModulesConfig>, data: Arc<Data>) -> Result<Ac
 
     let mut wait = decision.retry_after();
     if recheck {
-        wait = Some(wait.map_or(RETRY, |w| w.min(RETRY)));
+        wait = Some(wait.map_or(RECHECK, |w| w.min(RECHECK)));
     }
     Ok(match wait {
         Some(wait) => Action::requeue(wait + Duration::from_millis(10)),

@@ -46,7 +46,7 @@ use super::{
 };
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
-use crate::controllers::retries::Retries;
+use crate::controllers::runner::Runner;
 use crate::controllers::upgrade::{Policies, stamp_of};
 use crate::history::{self, EventTarget};
 use capstan_api::managers;
@@ -96,8 +96,6 @@ struct Shared {
     ctx: Arc<Context>,
     configs: Store<UpgradeConfig>,
     syncs: Store<GitSync>,
-    /// Failed reconciles in a row, by node, for the backoff.
-    failures: Retries,
 }
 
 /// Runs the nodekeeper until `ctx.shutdown`. Subscribes to `caches`; the caller starts
@@ -106,9 +104,9 @@ pub fn run(
     ctx: Arc<Context>,
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let (nodes, _) = caches.nodes.reader();
-    let (configs, _) = caches.upgrade_configs.reader();
-    let (syncs, _) = caches.syncs.reader();
+    let (nodes, nodes_ready) = caches.nodes.reader();
+    let (configs, configs_ready) = caches.upgrade_configs.reader();
+    let (syncs, syncs_ready) = caches.syncs.reader();
     let node_changes = caches.nodes.subscribe();
     let node_ends = caches.nodes.subscribe();
     let config_changes = caches.upgrade_configs.subscribe();
@@ -116,40 +114,39 @@ pub fn run(
         ctx: ctx.clone(),
         configs,
         syncs,
-        failures: Retries::default(),
+    });
+    let every_node = {
+        let nodes = nodes.clone();
+        move |_config: Arc<UpgradeConfig>| {
+            nodes
+                .state()
+                .iter()
+                .map(|node| ObjectRef::from_obj(node.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let controller = Runner::new("nodekeeper", &ctx)
+        .reads(nodes_ready)
+        .reads(configs_ready)
+        .reads(syncs_ready)
+        .run(
+            Controller::for_shared_stream(node_changes, nodes.clone())
+                .watches_shared_stream(config_changes, every_node),
+            reconcile,
+            shared.clone(),
+        );
+    // A deleted node is no longer in the store, so the controller never reconciles it: the
+    // change stream, which brings it as last seen, resets its metric.
+    let removals = node_ends.for_each(move |node: Arc<Node>| {
+        let gone = nodes.get(&ObjectRef::from_obj(node.as_ref())).is_none();
+        let shared = shared.clone();
+        async move {
+            if gone {
+                node_removed(&shared, &node).await;
+            }
+        }
     });
     async move {
-        let shutdown = ctx.shutdown.clone();
-        let every_node = {
-            let nodes = nodes.clone();
-            move |_config: Arc<UpgradeConfig>| {
-                nodes
-                    .state()
-                    .iter()
-                    .map(|node| ObjectRef::from_obj(node.as_ref()))
-                    .collect::<Vec<_>>()
-            }
-        };
-        let controller = Controller::for_shared_stream(node_changes, nodes.clone())
-            .watches_shared_stream(config_changes, every_node)
-            .graceful_shutdown_on(async move { shutdown.cancelled().await })
-            .run(reconcile, error_policy, shared.clone())
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "nodekeeper controller");
-                }
-            });
-        // A deleted node is no longer in the store, so the controller never reconciles
-        // it: the change stream, which brings it as last seen, resets its metric.
-        let removals = node_ends.for_each(|node: Arc<Node>| {
-            let gone = nodes.get(&ObjectRef::from_obj(node.as_ref())).is_none();
-            let shared = shared.clone();
-            async move {
-                if gone {
-                    node_removed(&shared, &node).await;
-                }
-            }
-        });
         let removals = async {
             tokio::select! {
                 () = removals => {}
@@ -161,18 +158,7 @@ pub fn run(
 }
 
 async fn reconcile(node: Arc<Node>, shared: Arc<Shared>) -> Result<Action, ReconcileError> {
-    let name = node.name_any();
-    let result = reconcile_node(&node, &shared).await;
-    if result.is_ok() {
-        shared.failures.succeeded(&name);
-    }
-    result
-}
-
-fn error_policy(node: Arc<Node>, err: &ReconcileError, shared: Arc<Shared>) -> Action {
-    let delay = shared.failures.failed(&node.name_any());
-    tracing::warn!(%err, retry_in = ?delay, "nodekeeper reconcile failed");
-    Action::requeue(delay)
+    reconcile_node(&node, &shared).await
 }
 
 /// `ns/name: error` for each pod, `; `-separated.

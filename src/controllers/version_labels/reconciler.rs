@@ -43,7 +43,7 @@ use super::{
 };
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
-use crate::controllers::retries::Retries;
+use crate::controllers::runner::{self, Runner};
 use crate::controllers::upgrade::Campaigns;
 use crate::controllers::upgrade::drain::{
     Cordon, DrainState, DrainStep, end_patch, start_patch, write_record,
@@ -86,8 +86,6 @@ struct Shared {
     dra_drivers: Store<Pod>,
     syncs: Store<GitSync>,
     upgrade_configs: Store<UpgradeConfig>,
-    /// Failed reconciles in a row, by node, for the backoff.
-    failures: Retries,
     /// When this controller started: an upgrade that started before was resumed.
     started: Timestamp,
     /// The upgrades said resumed (node, Module, start), each once.
@@ -100,11 +98,11 @@ pub fn run(
     ctx: Arc<Context>,
     caches: &Caches,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let (nodes, _) = caches.nodes.reader();
+    let (nodes, nodes_ready) = caches.nodes.reader();
     let (modules, modules_ready) = caches.modules.reader();
     let (device_plugins, device_plugins_ready) = caches.device_plugin_pods.reader();
     let (dra_drivers, dra_drivers_ready) = caches.dra_pods.reader();
-    let (syncs, _) = caches.syncs.reader();
+    let (syncs, syncs_ready) = caches.syncs.reader();
     let (upgrade_configs, upgrade_configs_ready) = caches.upgrade_configs.reader();
     let campaign_changes = caches.upgrade_configs.subscribe();
     let node_changes = caches.nodes.subscribe();
@@ -127,83 +125,70 @@ pub fn run(
         dra_drivers,
         syncs,
         upgrade_configs,
-        failures: Retries::default(),
         started: ctx.clock.now(),
         resumed: Mutex::new(HashSet::new()),
     });
-    async move {
-        // An empty Module store would hide every new move, an empty pod store every
-        // device-plugin or DRA driver pod.
-        let ready = async {
-            for mut ready in [
-                modules_ready,
-                device_plugins_ready,
-                dra_drivers_ready,
-                upgrade_configs_ready,
-            ] {
-                // An error means the watch is gone (shutdown).
-                let _ = ready.wait_for(|listed| *listed).await;
+    let departed = {
+        let shared = shared.clone();
+        let ready = [
+            nodes_ready.clone(),
+            syncs_ready.clone(),
+            modules_ready.clone(),
+        ];
+        async move {
+            if runner::listed(&shared.ctx, ready).await {
+                tokio::select! {
+                    () = record_departures(shared.clone(), departures) => {}
+                    () = shared.ctx.shutdown.cancelled() => {}
+                }
             }
-        };
-        tokio::select! {
-            _ = ready => {}
-            () = ctx.shutdown.cancelled() => return,
         }
-        let shutdown = ctx.shutdown.clone();
-        let departed = tokio::spawn(record_departures(shared.clone(), departures));
-        Controller::for_shared_stream(node_changes, nodes)
-            .watches_shared_stream(module_changes, {
-                let shared = shared.clone();
-                move |module: Arc<Module>| nodes_of_module(&shared, &module)
-            })
-            .reconcile_on(pod_changes)
-            .watches_shared_stream(sync_changes, {
-                let shared = shared.clone();
-                let seen: Mutex<HashMap<String, SyncState>> = Mutex::new(HashMap::new());
-                move |sync: Arc<GitSync>| policy_changed(&shared, &seen, &sync)
-            })
-            // A campaign that starts releases its moves; any change looks at every node.
-            .watches_shared_stream(campaign_changes, {
-                let shared = shared.clone();
-                move |_: Arc<UpgradeConfig>| {
-                    shared
-                        .nodes
-                        .state()
-                        .iter()
-                        .map(|node| ObjectRef::from_obj(node.as_ref()))
-                        .collect::<Vec<_>>()
-                }
-            })
-            .watches_shared_stream(node_ends, {
-                let shared = shared.clone();
-                let upgrading: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
-                move |node: Arc<Node>| line_moves(&shared, &upgrading, &node)
-            })
-            .graceful_shutdown_on(async move { shutdown.cancelled().await })
-            .run(reconcile, error_policy, shared)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "version-labels controller");
-                }
-            })
-            .await;
-        departed.abort();
+    };
+    let controller = Controller::for_shared_stream(node_changes, nodes)
+        .watches_shared_stream(module_changes, {
+            let shared = shared.clone();
+            move |module: Arc<Module>| nodes_of_module(&shared, &module)
+        })
+        .reconcile_on(pod_changes)
+        .watches_shared_stream(sync_changes, {
+            let shared = shared.clone();
+            let seen: Mutex<HashMap<String, SyncState>> = Mutex::new(HashMap::new());
+            move |sync: Arc<GitSync>| policy_changed(&shared, &seen, &sync)
+        })
+        // A campaign that starts releases its moves; any change looks at every node.
+        .watches_shared_stream(campaign_changes, {
+            let shared = shared.clone();
+            move |_: Arc<UpgradeConfig>| {
+                shared
+                    .nodes
+                    .state()
+                    .iter()
+                    .map(|node| ObjectRef::from_obj(node.as_ref()))
+                    .collect::<Vec<_>>()
+            }
+        })
+        .watches_shared_stream(node_ends, {
+            let shared = shared.clone();
+            let upgrading: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
+            move |node: Arc<Node>| line_moves(&shared, &upgrading, &node)
+        });
+    // An empty Module store would hide every new move, an empty pod store every
+    // device-plugin or DRA driver pod.
+    let controller = Runner::new("version-labels", &ctx)
+        .reads(nodes_ready)
+        .reads(modules_ready)
+        .reads(device_plugins_ready)
+        .reads(dra_drivers_ready)
+        .reads(upgrade_configs_ready)
+        .reads(syncs_ready)
+        .run(controller, reconcile, shared);
+    async move {
+        tokio::join!(controller, departed);
     }
 }
 
 async fn reconcile(node: Arc<Node>, shared: Arc<Shared>) -> Result<Action, ReconcileError> {
-    let name = node.name_any();
-    let result = reconcile_node(&node, &shared).await;
-    if result.is_ok() {
-        shared.failures.succeeded(&name);
-    }
-    result
-}
-
-fn error_policy(node: Arc<Node>, err: &ReconcileError, shared: Arc<Shared>) -> Action {
-    let delay = shared.failures.failed(&node.name_any());
-    tracing::warn!(%err, retry_in = ?delay, "version-labels reconcile failed");
-    Action::requeue(delay)
+    reconcile_node(&node, &shared).await
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

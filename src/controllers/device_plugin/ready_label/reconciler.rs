@@ -28,7 +28,7 @@ use thiserror::Error;
 use super::{LabelWrite, Labelling, PluginPod, decide};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
-use crate::controllers::retries::Retries;
+use crate::controllers::runner::{self, Runner};
 use capstan_api::labels::NODE_LABELER_FINALIZER;
 use capstan_api::managers;
 
@@ -72,7 +72,6 @@ struct Shared {
     /// The device-plugin pods of each node: a node's change, and each pod's decision, look
     /// at the few pods on one node, not at every device-plugin pod of the fleet.
     by_node: Mutex<HashMap<String, HashSet<ObjectRef<Pod>>>>,
-    failures: Retries,
 }
 
 impl Shared {
@@ -140,64 +139,43 @@ pub fn run(
         nodes,
         pods: pods.clone(),
         by_node: Mutex::default(),
-        failures: Retries::default(),
     });
     let pod_changes = {
         let shared = shared.clone();
         pod_changes.inspect(move |pod| shared.index(pod))
     };
+    let controller =
+        Controller::for_shared_stream(pod_changes, pods).watches_shared_stream(node_changes, {
+            let shared = shared.clone();
+            move |node: Arc<Node>| {
+                shared
+                    .pods_on(&node.name_any())
+                    .into_iter()
+                    .filter(|pod| shared.labelling(pod).label.is_some())
+                    .map(|pod| ObjectRef::from_obj(pod.as_ref()))
+                    .collect::<Vec<_>>()
+            }
+        });
     async move {
         // A pod decided on before the node list is in would see no node to label.
-        for mut ready in [nodes_ready, pods_ready] {
-            if ready.wait_for(|listed| *listed).await.is_err() || ctx.shutdown.is_cancelled() {
-                return;
-            }
+        if !runner::listed(&ctx, [nodes_ready.clone(), pods_ready.clone()]).await {
+            return;
         }
         // The pods listed before the stream was read are indexed from the cache; a change
         // seen twice leaves the index as the cache is.
         for pod in shared.pods.state() {
             shared.index(&pod);
         }
-        let shutdown = ctx.shutdown.clone();
-        Controller::for_shared_stream(pod_changes, pods)
-            .watches_shared_stream(node_changes, {
-                let shared = shared.clone();
-                move |node: Arc<Node>| {
-                    shared
-                        .pods_on(&node.name_any())
-                        .into_iter()
-                        .filter(|pod| shared.labelling(pod).label.is_some())
-                        .map(|pod| ObjectRef::from_obj(pod.as_ref()))
-                        .collect::<Vec<_>>()
-                }
-            })
-            .graceful_shutdown_on(async move { shutdown.cancelled().await })
-            .run(reconcile, error_policy, shared)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    tracing::debug!(%err, "device-plugin-ready labeller");
-                }
-            })
+        Runner::new("device-plugin/ready-label", &ctx)
+            .reads(nodes_ready)
+            .reads(pods_ready)
+            .run(controller, reconcile, shared)
             .await;
     }
 }
 
-fn pod_name(pod: &Pod) -> String {
-    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
-}
-
 async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, ReconcileError> {
-    let result = reconcile_pod(&pod, &shared).await;
-    if result.is_ok() {
-        shared.failures.succeeded(&pod_name(&pod));
-    }
-    result
-}
-
-fn error_policy(pod: Arc<Pod>, err: &ReconcileError, shared: Arc<Shared>) -> Action {
-    let wait = shared.failures.failed(&pod_name(&pod));
-    tracing::warn!(%err, retry_in = ?wait, "device-plugin-ready labeller failed");
-    Action::requeue(wait)
+    reconcile_pod(&pod, &shared).await
 }
 
 async fn reconcile_pod(pod: &Pod, shared: &Shared) -> Result<Action, ReconcileError> {

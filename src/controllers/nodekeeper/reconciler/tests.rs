@@ -131,7 +131,6 @@ async fn reconcile_after_failures(
         ctx,
         configs: store(campaigns),
         syncs: store(vec![git_sync()]),
-        failures: crate::controllers::retries::Retries::default(),
     });
     let result = reconcile(Arc::new(parse(node)), shared).await;
     server

@@ -157,7 +157,6 @@ async fn reconcile_once(caches: Caches, name: &str, calls: Vec<Call>) -> Action 
         dra_drivers: store(caches.dra_drivers),
         syncs: store(vec![git_sync()]),
         upgrade_configs: store(Vec::new()),
-        failures: crate::controllers::retries::Retries::default(),
         started: NOW.parse().expect("a time"),
         resumed: std::sync::Mutex::new(std::collections::HashSet::new()),
     });
