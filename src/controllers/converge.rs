@@ -1,21 +1,16 @@
 //! Whether the controllers are done: what `capstan sync --once` waits for after applying
 //! a commit.
 //!
-//! The cluster has converged when, for the selected controllers:
+//! The cluster has converged when none of the selected controllers has anything pending.
+//! Each controller says what it still has to do, from the objects this check lists once:
 //! - Module -> NMC: every NMC's spec is what the Modules ask for on its node, and no
 //!   Module is waiting on its finalizer;
-//! - NMC: on every Ready node each spec entry for the running kernel is loaded in this boot
-//!   (status equals spec), nothing is loaded that the spec does not want, and no worker pod
-//!   is left;
-//! - device plugins: every device-plugin DaemonSet has rolled out (`numberReady` equals
-//!   `desiredNumberScheduled` for its current generation);
-//! - DRA drivers: every DRA driver DaemonSet has rolled out, as a device plugin's;
-//! - version labels: every node's internal version labels have caught up with its
-//!   version-module labels, and no node's ordered upgrade still waits for its last step
-//!   (the labels catch up before step 4 is seen: the device plugin pod may not run yet,
-//!   and a DaemonSet's status can lag the node label that schedules it). A move an
-//!   `UpgradeConfig` campaign holds (not started yet, or failed) is not waited for: it
-//!   happens at the campaign's time, not the commit's; one due already is waited for.
+//! - NMC ([`nmc::pending`]): modules loaded and unloaded on every Ready node, no worker
+//!   pod left;
+//! - device plugins and DRA drivers ([`rollout_pending`]): every DaemonSet rolled out;
+//! - version labels ([`version_labels::pending`]): every node's versions caught up, no
+//!   ordered upgrade short of its last step; the moves a campaign holds are not waited for
+//!   but counted ([`HeldMoves`]);
 //! - LeaderWorkerSets: every LWS's status describes its current generation, it is
 //!   `Available` (every group ready, and those the partition does not hold back
 //!   updated), and its surge groups are gone (`status.replicas` equals `spec.replicas`).
@@ -33,12 +28,14 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::campaign::{CampaignGate, Campaigns};
+use super::module_daemon_sets::rollout_pending;
 use super::module_nmc::{self, EntryAction, ModuleFacts};
 use super::node::NodeFacts;
-use super::upgrade::Progress;
-use super::{ControllerName, Selection};
-use capstan_api::labels::{self, DRAIN_ANNOTATION, ModuleKey, ModuleLabel};
+use super::upgrade::Campaigns;
+pub use super::upgrade::Hold;
+use super::version_labels::pending::Pending;
+use super::{ControllerName, Selection, nmc, version_labels};
+use capstan_api::labels;
 use capstan_api::lws::condition_types;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
@@ -56,27 +53,6 @@ pub struct HeldMoves {
     pub hold: Hold,
     /// How many (node, Module) moves.
     pub moves: usize,
-}
-
-/// Why a campaign holds its moves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hold {
-    /// Its `upgradeAt` is still ahead.
-    Until(jiff::Timestamp),
-    /// It failed: its moves stay held until its `UpgradeConfig` leaves the repository.
-    Failed,
-}
-
-/// Whether `campaign` holds the moves to its version at `now`: a campaign due already is
-/// about to start, so its moves are waited for.
-pub fn hold(campaign: &CampaignGate, now: jiff::Timestamp) -> Option<Hold> {
-    if campaign.failed() {
-        return Some(Hold::Failed);
-    }
-    match campaign.upgrade_at {
-        Some(at) if !campaign.started() && at > now => Some(Hold::Until(at)),
-        _ => None,
-    }
 }
 
 /// Where the cluster stands against the commit: what is still to happen, and the moves
@@ -196,45 +172,6 @@ pub async fn survey(
     }
 
     if selection.contains(ControllerName::Nmc) {
-        for node in facts.iter().filter(|n| n.ready) {
-            let Some(nmc) = nmcs.get(&node.name) else {
-                continue;
-            };
-            for entry in &nmc.spec.modules {
-                if entry.config.kernel_version != node.kernel_version {
-                    continue;
-                }
-                let loaded = nmc.status.as_ref().and_then(|s| {
-                    s.modules
-                        .iter()
-                        .find(|st| st.namespace == entry.namespace && st.name == entry.name)
-                });
-                let done = loaded
-                    .is_some_and(|st| st.config == entry.config && st.boot_id == node.boot_id);
-                if !done {
-                    pending.push(format!(
-                        "{}/{} is not loaded on {} yet",
-                        entry.namespace, entry.name, node.name
-                    ));
-                }
-            }
-            for status in nmc.status.iter().flat_map(|s| &s.modules) {
-                let wanted = nmc
-                    .spec
-                    .modules
-                    .iter()
-                    .any(|e| e.namespace == status.namespace && e.name == status.name);
-                if !wanted
-                    && status.config.kernel_version == node.kernel_version
-                    && status.boot_id == node.boot_id
-                {
-                    pending.push(format!(
-                        "{}/{} is not unloaded from {} yet",
-                        status.namespace, status.name, node.name
-                    ));
-                }
-            }
-        }
         let workers = Api::<Pod>::all(client.clone())
             .list(&ListParams::default().labels(&format!(
                 "{}={}",
@@ -243,13 +180,7 @@ pub async fn survey(
             )))
             .await?
             .items;
-        for pod in workers {
-            pending.push(format!(
-                "worker pod {}/{} is still there",
-                pod.namespace().unwrap_or_default(),
-                pod.name_any()
-            ));
-        }
+        pending.extend(nmc::pending::pending(&facts, &nmcs, &workers));
     }
 
     let rollouts = [
@@ -276,79 +207,20 @@ pub async fn survey(
     }
 
     if selection.contains(ControllerName::VersionLabels) {
-        let now = clock.now();
-        for node in &nodes {
-            if node.annotations().contains_key(DRAIN_ANNOTATION) {
-                pending.push(format!(
-                    "node {} is cordoned for its upgrade until its last step",
-                    node.name_any()
-                ));
-            }
-            for (annotation, value) in node.annotations() {
-                let Some(key) = ModuleKey::from_upgrade_annotation(annotation) else {
-                    continue;
-                };
-                match Progress::from_annotation(value).filter(Progress::upgrading) {
-                    Some(progress) if progress.released_at.is_some() => pending.push(format!(
-                        "node {} gave up its slot while NotReady; its upgrade of {} goes on \
-                         once it is Ready",
-                        node.name_any(),
-                        key
-                    )),
-                    Some(_) => pending.push(format!(
-                        "node {} has not finished its upgrade of {}",
-                        node.name_any(),
-                        key
-                    )),
-                    None => {}
-                }
-            }
-        }
-        for node in &facts {
-            for (label, value) in &node.labels {
-                for (kind, key) in ModuleLabel::parse(label) {
-                    // An empty version counts as no label (version_labels::VersionLabels::of).
-                    if kind != ModuleLabel::VersionModule
-                        || value.is_empty()
-                        || !module_facts.iter().any(|m| m.key == key)
-                    {
-                        continue;
-                    }
-                    let worker = node.labels.get(&key.version_worker_pod_label());
-                    let plugin = node.labels.get(&key.version_device_plugin_label());
-                    if worker == Some(value) && plugin == Some(value) {
-                        continue;
-                    }
-                    let campaign = campaigns.get(Some(value));
-                    match campaign.and_then(|campaign| Some((campaign, hold(campaign, now)?))) {
-                        Some((campaign, hold)) => {
-                            held.entry(campaign.name.clone())
-                                .or_insert_with(|| HeldMoves {
-                                    campaign: campaign.name.clone(),
-                                    hold,
-                                    moves: 0,
-                                })
-                                .moves += 1;
-                        }
-                        None => pending.push(format!(
-                            "node {} is moving {} to version {value}",
-                            node.name, key
-                        )),
-                    }
-                }
-            }
-            for label in node.labels.keys() {
-                for (kind, key) in ModuleLabel::parse(label) {
-                    let internal = matches!(
-                        kind,
-                        ModuleLabel::VersionWorkerPod | ModuleLabel::VersionDevicePlugin
-                    );
-                    if internal && !node.labels.contains_key(&key.version_module_label()) {
-                        pending.push(format!(
-                            "node {} is leaving the versions of {}",
-                            node.name, key
-                        ));
-                    }
+        let module_keys: Vec<_> = module_facts.iter().map(|m| m.key.clone()).collect();
+        let moves =
+            version_labels::pending::pending(&nodes, &facts, &module_keys, &campaigns, clock.now());
+        for step in moves {
+            match step {
+                Pending::Waiting(line) => pending.push(line),
+                Pending::Held { campaign, hold } => {
+                    held.entry(campaign.clone())
+                        .or_insert(HeldMoves {
+                            campaign,
+                            hold,
+                            moves: 0,
+                        })
+                        .moves += 1;
                 }
             }
         }
@@ -380,23 +252,6 @@ pub async fn survey(
     })
 }
 
-/// What the DaemonSet `ds` of a Module (its `what`: device plugin, DRA driver) still waits
-/// for, if anything: its controller to see its generation, or a pod ready on every node it
-/// schedules.
-fn rollout_pending(what: &str, ds: &DaemonSet) -> Option<String> {
-    let status = ds.status.clone().unwrap_or_default();
-    let current = status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
-    (!current || status.number_ready != status.desired_number_scheduled).then(|| {
-        format!(
-            "{what} {}/{} is ready on {} of {} nodes",
-            ds.namespace().unwrap_or_default(),
-            ds.name_any(),
-            status.number_ready,
-            status.desired_number_scheduled
-        )
-    })
-}
-
 /// What an LWS still waits for, if anything: its controller to see its generation, its
 /// groups to be ready and updated, or its surge groups to go.
 fn lws_pending(lws: &LeaderWorkerSet) -> Option<String> {
@@ -424,60 +279,9 @@ fn lws_pending(lws: &LeaderWorkerSet) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capstan_api::upgrade_config::UpgradePhase;
 
     fn at(text: &str) -> jiff::Timestamp {
         text.parse().unwrap()
-    }
-
-    fn gate(phase: Option<UpgradePhase>, upgrade_at: Option<&str>) -> CampaignGate {
-        CampaignGate {
-            name: "kmm-demo/my-kmod-v2".into(),
-            phase,
-            upgrade_at: upgrade_at.map(at),
-            pdb_force_drain_timeout: std::time::Duration::ZERO,
-        }
-    }
-
-    #[test]
-    fn a_campaign_holds_its_moves_until_it_is_due_and_for_good_once_failed() {
-        use UpgradePhase::*;
-        let now = at("2027-05-31T12:00:00Z");
-        let ahead = Some("2027-06-01T02:00:00Z");
-        let due = Some("2027-05-31T11:00:00Z");
-        // (phase, upgradeAt, hold)
-        let rows = [
-            (None, ahead, Some(Hold::Until(at("2027-06-01T02:00:00Z")))),
-            (
-                Some(New),
-                ahead,
-                Some(Hold::Until(at("2027-06-01T02:00:00Z"))),
-            ),
-            (
-                Some(Pending),
-                ahead,
-                Some(Hold::Until(at("2027-06-01T02:00:00Z"))),
-            ),
-            // Due already: about to start, waited for.
-            (Some(Pending), due, None),
-            (None, due, None),
-            (Some(Pending), Some("2027-05-31T12:00:00Z"), None),
-            // Started (a clock ahead of upgradeAt's writer): not held.
-            (Some(Upgrading), ahead, None),
-            (Some(Upgraded), ahead, None),
-            (Some(Failed), due, Some(Hold::Failed)),
-            (Some(Failed), ahead, Some(Hold::Failed)),
-            // An upgradeAt that does not parse keeps the campaign Pending: waited for, as
-            // before (validation refuses such a commit).
-            (Some(Pending), None, None),
-        ];
-        for (phase, upgrade_at, expected) in rows {
-            assert_eq!(
-                hold(&gate(phase, upgrade_at), now),
-                expected,
-                "{phase:?} {upgrade_at:?}"
-            );
-        }
     }
 
     #[test]
@@ -528,65 +332,5 @@ mod tests {
             let convergence = Convergence { pending, held };
             assert_eq!(convergence.summary(), summary);
         }
-    }
-    use k8s_openapi::api::apps::v1::DaemonSetStatus;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    /// A DaemonSet at generation 2 whose status saw `observed`, with `ready` of `desired`
-    /// pods ready.
-    fn daemon_set(observed: i64, ready: i32, desired: i32) -> DaemonSet {
-        DaemonSet {
-            metadata: ObjectMeta {
-                name: Some("my-kmod-dra-v1".into()),
-                namespace: Some("kmm-demo".into()),
-                generation: Some(2),
-                ..ObjectMeta::default()
-            },
-            status: Some(DaemonSetStatus {
-                observed_generation: Some(observed),
-                number_ready: ready,
-                desired_number_scheduled: desired,
-                ..DaemonSetStatus::default()
-            }),
-            ..DaemonSet::default()
-        }
-    }
-
-    #[test]
-    fn a_dra_driver_is_waited_for_until_it_is_ready_on_every_node_it_schedules() {
-        // (name, DaemonSet, pending)
-        let rows = [
-            ("rolled out", daemon_set(2, 3, 3), None),
-            ("schedules nothing", daemon_set(2, 0, 0), None),
-            (
-                "a pod not ready",
-                daemon_set(2, 2, 3),
-                Some("DRA driver kmm-demo/my-kmod-dra-v1 is ready on 2 of 3 nodes"),
-            ),
-            (
-                "its generation not seen yet",
-                daemon_set(1, 3, 3),
-                Some("DRA driver kmm-demo/my-kmod-dra-v1 is ready on 3 of 3 nodes"),
-            ),
-            (
-                "no status yet",
-                DaemonSet {
-                    status: None,
-                    ..daemon_set(0, 0, 0)
-                },
-                Some("DRA driver kmm-demo/my-kmod-dra-v1 is ready on 0 of 0 nodes"),
-            ),
-        ];
-        for (name, ds, pending) in rows {
-            assert_eq!(
-                rollout_pending("DRA driver", &ds).as_deref(),
-                pending,
-                "{name}"
-            );
-        }
-        assert_eq!(
-            rollout_pending("device plugin", &daemon_set(2, 2, 3)).as_deref(),
-            Some("device plugin kmm-demo/my-kmod-dra-v1 is ready on 2 of 3 nodes")
-        );
     }
 }

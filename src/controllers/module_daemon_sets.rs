@@ -348,3 +348,85 @@ pub enum Action<K> {
     /// Leave it as it is.
     Unchanged,
 }
+
+/// What the DaemonSet `ds` of a Module (its `what`: device plugin, DRA driver) still waits
+/// for, if anything: its controller to see its generation, or a pod ready on every node it
+/// schedules.
+pub fn rollout_pending(what: &str, ds: &DaemonSet) -> Option<String> {
+    let status = ds.status.clone().unwrap_or_default();
+    let current = status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
+    (!current || status.number_ready != status.desired_number_scheduled).then(|| {
+        format!(
+            "{what} {}/{} is ready on {} of {} nodes",
+            ds.namespace().unwrap_or_default(),
+            ds.name_any(),
+            status.number_ready,
+            status.desired_number_scheduled
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::DaemonSetStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    /// A DaemonSet at generation 2 whose status saw `observed`, with `ready` of `desired`
+    /// pods ready.
+    fn daemon_set(observed: i64, ready: i32, desired: i32) -> DaemonSet {
+        DaemonSet {
+            metadata: ObjectMeta {
+                name: Some("my-kmod-dra-v1".into()),
+                namespace: Some("kmm-demo".into()),
+                generation: Some(2),
+                ..ObjectMeta::default()
+            },
+            status: Some(DaemonSetStatus {
+                observed_generation: Some(observed),
+                number_ready: ready,
+                desired_number_scheduled: desired,
+                ..DaemonSetStatus::default()
+            }),
+            ..DaemonSet::default()
+        }
+    }
+
+    #[test]
+    fn a_dra_driver_is_waited_for_until_it_is_ready_on_every_node_it_schedules() {
+        // (name, DaemonSet, pending)
+        let rows = [
+            ("rolled out", daemon_set(2, 3, 3), None),
+            ("schedules nothing", daemon_set(2, 0, 0), None),
+            (
+                "a pod not ready",
+                daemon_set(2, 2, 3),
+                Some("DRA driver kmm-demo/my-kmod-dra-v1 is ready on 2 of 3 nodes"),
+            ),
+            (
+                "its generation not seen yet",
+                daemon_set(1, 3, 3),
+                Some("DRA driver kmm-demo/my-kmod-dra-v1 is ready on 3 of 3 nodes"),
+            ),
+            (
+                "no status yet",
+                DaemonSet {
+                    status: None,
+                    ..daemon_set(0, 0, 0)
+                },
+                Some("DRA driver kmm-demo/my-kmod-dra-v1 is ready on 0 of 0 nodes"),
+            ),
+        ];
+        for (name, ds, pending) in rows {
+            assert_eq!(
+                rollout_pending("DRA driver", &ds).as_deref(),
+                pending,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            rollout_pending("device plugin", &daemon_set(2, 2, 3)).as_deref(),
+            Some("device plugin kmm-demo/my-kmod-dra-v1 is ready on 2 of 3 nodes")
+        );
+    }
+}

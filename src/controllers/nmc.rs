@@ -53,6 +53,7 @@
 
 pub mod expectations;
 pub mod own_writes;
+pub mod pending;
 pub mod reconciler;
 pub mod worker_pod;
 

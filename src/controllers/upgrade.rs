@@ -22,6 +22,6 @@ pub mod gate;
 pub mod policy;
 pub mod progress;
 
-pub use gate::{CampaignGate, Campaigns};
+pub use gate::{CampaignGate, Campaigns, Hold};
 pub use policy::Policies;
 pub use progress::{PolicyWait, Progress, Stamp, stamp_of};

@@ -55,6 +55,7 @@
 //! ([`crate::controllers::upgrade`]).
 
 pub mod facts;
+pub mod pending;
 pub mod reconciler;
 pub mod records;
 

@@ -35,6 +35,27 @@ impl CampaignGate {
     pub fn failed(&self) -> bool {
         self.phase == Some(UpgradePhase::Failed)
     }
+
+    /// Whether the campaign holds the moves to its version at `now`: one due already is
+    /// about to start, so its moves are waited for.
+    pub fn hold(&self, now: Timestamp) -> Option<Hold> {
+        if self.failed() {
+            return Some(Hold::Failed);
+        }
+        match self.upgrade_at {
+            Some(at) if !self.started() && at > now => Some(Hold::Until(at)),
+            _ => None,
+        }
+    }
+}
+
+/// Why a campaign holds its moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Its `upgradeAt` is still ahead.
+    Until(Timestamp),
+    /// It failed: its moves stay held until its `UpgradeConfig` leaves the repository.
+    Failed,
 }
 
 /// Every campaign, by the version it rolls out.
@@ -85,5 +106,64 @@ impl Campaigns {
         self.0
             .values()
             .any(|c| c.phase == Some(UpgradePhase::Upgrading))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn gate(phase: Option<UpgradePhase>, upgrade_at: Option<&str>) -> CampaignGate {
+        CampaignGate {
+            name: "kmm-demo/my-kmod-v2".into(),
+            phase,
+            upgrade_at: upgrade_at.map(at),
+            pdb_force_drain_timeout: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_campaign_holds_its_moves_until_it_is_due_and_for_good_once_failed() {
+        use UpgradePhase::*;
+        let now = at("2027-05-31T12:00:00Z");
+        let ahead = Some("2027-06-01T02:00:00Z");
+        let due = Some("2027-05-31T11:00:00Z");
+        // (phase, upgradeAt, hold)
+        let rows = [
+            (None, ahead, Some(Hold::Until(at("2027-06-01T02:00:00Z")))),
+            (
+                Some(New),
+                ahead,
+                Some(Hold::Until(at("2027-06-01T02:00:00Z"))),
+            ),
+            (
+                Some(Pending),
+                ahead,
+                Some(Hold::Until(at("2027-06-01T02:00:00Z"))),
+            ),
+            // Due already: about to start, waited for.
+            (Some(Pending), due, None),
+            (None, due, None),
+            (Some(Pending), Some("2027-05-31T12:00:00Z"), None),
+            // Started (a clock ahead of upgradeAt's writer): not held.
+            (Some(Upgrading), ahead, None),
+            (Some(Upgraded), ahead, None),
+            (Some(Failed), due, Some(Hold::Failed)),
+            (Some(Failed), ahead, Some(Hold::Failed)),
+            // An upgradeAt that does not parse keeps the campaign Pending: waited for, as
+            // before (validation refuses such a commit).
+            (Some(Pending), None, None),
+        ];
+        for (phase, upgrade_at, expected) in rows {
+            assert_eq!(
+                gate(phase, upgrade_at).hold(now),
+                expected,
+                "{phase:?} {upgrade_at:?}"
+            );
+        }
     }
 }
