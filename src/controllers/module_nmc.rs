@@ -20,7 +20,14 @@
 //! Seed 000 does nothing when the node's kernel has no mapping; upstream, and this module,
 //! remove an entry left from the previous kernel, so `desiredNumber` counts only nodes that
 //! can load the module and the NMC controller forgets the status once the node has rebooted.
+//!
+//! The other decisions, each with its table: [`node_nmc::decide_node`] gathers these
+//! entries into the one write a node's NMC gets, and [`lifecycle::decide_module`] keeps the
+//! Module's finalizer, its namespace's label and its status. [`reconciler`] reads the
+//! caches, asks them, and writes; [`tally`] keeps the counts the status says.
 
+pub mod lifecycle;
+pub mod node_nmc;
 pub mod reconciler;
 pub mod tally;
 

@@ -1,17 +1,22 @@
-//! The Module -> NMC reconcilers.
+//! The Module -> NMC reconcilers. Each reads, decides and writes, in that order: it reads
+//! the object and the shared watch caches ([`Stores`]), hands what it read to a decision
+//! that talks to no API, and makes the writes decided, in the order decided, with field
+//! manager [`managers::MODULE_NMC`] through JSON merge patches of the fields it owns.
 //!
-//! - Per node: every Module's [`decide`] for the node gives the node's NMC `spec.modules`
-//!   and its `module-configured` / `module-in-use` labels. The NMC is created (owned by the
-//!   Node, so it goes with it) when a Module first wants the node, and written only when
-//!   something differs: one write per node however many Modules change.
-//! - Per Module: the finalizer (added at once, removed when no NMC lists the Module in its
-//!   spec or status any more, that is when it is unloaded everywhere), `status.moduleLoader`
+//! - Per node ([`reconcile_node`]): [`decide_node`] gives the node's NMC `spec.modules` and
+//!   its `module-configured` / `module-in-use` labels from every Module's
+//!   [`decide`](super::decide), and the one write, if any: the NMC created (owned by the
+//!   Node, so it goes with it) when a Module first wants the node, or patched where it
+//!   differs. One write per node however many Modules change.
+//! - Per Module ([`reconcile_module`]): [`decide_module`] gives the finalizer (added at
+//!   once, removed when no NMC lists the Module any more, that is when it is unloaded
+//!   everywhere), the namespace's `contains-modules` label, and `status.moduleLoader`
 //!   ([`loader_status`](super::loader_status), kept up to date by the [`Tally`] from each
-//!   NMC and Node change) and the `Available` / `Degraded` conditions, written only when
-//!   they change.
+//!   NMC and Node change) with the `Available` / `Degraded` conditions, written only when
+//!   they change and at the [`Pacer`]'s pace.
 //!
-//! Both read the shared watch caches ([`Stores`]) and write with field manager
-//! [`managers::MODULE_NMC`] through JSON merge patches of the fields they own.
+//! What wakes each reconciler, the tally and the pacer are plumbing around those: they
+//! decide when to look, not what to write.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -20,25 +25,26 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::Request;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::Instant;
 
+use super::ModuleFacts;
+use super::lifecycle::{ModuleSeen, ModuleWrite, decide_module};
+use super::node_nmc::{NmcWrite, decide_node, node_owner};
 use super::tally::{Tally, Verdict};
-use super::{EntryAction, ModuleFacts, decide};
 use crate::controllers::caches::{Caches, Stores};
 use crate::controllers::context::{CONCURRENCY, Context};
 use crate::controllers::node::NodeFacts;
 use crate::controllers::runner::Runner;
-use capstan_api::clock::rfc3339;
-use capstan_api::labels::{ModuleKey, ModuleLabel, NAMESPACE_LABEL};
+use capstan_api::labels::{ModuleKey, NAMESPACE_LABEL};
 use capstan_api::managers;
-use capstan_api::module::{Module, ModuleCondition, ModuleStatus};
-use capstan_api::nmc::{NodeModuleSpec, NodeModulesConfig, NodeModulesConfigSpec};
+use capstan_api::module::{Module, ModuleStatus};
+use capstan_api::nmc::NodeModulesConfig;
 
 /// Why a reconcile failed; it is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +76,11 @@ pub fn run(
     }
 }
 
+/// What every reconcile of a node reads: the context and the caches' stores.
 struct NodeCtx {
     ctx: Arc<Context>,
-    stores: Arc<Stores>,
+    modules: Store<Module>,
+    nmcs: Store<NodeModulesConfig>,
 }
 
 fn node_controller(
@@ -115,7 +123,8 @@ fn node_controller(
             reconcile_node,
             Arc::new(NodeCtx {
                 ctx: ctx.clone(),
-                stores,
+                modules: stores.modules.clone(),
+                nmcs: stores.nmcs.clone(),
             }),
         )
 }
@@ -175,127 +184,15 @@ fn nmc_fingerprint(nmc: &NodeModulesConfig) -> u64 {
     hasher.finish()
 }
 
-/// The NMC spec and labels one node should have.
-#[derive(Debug, Default, PartialEq)]
-struct NodeWants {
-    modules: Vec<NodeModuleSpec>,
-    /// NMC labels to set (value) or remove (`None`).
-    labels: BTreeMap<String, Option<String>>,
-}
-
-/// Decides the NMC of `node` from every Module; `None` when the node needs no NMC and has
-/// none.
-///
-/// Entries of Modules that exist but whose name capstan cannot use (`unusable`, by
-/// namespace and name) are kept as they are: upstream accepts names capstan's labels cannot
-/// carry, and such a Module's module stays loaded rather than being unloaded by a
-/// controller that cannot manage it.
-fn node_wants(
-    node: &NodeFacts,
-    modules: &[ModuleFacts],
-    unusable: &BTreeSet<(String, String)>,
-    nmc: Option<&NodeModulesConfig>,
-) -> Option<NodeWants> {
-    let mut wants = NodeWants::default();
-    wants.modules.extend(
-        nmc.into_iter()
-            .flat_map(|nmc| &nmc.spec.modules)
-            .filter(|entry| unusable.contains(&(entry.namespace.clone(), entry.name.clone())))
-            .cloned(),
-    );
-    let known: BTreeSet<&ModuleKey> = modules.iter().map(|m| &m.key).collect();
-    for module in modules {
-        let current = nmc.and_then(|nmc| nmc.spec_module(&module.key));
-        let entry = match decide(module, node, current) {
-            Ok(decision) => match decision.action {
-                EntryAction::Set(entry) => Some(*entry),
-                EntryAction::Remove => None,
-                EntryAction::Unchanged => current.cloned(),
-            },
-            Err(err) => {
-                tracing::warn!(module = %module.key, node = %node.name, %err, "kernel mappings cannot be evaluated; the node's entry is left as it is");
-                current.cloned()
-            }
-        };
-        match entry {
-            Some(entry) => {
-                wants
-                    .labels
-                    .insert(module.key.module_configured_label(), Some(String::new()));
-                wants
-                    .labels
-                    .insert(module.key.module_in_use_label(), Some(String::new()));
-                wants.modules.push(entry);
-            }
-            None => {
-                wants
-                    .labels
-                    .insert(module.key.module_configured_label(), None);
-            }
-        }
-    }
-    // Entries of Modules that no longer exist (deleted outright, without their finalizer)
-    // go, and so does their `module-configured` label.
-    if let Some(nmc) = nmc {
-        for label in nmc.labels().keys() {
-            let orphan = ModuleLabel::parse(label)
-                .into_iter()
-                .any(|(kind, key)| kind == ModuleLabel::ModuleConfigured && !known.contains(&key));
-            if orphan {
-                wants.labels.insert(label.clone(), None);
-            }
-        }
-    }
-    wants
-        .modules
-        .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    if nmc.is_none() && wants.modules.is_empty() {
-        return None;
-    }
-    Some(wants)
-}
-
-/// The merge patch that gives `nmc` what `wants` asks for, and its Node as an `owner`
-/// (as upstream sets it on every write, so that an NMC made without one still goes with
-/// its Node); `None` when nothing differs.
-fn nmc_patch(nmc: &NodeModulesConfig, wants: &NodeWants, owner: &OwnerReference) -> Option<Value> {
-    let mut current = nmc.spec.modules.clone();
-    current.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    let mut patch = json!({});
-    if current != wants.modules {
-        patch["spec"] = json!({"modules": wants.modules});
-    }
-    let owners = nmc.metadata.owner_references.as_deref().unwrap_or_default();
-    if !wants.modules.is_empty() && !owners.iter().any(|o| o.uid == owner.uid) {
-        let mut owners = owners.to_vec();
-        owners.push(owner.clone());
-        patch["metadata"] = json!({"ownerReferences": owners});
-    }
-    let labels = nmc.labels();
-    let mut label_patch = serde_json::Map::new();
-    for (key, value) in &wants.labels {
-        match value {
-            Some(value) if labels.get(key) != Some(value) => {
-                label_patch.insert(key.clone(), json!(value));
-            }
-            None if labels.contains_key(key) => {
-                label_patch.insert(key.clone(), Value::Null);
-            }
-            _ => {}
-        }
-    }
-    if !label_patch.is_empty() {
-        patch["metadata"]["labels"] = Value::Object(label_patch);
-    }
-    (patch != json!({})).then_some(patch)
-}
-
+/// One reconcile of a node: reads the Modules and the node's NMC from the caches, decides
+/// with [`decide_node`], and makes the write decided, if any. An NMC created meanwhile (the
+/// cache was behind) is no error: its watch event brings the node back. Any other failure
+/// is returned, for the runner to retry.
 async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, Error> {
-    let stores = &data.stores;
     let facts = NodeFacts::from_node(&node);
     let mut modules = Vec::new();
     let mut unusable = BTreeSet::new();
-    for module in stores.modules.state() {
+    for module in data.modules.state() {
         match ModuleFacts::from_shared(&module) {
             Ok(facts) => modules.push(facts),
             Err(err) => {
@@ -304,44 +201,36 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
             }
         }
     }
-    let nmc = stores
-        .nmcs
-        .get(&ObjectRef::new(&facts.name))
-        .filter(|nmc| nmc.metadata.deletion_timestamp.is_none());
+    let nmc = data.nmcs.get(&ObjectRef::new(&facts.name));
     tracing::debug!(node = %facts.name, modules = modules.len(), nmc = nmc.is_some(), "module-nmc: node");
-    let Some(wants) = node_wants(&facts, &modules, &unusable, nmc.as_deref()) else {
-        return Ok(Action::await_change());
-    };
-    let params = PatchParams::apply(managers::MODULE_NMC);
-    match nmc {
-        Some(nmc) => {
-            if let Some(patch) = nmc_patch(&nmc, &wants, &owner_reference(&node)) {
-                let request = kube::core::Request::new(NodeModulesConfig::url_path(&(), None))
-                    .patch(&facts.name, &params, &Patch::Merge(patch))
-                    .map_err(kube::Error::BuildRequest)?;
-                data.ctx.client.request_text(request).await?;
-            }
+
+    let decision = decide_node(
+        &facts,
+        &node_owner(&node),
+        &modules,
+        &unusable,
+        nmc.as_deref(),
+    );
+
+    for (module, err) in &decision.unresolved {
+        tracing::warn!(%module, node = %facts.name, %err, "kernel mappings cannot be evaluated; the node's entry is left as it is");
+    }
+    match decision.write {
+        None => {}
+        Some(NmcWrite::Patch(patch)) => {
+            let params = PatchParams::apply(managers::MODULE_NMC);
+            let request = Request::new(NodeModulesConfig::url_path(&(), None))
+                .patch(&facts.name, &params, &Patch::Merge(patch))
+                .map_err(kube::Error::BuildRequest)?;
+            data.ctx.client.request_text(request).await?;
         }
-        None => {
-            let labels: BTreeMap<String, String> = wants
-                .labels
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
-                .collect();
-            let mut nmc = NodeModulesConfig::new(
-                &facts.name,
-                NodeModulesConfigSpec {
-                    modules: wants.modules,
-                },
-            );
-            nmc.metadata.labels = Some(labels);
-            nmc.metadata.owner_references = Some(vec![owner_reference(&node)]);
+        Some(NmcWrite::Create(nmc)) => {
             let params = PostParams {
                 field_manager: Some(managers::MODULE_NMC.into()),
                 ..PostParams::default()
             };
             // The answer is not read: the NMC's watch event brings it to the cache.
-            let request = kube::core::Request::new(NodeModulesConfig::url_path(&(), None))
+            let request = Request::new(NodeModulesConfig::url_path(&(), None))
                 .create(
                     &params,
                     serde_json::to_vec(&nmc).map_err(kube::Error::SerdeError)?,
@@ -349,8 +238,8 @@ async fn reconcile_node(node: Arc<Node>, data: Arc<NodeCtx>) -> Result<Action, E
                 .map_err(kube::Error::BuildRequest)?;
             match data.ctx.client.request_text(request).await {
                 Ok(_) => {}
-                // Created meanwhile (the cache was behind): the NMC event brings us back.
-                // Another 409 created nothing and is retried.
+                // Created meanwhile: the NMC event brings us back. Another 409 created
+                // nothing and is retried.
                 Err(kube::Error::Api(status))
                     if status.code == 409 && status.reason == "AlreadyExists" => {}
                 Err(err) => return Err(err.into()),
@@ -381,21 +270,13 @@ async fn label_namespace(
     }
 }
 
-/// The Node as the owner of its NMC: deleting the Node deletes the NMC.
-fn owner_reference(node: &Node) -> OwnerReference {
-    OwnerReference {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        name: node.name_any(),
-        uid: node.metadata.uid.clone().unwrap_or_default(),
-        controller: None,
-        block_owner_deletion: None,
-    }
-}
-
+/// What every reconcile of a Module reads and keeps: the context, the caches' stores, the
+/// pace of its status writes and the NMCs' tally.
 struct ModuleCtx {
     ctx: Arc<Context>,
-    stores: Arc<Stores>,
+    modules: Store<Module>,
+    nmcs: Store<NodeModulesConfig>,
+    nodes: Store<Node>,
     pacer: Arc<Pacer>,
     tally: Arc<Tally>,
 }
@@ -538,7 +419,9 @@ fn module_controller(
             );
     let data = Arc::new(ModuleCtx {
         ctx: ctx.clone(),
-        stores: stores.clone(),
+        modules: stores.modules.clone(),
+        nmcs: stores.nmcs.clone(),
+        nodes: stores.nodes.clone(),
         pacer,
         tally,
     });
@@ -591,411 +474,126 @@ fn shown(status: Option<&ModuleStatus>) -> Option<Verdict> {
     })
 }
 
+/// One reconcile of a Module: reads it, the NMCs' tally and the caches, decides with
+/// [`decide_module`], and makes the writes decided, in their order. A finalizer write on a
+/// Module changed since it was read (409), or gone while its finalizer is removed (404),
+/// stops the writes and looks again after [`CONFLICT_RETRY`]; a status whose counts alone
+/// changed waits for the [`Pacer`]; a namespace or a Module gone before its label or status
+/// write is no error. Any other failure stops the writes and is returned, for the runner to
+/// retry.
 async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<Action, Error> {
-    let stores = &data.stores;
     let reference = ObjectRef::from_obj(module.as_ref());
     data.pacer.started(&reference);
+    // A Module whose name capstan cannot use gets no finalizer and no status; the node
+    // reconciler leaves its entries as they are.
     let Ok(facts) = ModuleFacts::from_shared(&module) else {
         return Ok(Action::await_change());
     };
-    let api: Api<Module> = Api::namespaced(data.ctx.client.clone(), facts.key.namespace());
-    let name = facts.key.name();
-    let finalizer = capstan_api::labels::MODULE_FINALIZER;
-    let finalizers = module.finalizers();
-    let has_finalizer = finalizers.iter().any(|f| f == finalizer);
-    if facts.deleting() {
-        let present = data.tally.present(&facts.key, &stores.nmcs);
-        if has_finalizer && present == 0 {
-            let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
-            let patch = json!({"metadata": {
-                "finalizers": rest,
-                "resourceVersion": module.resource_version(),
-            }});
-            match api
-                .patch(
-                    name,
-                    &PatchParams {
-                        field_manager: Some(managers::MODULE_NMC.into()),
-                        ..PatchParams::default()
-                    },
-                    &Patch::Merge(patch),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {
+    let status = module.status.clone().unwrap_or_default();
+    let counts;
+    let seen = if facts.deleting() {
+        let listed_on = data.tally.present(&facts.key, &data.nmcs);
+        if listed_on > 0 {
+            tracing::debug!(module = %facts.key, nodes = listed_on, "waiting for the module to be unloaded");
+        }
+        ModuleSeen::Deleting {
+            finalizers: module.finalizers(),
+            listed_on,
+            others_in_namespace: data.modules.state().iter().any(|other| {
+                other.namespace() == module.namespace() && other.uid() != module.uid()
+            }),
+        }
+    } else {
+        counts = data.tally.count(&facts, &data.nmcs, &data.nodes);
+        ModuleSeen::Live {
+            finalizers: module.finalizers(),
+            status: &status,
+            counts: &counts,
+            now: data.ctx.clock.now(),
+        }
+    };
+
+    let writes = decide_module(&seen);
+
+    let client = &data.ctx.client;
+    let namespace = facts.key.namespace();
+    let api: Api<Module> = Api::namespaced(client.clone(), namespace);
+    for write in writes {
+        match write {
+            ModuleWrite::LabelNamespace => label_namespace(client, namespace, Some("")).await?,
+            ModuleWrite::AddFinalizer(finalizers) => {
+                if !write_finalizers(&api, &module, finalizers, &[409]).await? {
                     return Ok(Action::requeue(CONFLICT_RETRY));
                 }
-                Err(err) => return Err(err.into()),
             }
-            data.pacer.forget(&reference);
-            data.tally.forget(&facts.key);
-            tracing::info!(module = %facts.key, "unloaded from every node; finalizer removed");
-            let others = stores.modules.state().iter().any(|other| {
-                other.namespace() == module.namespace() && other.uid() != module.uid()
-            });
-            if !others {
-                label_namespace(&data.ctx.client, facts.key.namespace(), None).await?;
+            ModuleWrite::RemoveFinalizer(finalizers) => {
+                if !write_finalizers(&api, &module, finalizers, &[404, 409]).await? {
+                    return Ok(Action::requeue(CONFLICT_RETRY));
+                }
+                data.pacer.forget(&reference);
+                data.tally.forget(&facts.key);
+                tracing::info!(module = %facts.key, "unloaded from every node; finalizer removed");
             }
-        } else if present > 0 {
-            tracing::debug!(module = %facts.key, nodes = present, "waiting for the module to be unloaded");
+            ModuleWrite::UnlabelNamespace => label_namespace(client, namespace, None).await?,
+            ModuleWrite::Status {
+                module_loader,
+                conditions,
+                turns,
+            } => {
+                if turns {
+                    data.pacer.written(&reference, Instant::now());
+                } else if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
+                    return Ok(Action::requeue(wait));
+                }
+                let patch = json!({"status": {
+                    "moduleLoader": module_loader,
+                    "conditions": conditions,
+                }});
+                let params = PatchParams::apply(managers::MODULE_NMC);
+                match api
+                    .patch_status(facts.key.name(), &params, &Patch::Merge(patch))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
         }
-        return Ok(Action::await_change());
-    }
-    if !has_finalizer {
-        // A Module is seen here once before its finalizer is on: its namespace is labelled
-        // then, as upstream's namespace labeller does.
-        label_namespace(&data.ctx.client, facts.key.namespace(), Some("")).await?;
-        let mut all: Vec<String> = finalizers.to_vec();
-        all.push(finalizer.to_string());
-        let patch = json!({"metadata": {
-            "finalizers": all,
-            "resourceVersion": module.resource_version(),
-        }});
-        match api
-            .patch(
-                name,
-                &PatchParams {
-                    field_manager: Some(managers::MODULE_NMC.into()),
-                    ..PatchParams::default()
-                },
-                &Patch::Merge(patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                return Ok(Action::requeue(CONFLICT_RETRY));
-            }
-            Err(err) => return Err(err.into()),
-        }
-    }
-    let counts = data.tally.count(&facts, &stores.nmcs, &stores.nodes);
-    let current = module.status.clone().unwrap_or_default();
-    let now = rfc3339(data.ctx.clock.now());
-    let conditions = conditions(&current, &counts.status, &counts.failures, &now);
-    if current.module_loader == counts.status && current.conditions == conditions {
-        return Ok(Action::await_change());
-    }
-    // A condition that changes status is written at once; counts alone are paced.
-    let transition = conditions.iter().any(|condition| {
-        current
-            .conditions
-            .iter()
-            .find(|c| c.type_ == condition.type_)
-            .is_none_or(|c| c.status != condition.status)
-    });
-    if transition {
-        data.pacer.written(&reference, Instant::now());
-    } else if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
-        return Ok(Action::requeue(wait));
-    }
-    let status = ModuleStatus {
-        module_loader: counts.status,
-        conditions,
-        ..current
-    };
-    let patch = json!({"status": {
-        "moduleLoader": status.module_loader,
-        "conditions": status.conditions,
-    }});
-    match api
-        .patch_status(
-            name,
-            &PatchParams::apply(managers::MODULE_NMC),
-            &Patch::Merge(patch),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 => {}
-        Err(err) => return Err(err.into()),
     }
     Ok(Action::await_change())
 }
 
-/// Most failing nodes a `Degraded` message names.
-const FAILURES_SHOWN: usize = 3;
-
-/// The Module's conditions: `Available` (every node with an entry has it loaded) and
-/// `Degraded` (worker pods fail on some nodes). A condition keeps its transition time while
-/// its status stays.
-fn conditions(
-    current: &ModuleStatus,
-    counts: &capstan_api::module::DaemonSetStatus,
-    failures: &[(String, crate::controllers::failures::WorkerFailure)],
-    now: &str,
-) -> Vec<ModuleCondition> {
-    let available = counts.available_number == counts.desired_number;
-    let available = ModuleCondition {
-        type_: "Available".into(),
-        status: if available { "True" } else { "False" }.into(),
-        reason: if available { "Loaded" } else { "Loading" }.into(),
-        message: format!(
-            "loaded on {} of {} nodes",
-            counts.available_number, counts.desired_number
-        ),
-        last_transition_time: String::new(),
+/// Writes `finalizers` as `module`'s, on the resourceVersion read. `false` when the API
+/// server answers with a code of `look_again`: the Module is to be looked at again.
+async fn write_finalizers(
+    api: &Api<Module>,
+    module: &Module,
+    finalizers: Vec<String>,
+    look_again: &[u16],
+) -> Result<bool, Error> {
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": module.resource_version(),
+    }});
+    let params = PatchParams {
+        field_manager: Some(managers::MODULE_NMC.into()),
+        ..PatchParams::default()
     };
-    let degraded = if failures.is_empty() {
-        ModuleCondition {
-            type_: "Degraded".into(),
-            status: "False".into(),
-            reason: "WorkersSucceed".into(),
-            message: String::new(),
-            last_transition_time: String::new(),
-        }
-    } else {
-        let mut shown: Vec<String> = failures
-            .iter()
-            .take(FAILURES_SHOWN)
-            .map(|(node, failure)| {
-                format!(
-                    "{node}: {} failed {} time(s): {}",
-                    failure.action, failure.attempts, failure.message
-                )
-            })
-            .collect();
-        if failures.len() > FAILURES_SHOWN {
-            shown.push(format!(
-                "and {} more nodes",
-                failures.len() - FAILURES_SHOWN
-            ));
-        }
-        ModuleCondition {
-            type_: "Degraded".into(),
-            status: "True".into(),
-            reason: "WorkerFailed".into(),
-            message: shown.join("; "),
-            last_transition_time: String::new(),
-        }
-    };
-    [available, degraded]
-        .into_iter()
-        .map(|mut condition| {
-            let previous = current
-                .conditions
-                .iter()
-                .find(|c| c.type_ == condition.type_);
-            condition.last_transition_time = match previous {
-                Some(previous) if previous.status == condition.status => {
-                    previous.last_transition_time.clone()
-                }
-                _ => now.to_string(),
-            };
-            condition
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use capstan_api::module::{DaemonSetStatus, ModuleSpec};
-    use capstan_api::nmc::ModuleConfig;
-
-    fn module(name: &str, selector: &[(&str, &str)]) -> ModuleFacts {
-        let mut spec: ModuleSpec = serde_json::from_value(json!({
-            "moduleLoader": {"container": {
-                "modprobe": {"moduleName": name},
-                "kernelMappings": [{"regexp": "^.+$", "containerImage": format!("registry.example/{name}:${{KERNEL_FULL_VERSION}}")}],
-            }},
-            "selector": {},
-        }))
-        .expect("spec");
-        spec.selector = selector
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let mut module = Module::new(name, spec);
-        module.metadata.namespace = Some("kmm".into());
-        ModuleFacts::from_module(&module).expect("facts")
-    }
-
-    fn node(labels: &[(&str, &str)]) -> NodeFacts {
-        NodeFacts {
-            name: "worker-1".into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            kernel_version: "6.0.15".into(),
-            ready: true,
-            ..NodeFacts::default()
-        }
-    }
-
-    fn nmc_with(entries: Vec<NodeModuleSpec>, labels: &[&str]) -> NodeModulesConfig {
-        let mut nmc =
-            NodeModulesConfig::new("worker-1", NodeModulesConfigSpec { modules: entries });
-        nmc.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|k| (k.to_string(), String::new()))
-                .collect(),
-        );
-        nmc
-    }
-
-    #[test]
-    fn node_wants_table() {
-        let a = module("a", &[]);
-        let b = module("b", &[("gpu", "true")]);
-        let plain = node(&[]);
-        let gpu = node(&[("gpu", "true")]);
-        let entry_a = match decide(&a, &plain, None).expect("decide").action {
-            EntryAction::Set(entry) => *entry,
-            other => panic!("{other:?}"),
-        };
-        let none = BTreeSet::new();
-        let owner = OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: "worker-1".into(),
-            uid: "node-uid".into(),
-            ..OwnerReference::default()
-        };
-        let configured = |m: &ModuleFacts| m.key.module_configured_label();
-        let in_use = |m: &ModuleFacts| m.key.module_in_use_label();
-
-        // No NMC and nothing wanted: no NMC is made.
-        assert_eq!(
-            node_wants(&plain, std::slice::from_ref(&b), &none, None),
-            None
-        );
-
-        // No NMC, one module wanted: the NMC is made with its entry and labels.
-        let wants = node_wants(&plain, &[a.clone(), b.clone()], &none, None).expect("wants");
-        assert_eq!(wants.modules, vec![entry_a.clone()]);
-        assert_eq!(wants.labels[&configured(&a)], Some(String::new()));
-        assert_eq!(wants.labels[&in_use(&a)], Some(String::new()));
-        assert_eq!(wants.labels[&configured(&b)], None);
-
-        // Both wanted on a GPU node, sorted by namespace and name.
-        let wants = node_wants(&gpu, &[b.clone(), a.clone()], &none, None).expect("wants");
-        let names: Vec<&str> = wants.modules.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["a", "b"]);
-
-        // An NMC already in the wanted state needs no patch.
-        let mut nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
-        nmc.metadata.owner_references = Some(vec![owner.clone()]);
-        let wants = node_wants(&plain, &[a.clone(), b.clone()], &none, Some(&nmc)).expect("wants");
-        assert_eq!(nmc_patch(&nmc, &wants, &owner), None);
-
-        // A lost in-use label is put back without touching the spec.
-        let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a)]);
-        let wants = node_wants(&plain, std::slice::from_ref(&a), &none, Some(&nmc)).expect("wants");
-        let patch = nmc_patch(&nmc, &wants, &owner).expect("patch");
-        assert!(patch.get("spec").is_none());
-        assert_eq!(patch["metadata"]["labels"][in_use(&a)], json!(""));
-
-        // A Module that is gone entirely loses its entry and its configured label; the
-        // in-use label stays for the NMC controller to drop once the module is unloaded.
-        let nmc = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
-        let wants = node_wants(&plain, &[], &none, Some(&nmc)).expect("wants");
-        let patch = nmc_patch(&nmc, &wants, &owner).expect("patch");
-        assert_eq!(patch["spec"]["modules"], json!([]));
-        assert_eq!(patch["metadata"]["labels"][configured(&a)], Value::Null);
-        assert!(patch["metadata"]["labels"].get(in_use(&a)).is_none());
-
-        // An NMC without its Node as owner gets it with the next write.
-        let mut unowned = nmc_with(vec![entry_a.clone()], &[&configured(&a), &in_use(&a)]);
-        let wants =
-            node_wants(&plain, &[a.clone(), b.clone()], &none, Some(&unowned)).expect("wants");
-        let patch = nmc_patch(&unowned, &wants, &owner).expect("patch");
-        assert_eq!(
-            patch["metadata"]["ownerReferences"][0]["uid"],
-            json!("node-uid")
-        );
-        assert!(patch.get("spec").is_none());
-        unowned.metadata.owner_references = Some(vec![owner.clone()]);
-        assert_eq!(nmc_patch(&unowned, &wants, &owner), None);
-
-        // The entry of a Module whose name capstan cannot use stays as it is.
-        let mut long = entry_a.clone();
-        long.name = "a-name-upstream-accepts".into();
-        let nmc = nmc_with(vec![entry_a.clone(), long.clone()], &[&configured(&a)]);
-        let unusable = BTreeSet::from([(long.namespace.clone(), long.name.clone())]);
-        let wants =
-            node_wants(&plain, std::slice::from_ref(&a), &unusable, Some(&nmc)).expect("wants");
-        assert!(wants.modules.contains(&long), "{:?}", wants.modules);
-    }
-
-    #[test]
-    fn module_fingerprints_ignore_status() {
-        let mut module = Module::clone(&module("a", &[]).object);
-        let before = module_fingerprint(&module);
-        module.status = Some(ModuleStatus {
-            module_loader: DaemonSetStatus {
-                desired_number: 3,
-                ..DaemonSetStatus::default()
-            },
-            ..ModuleStatus::default()
-        });
-        assert_eq!(module_fingerprint(&module), before);
-        module.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
-        );
-        assert_ne!(module_fingerprint(&module), before);
-    }
-
-    #[test]
-    fn conditions_table() {
-        let counts = |desired, available| DaemonSetStatus {
-            nodes_matching_selector_number: 3,
-            desired_number: desired,
-            available_number: available,
-        };
-        let failure = crate::controllers::failures::WorkerFailure {
-            action: "Load".into(),
-            message: "pulling image x: manifest unknown".into(),
-            attempts: 2,
-            last_failure: "t0".into(),
-            pod_uid: "u".into(),
-        };
-        let cases = [
-            ("all loaded", counts(3, 3), vec![], "True", "False"),
-            ("loading", counts(3, 1), vec![], "False", "False"),
-            (
-                "failing",
-                counts(3, 2),
-                vec![("worker-3".to_string(), failure.clone())],
-                "False",
-                "True",
-            ),
-        ];
-        for (name, counts, failures, available, degraded) in cases {
-            let got = conditions(&ModuleStatus::default(), &counts, &failures, "t1");
-            assert_eq!(got[0].status, available, "{name}");
-            assert_eq!(got[1].status, degraded, "{name}");
-            assert_eq!(got[0].last_transition_time, "t1", "{name}");
-        }
-        let failing = conditions(
-            &ModuleStatus::default(),
-            &counts(3, 2),
-            &[("worker-3".to_string(), failure)],
-            "t1",
-        );
-        assert!(
-            failing[1]
-                .message
-                .contains("worker-3: Load failed 2 time(s): pulling image x")
-        );
-        // A condition keeps its transition time while its status stays.
-        let current = ModuleStatus {
-            conditions: failing.clone(),
-            ..ModuleStatus::default()
-        };
-        let later = conditions(&current, &counts(3, 1), &[], "t2");
-        assert_eq!(later[0].last_transition_time, "t1");
-        assert_eq!(later[1].last_transition_time, "t2");
-        let _ = ModuleConfig::default();
+    match api
+        .patch(&module.name_any(), &params, &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if look_again.contains(&status.code) => Ok(false),
+        Err(err) => Err(err.into()),
     }
 }
 
 #[cfg(test)]
 mod pacing {
     use super::*;
+    use capstan_api::module::ModuleCondition;
 
     fn module(name: &str) -> ObjectRef<Module> {
         ObjectRef::new(name).within("kmm")
@@ -1107,7 +705,7 @@ mod wakes {
     use kube::runtime::watcher;
 
     use super::*;
-    use capstan_api::nmc::NodeModuleStatus;
+    use capstan_api::nmc::{NodeModuleStatus, NodeModulesConfigSpec};
 
     fn nmc(generation: i64, label: Option<&str>, loaded: bool) -> NodeModulesConfig {
         let mut nmc = NodeModulesConfig::new("n1", NodeModulesConfigSpec::default());
@@ -1162,4 +760,31 @@ mod wakes {
             [true, false, true, true, false, true]
         );
     }
+
+    #[test]
+    fn a_node_is_woken_by_a_module_spec_and_deletion_not_its_status() {
+        let mut module: Module = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kmm.sigs.x-k8s.io/v1beta1",
+            "kind": "Module",
+            "metadata": {"name": "a", "namespace": "kmm", "uid": "uid-a", "generation": 1},
+            "spec": {"selector": {}},
+        }))
+        .expect("a Module");
+        let before = module_fingerprint(&module);
+        module.status = Some(ModuleStatus {
+            module_loader: capstan_api::module::DaemonSetStatus {
+                desired_number: 3,
+                ..Default::default()
+            },
+            ..ModuleStatus::default()
+        });
+        assert_eq!(module_fingerprint(&module), before);
+        module.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_ne!(module_fingerprint(&module), before);
+    }
 }
+
+#[cfg(test)]
+mod tests;
