@@ -22,6 +22,23 @@
 //!
 //! DaemonSets of other Modules, or without the device-plugin role, are not looked at.
 //!
+//! A step that creates or deletes a DaemonSet is told on the Module by an Event
+//! ([`Step::event`]); an update is not:
+//!
+//! | step | Event |
+//! | --- | --- |
+//! | apply, [`Why::Missing`] | `DevicePluginCreated` |
+//! | delete, [`Why::OldVersionIdle`], [`Why::ModuleDeleted`], [`Why::NoDevicePlugin`] or [`Why::Duplicate`] | `DevicePluginDeleted`, saying why |
+//! | any other | none |
+//!
+//! After the steps, [`status_step`] decides `status.devicePlugin`:
+//!
+//! | Module | counts ([`plugin_status`]) | status |
+//! | --- | --- | --- |
+//! | being deleted | any | left as it is ([`StatusStep::ModuleDeleted`]) |
+//! | not being deleted | as `status.devicePlugin` says | no write ([`StatusStep::Unchanged`]) |
+//! | not being deleted | different | written ([`StatusStep::Write`]) |
+//!
 //! An old version's DaemonSet goes only once its status, observed at its current
 //! generation, shows no node that should run its pod, runs it, or still runs it wrongly
 //! (`desiredNumberScheduled`, `currentNumberScheduled`, `numberMisscheduled` all 0): a node
@@ -61,6 +78,8 @@ use capstan_api::labels::{
 };
 use capstan_api::module::{DaemonSetStatus, DevicePluginSpec};
 
+#[cfg(test)]
+pub(crate) mod module_fixtures;
 pub mod ready_label;
 pub mod reconciler;
 
@@ -176,6 +195,83 @@ pub fn decide(
         steps.push(step_for_unwanted(ds, why));
     }
     Ok(steps)
+}
+
+/// An Event the device-plugin controller records on the Module (type Normal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// `DevicePluginCreated` or `DevicePluginDeleted`.
+    pub reason: &'static str,
+    /// Which DaemonSet, and for a deletion why.
+    pub note: String,
+}
+
+impl Step {
+    /// The Event this step is worth on the Module once written: creations and deletions,
+    /// not updates (see the module's table).
+    pub fn event(&self) -> Option<Event> {
+        let name = &self.daemon_set;
+        let deleted = |why: &str| {
+            Some(Event {
+                reason: "DevicePluginDeleted",
+                note: format!("deleted device-plugin DaemonSet {name}: {why}"),
+            })
+        };
+        match (&self.action, self.why) {
+            (StepAction::Apply(_), Why::Missing) => Some(Event {
+                reason: "DevicePluginCreated",
+                note: format!("created device-plugin DaemonSet {name}"),
+            }),
+            (StepAction::Delete { .. }, Why::OldVersionIdle) => {
+                deleted("its version runs on no node")
+            }
+            (StepAction::Delete { .. }, Why::ModuleDeleted) => {
+                deleted("the Module is being deleted")
+            }
+            (StepAction::Delete { .. }, Why::NoDevicePlugin) => {
+                deleted("the Module has no devicePlugin")
+            }
+            (StepAction::Delete { .. }, Why::Duplicate) => deleted("another runs the same version"),
+            _ => None,
+        }
+    }
+}
+
+/// What to do with a Module's status counts (`status.devicePlugin`, `status.dra`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusStep {
+    /// The Module is being deleted: its status is left as it is, and it is looked at
+    /// again when it changes.
+    ModuleDeleted,
+    /// The status already holds the counts: no write.
+    Unchanged,
+    /// Write these counts.
+    Write(DaemonSetStatus),
+}
+
+impl StatusStep {
+    /// The step for a Module whose status holds `current` and whose DaemonSets count
+    /// `counts`.
+    pub fn of(module: &ModuleFacts, current: &DaemonSetStatus, counts: DaemonSetStatus) -> Self {
+        if module.deleting() {
+            StatusStep::ModuleDeleted
+        } else if counts == *current {
+            StatusStep::Unchanged
+        } else {
+            StatusStep::Write(counts)
+        }
+    }
+}
+
+/// What to do with `status.devicePlugin` of the Module, which holds `current`, given the
+/// nodes and every DaemonSet of its namespace (`existing`): see the module's table.
+pub fn status_step<'a>(
+    module: &ModuleFacts,
+    current: &DaemonSetStatus,
+    nodes: impl IntoIterator<Item = &'a NodeFacts>,
+    existing: &[&DaemonSet],
+) -> StatusStep {
+    StatusStep::of(module, current, plugin_status(module, nodes, existing))
 }
 
 /// `status.devicePlugin` of the Module: `nodesMatchingSelectorNumber` counts the nodes
@@ -745,6 +841,111 @@ mod tests {
                 .map(|(name, action, why)| (name.to_string(), action, why))
                 .collect();
             assert_eq!(got, want, "{}", row.name);
+        }
+    }
+
+    #[test]
+    fn creations_and_deletions_are_told_on_the_module_updates_are_not() {
+        let step = |action: StepAction, why: Why| Step {
+            daemon_set: "my-kmod-device-plugin-v1".to_string(),
+            action,
+            why,
+        };
+        let apply = || StepAction::Apply(Box::new(DaemonSet::default()));
+        let delete = || StepAction::Delete {
+            uid: None,
+            resource_version: None,
+        };
+        let deleted = |why: &str| {
+            Some(Event {
+                reason: "DevicePluginDeleted",
+                note: format!("deleted device-plugin DaemonSet my-kmod-device-plugin-v1: {why}"),
+            })
+        };
+        let rows = [
+            (
+                step(apply(), Why::Missing),
+                Some(Event {
+                    reason: "DevicePluginCreated",
+                    note: "created device-plugin DaemonSet my-kmod-device-plugin-v1".to_string(),
+                }),
+            ),
+            (step(apply(), Why::OutOfDate), None),
+            (
+                step(delete(), Why::OldVersionIdle),
+                deleted("its version runs on no node"),
+            ),
+            (
+                step(delete(), Why::ModuleDeleted),
+                deleted("the Module is being deleted"),
+            ),
+            (
+                step(delete(), Why::NoDevicePlugin),
+                deleted("the Module has no devicePlugin"),
+            ),
+            (
+                step(delete(), Why::Duplicate),
+                deleted("another runs the same version"),
+            ),
+            (step(StepAction::Unchanged, Why::UpToDate), None),
+            (step(StepAction::Unchanged, Why::OldVersionInUse), None),
+            (step(StepAction::Unchanged, Why::AlreadyDeleting), None),
+        ];
+        for (step, want) in rows {
+            assert_eq!(step.event(), want, "{step:?}");
+        }
+    }
+
+    #[test]
+    fn the_status_is_written_when_its_counts_change_and_left_while_the_module_goes() {
+        let nodes = [NodeFacts {
+            labels: BTreeMap::from([("role".to_string(), "gpu".to_string())]),
+            ..NodeFacts::default()
+        }];
+        let v1 = module("v1");
+        let ds = live(&v1, (1, 1, 0, 1));
+        let existing = [&ds];
+        let counts = DaemonSetStatus {
+            nodes_matching_selector_number: 1,
+            desired_number: 1,
+            available_number: 1,
+        };
+        let behind = DaemonSetStatus {
+            available_number: 0,
+            ..counts.clone()
+        };
+        let rows = [
+            (
+                "counts changed -> written",
+                &v1,
+                &behind,
+                StatusStep::Write(counts.clone()),
+            ),
+            (
+                "first counts of a new Module -> written",
+                &v1,
+                &DaemonSetStatus::default(),
+                StatusStep::Write(counts.clone()),
+            ),
+            (
+                "counts as the status says -> no write",
+                &v1,
+                &counts,
+                StatusStep::Unchanged,
+            ),
+            (
+                "Module being deleted -> left",
+                &deleting(v1.clone()),
+                &behind,
+                StatusStep::ModuleDeleted,
+            ),
+        ];
+        for (name, module, current, want) in rows {
+            assert_eq!(
+                status_step(module, current, &nodes, &existing),
+                want,
+                "{name}"
+            );
         }
     }
 

@@ -23,6 +23,21 @@
 //! | with `dra` | a DeviceClass labelled for it that it no longer lists | delete ([`Why::NotListed`]) |
 //! | any | already being deleted | nothing ([`Why::AlreadyDeleting`]) |
 //!
+//! The Events the Module gets, each after its step's write ([`Step::event`],
+//! [`ClassStep::event`]), or before every write ([`Decision::unsupported_classes`]):
+//!
+//! | decision | Event |
+//! | --- | --- |
+//! | DaemonSet applied, [`Why::Missing`] | `DraCreated` |
+//! | DaemonSet deleted, [`Why::OldVersionIdle`], [`Why::ModuleDeleted`], [`Why::NoDra`] or [`Why::Duplicate`] | `DraDeleted`, saying why |
+//! | DeviceClass left, [`Why::OtherModule`] | Warning `DeviceClassConflict` |
+//! | `dra` lists DeviceClasses, the cluster serves none | Warning `DeviceClassesUnsupported` |
+//! | any other | none |
+//!
+//! [`status_step`] decides `status.dra` as the device plugin's
+//! ([`device_plugin::status_step`]): left as it is while the Module is being deleted,
+//! written only when the counts ([`dra_status`]) changed.
+//!
 //! The DaemonSet of a version follows upstream's `setDRAAsDesired`: labels `module.name`,
 //! `role: dra` and, with a version, the version-device-plugin label, which the DRA driver
 //! shares with the device plugin so that one version-label state machine moves both; pod
@@ -58,6 +73,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use thiserror::Error;
 
+pub use super::device_plugin::StatusStep;
 use super::device_plugin::{self, PRIORITY_CLASS};
 pub use super::module_daemon_sets::Action;
 use super::module_daemon_sets::{
@@ -163,10 +179,25 @@ pub enum Why {
     AlreadyDeleting,
 }
 
+/// An Event the DRA controller records on the Module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// A `Warning` (something the Module asks for is not done) rather than `Normal`.
+    pub warning: bool,
+    /// `DraCreated`, `DraDeleted`, `DeviceClassConflict` or `DeviceClassesUnsupported`.
+    pub reason: &'static str,
+    /// What was done or left, and why.
+    pub note: String,
+}
+
 /// The decision for one Module: its DaemonSets (the apply, if any, first) and its
 /// DeviceClasses.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Decision {
+    /// The Event saying the Module's `spec.dra.deviceClasses` are not made, the cluster
+    /// serving no DeviceClasses; `None` when it lists none, is being deleted, or they are
+    /// served.
+    pub unsupported_classes: Option<Event>,
     /// One step per DRA DaemonSet of the Module, wanted or existing.
     pub daemon_sets: Vec<Step>,
     /// One step per DeviceClass listed or labelled for the Module; empty when the cluster
@@ -206,6 +237,7 @@ pub fn decide(
     };
     if let Some(why) = removal {
         return Ok(Decision {
+            unsupported_classes: None,
             daemon_sets: owned
                 .into_iter()
                 .map(|ds| Step {
@@ -275,14 +307,75 @@ pub fn decide(
             why,
         });
     }
-    let device_classes = match classes {
-        Some(classes) => class_steps(module, classes, &labelled),
-        None => Vec::new(),
+    let (device_classes, unsupported_classes) = match classes {
+        Some(classes) => (class_steps(module, classes, &labelled), None),
+        None => (Vec::new(), unsupported_classes(module)),
     };
     Ok(Decision {
+        unsupported_classes,
         daemon_sets,
         device_classes,
     })
+}
+
+/// The Warning for a Module with `dra` whose DeviceClasses the cluster cannot hold;
+/// `None` when it lists none.
+fn unsupported_classes(module: &ModuleFacts) -> Option<Event> {
+    let lists_classes = module
+        .object
+        .spec
+        .dra
+        .as_ref()
+        .is_some_and(|dra| !dra.device_classes.is_empty());
+    lists_classes.then(|| Event {
+        warning: true,
+        reason: "DeviceClassesUnsupported",
+        note: "the cluster serves no resource.k8s.io/v1 DeviceClasses (Kubernetes 1.34 and \
+               later do); spec.dra.deviceClasses are not created"
+            .to_string(),
+    })
+}
+
+impl Step {
+    /// The Event this step is worth on the Module once written: creations and deletions,
+    /// not updates (see the module's table).
+    pub fn event(&self) -> Option<Event> {
+        let name = &self.daemon_set;
+        let why = match (&self.action, self.why) {
+            (Action::Apply(_), Why::Missing) => {
+                return Some(Event {
+                    warning: false,
+                    reason: "DraCreated",
+                    note: format!("created DRA driver DaemonSet {name}"),
+                });
+            }
+            (Action::Delete { .. }, Why::OldVersionIdle) => "its version runs on no node",
+            (Action::Delete { .. }, Why::ModuleDeleted) => "the Module is being deleted",
+            (Action::Delete { .. }, Why::NoDra) => "the Module has no dra",
+            (Action::Delete { .. }, Why::Duplicate) => "another runs the same version",
+            _ => return None,
+        };
+        Some(Event {
+            warning: false,
+            reason: "DraDeleted",
+            note: format!("deleted DRA driver DaemonSet {name}: {why}"),
+        })
+    }
+}
+
+impl ClassStep {
+    /// The Event this step is worth on the Module: a DeviceClass another Module holds is
+    /// left to it, which the Module's author must hear of.
+    pub fn event(&self) -> Option<Event> {
+        (self.why == Why::OtherModule).then(|| Event {
+            warning: true,
+            reason: "DeviceClassConflict",
+            note: format!(
+                "DeviceClass {} is managed by another Module; it is left as it is",
+                self.device_class
+            ),
+        })
+    }
 }
 
 /// The steps for the DeviceClasses of a Module with `dra`: every listed one, then every
@@ -388,10 +481,22 @@ pub fn dra_status<'a>(
     status_counts(module, nodes, owned)
 }
 
+/// What to do with `status.dra` of the Module, which holds `current`, given the nodes and
+/// every DaemonSet of its namespace (`existing`): see [`device_plugin::status_step`].
+pub fn status_step<'a>(
+    module: &ModuleFacts,
+    current: &DaemonSetStatus,
+    nodes: impl IntoIterator<Item = &'a NodeFacts>,
+    existing: &[&DaemonSet],
+) -> StatusStep {
+    StatusStep::of(module, current, dra_status(module, nodes, existing))
+}
+
 /// The dra-ready label changes on `nodes`: `(node, true)` where a DRA driver pod of the
 /// Module runs ready and the node lacks the label, `(node, false)` where the node has the
 /// label but no such pod (or the Module is gone or being deleted: `module` `None` or
-/// deleting). `pods` are the DRA pods of every Module.
+/// deleting). `pods` are the DRA pods of every Module. In node-name order, so that the
+/// writes come in the same order whatever order the node cache holds them in.
 pub fn ready_labels<'a>(
     key: &ModuleKey,
     module: Option<&ModuleFacts>,
@@ -405,13 +510,15 @@ pub fn ready_labels<'a>(
         .filter(|pod| active && is_pod_of(key, pod) && pod_ready(pod))
         .filter_map(|pod| pod.spec.as_ref()?.node_name.as_deref())
         .collect();
-    nodes
+    let mut changes: Vec<(String, bool)> = nodes
         .into_iter()
         .filter_map(|node| {
             let wanted = ready_on.contains(node.name.as_str());
             (wanted != node.labels.contains_key(&label)).then(|| (node.name.clone(), wanted))
         })
-        .collect()
+        .collect();
+    changes.sort();
+    changes
 }
 
 /// Whether `pod` is a DRA driver pod of `key`: in its namespace, with the DRA role and

@@ -281,18 +281,14 @@ pub fn status_counts<'a, 'b>(
 
 /// Writes `status.<field>` (`devicePlugin`, `dra`) of the Module `key` as `counts`, by a
 /// JSON merge patch of the status subresource that touches nothing else (field manager
-/// `manager`), unless `current` already says so. Fails when the API server refuses it.
+/// `manager`). Fails when the API server refuses it.
 pub async fn write_status(
     client: &kube::Client,
     key: &ModuleKey,
     field: &str,
     manager: &str,
-    current: &DaemonSetStatus,
     counts: &DaemonSetStatus,
 ) -> Result<(), kube::Error> {
-    if counts == current {
-        return Ok(());
-    }
     let modules: Api<Module> = Api::namespaced(client.clone(), key.namespace());
     let params = PatchParams {
         field_manager: Some(manager.to_string()),

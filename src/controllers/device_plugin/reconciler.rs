@@ -1,6 +1,7 @@
 //! The device-plugin controller's reconciler: per Module, reads its DaemonSets and the nodes
-//! from the shared caches ([`Caches`]), calls [`decide`](super::decide) and [`plugin_status`](super::plugin_status),
-//! and writes what they return:
+//! from the shared caches ([`Caches`]), calls [`decide`](super::decide) and
+//! [`status_step`](super::status_step), and writes what they return, with the Event each
+//! step is worth ([`Step::event`](super::Step::event)):
 //!
 //! 1. the wanted DaemonSet, by server-side apply (field manager
 //!    [`managers::DEVICE_PLUGIN`], forced), only when it differs from the live one;
@@ -31,7 +32,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use thiserror::Error;
 
-use super::{Step, StepAction, Why, decide, plugin_status};
+use super::{StatusStep, Step, StepAction, decide, status_step};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
 use crate::controllers::metrics::KmmGauges;
@@ -192,19 +193,6 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Action, Reco
             return Ok(Action::await_change());
         }
     };
-    let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &namespace);
-    for step in steps {
-        if !write_step(&api, &namespace, &step).await? {
-            return Ok(Action::requeue(AFTER_CONFLICT));
-        }
-        if let Some((reason, note)) = event_of(&step) {
-            ctx.event(&reference, None, false, reason, "DevicePlugin", note)
-                .await;
-        }
-    }
-    if facts.deleting() {
-        return Ok(Action::await_change());
-    }
     let nodes: Vec<NodeFacts> = state
         .nodes
         .state()
@@ -216,14 +204,35 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Action, Reco
         .as_ref()
         .map(|status| status.device_plugin.clone())
         .unwrap_or_default();
-    let counts = plugin_status(&facts, &nodes, &existing);
-    let field = "devicePlugin";
+    let status = status_step(&facts, &current, &nodes, &existing);
+
+    let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    for step in steps {
+        if !write_step(&api, &namespace, &step).await? {
+            return Ok(Action::requeue(AFTER_CONFLICT));
+        }
+        if let Some(event) = step.event() {
+            ctx.event(
+                &reference,
+                None,
+                false,
+                event.reason,
+                "DevicePlugin",
+                event.note,
+            )
+            .await;
+        }
+    }
+    let counts = match status {
+        StatusStep::ModuleDeleted => return Ok(Action::await_change()),
+        StatusStep::Unchanged => return Ok(Action::requeue(RESYNC)),
+        StatusStep::Write(counts) => counts,
+    };
     write_status(
         &ctx.client,
         &facts.key,
-        field,
+        "devicePlugin",
         managers::DEVICE_PLUGIN,
-        &current,
         &counts,
     )
     .await
@@ -285,30 +294,5 @@ async fn write_step(
     Ok(true)
 }
 
-/// The Event a step is worth on the Module: creations and deletions, not updates.
-fn event_of(step: &Step) -> Option<(&'static str, String)> {
-    let name = &step.daemon_set;
-    match (&step.action, step.why) {
-        (StepAction::Apply(_), Why::Missing) => Some((
-            "DevicePluginCreated",
-            format!("created device-plugin DaemonSet {name}"),
-        )),
-        (StepAction::Delete { .. }, Why::OldVersionIdle) => Some((
-            "DevicePluginDeleted",
-            format!("deleted device-plugin DaemonSet {name}: its version runs on no node"),
-        )),
-        (StepAction::Delete { .. }, Why::ModuleDeleted) => Some((
-            "DevicePluginDeleted",
-            format!("deleted device-plugin DaemonSet {name}: the Module is being deleted"),
-        )),
-        (StepAction::Delete { .. }, Why::NoDevicePlugin) => Some((
-            "DevicePluginDeleted",
-            format!("deleted device-plugin DaemonSet {name}: the Module has no devicePlugin"),
-        )),
-        (StepAction::Delete { .. }, Why::Duplicate) => Some((
-            "DevicePluginDeleted",
-            format!("deleted device-plugin DaemonSet {name}: another runs the same version"),
-        )),
-        _ => None,
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! The DRA controller's reconciler: per Module, reads its DaemonSets, DeviceClasses, DRA
 //! pods and the nodes from the shared caches ([`Caches`]), calls [`decide`],
-//! [`dra_status`] and [`ready_labels`], and writes what they return:
+//! [`ready_labels`] and [`status_step`], and writes what they return, with the Events the
+//! decision names:
 //!
 //! 1. the wanted DaemonSet, by server-side apply (field manager [`managers::DRA`],
 //!    forced), only when it differs from the live one; the DaemonSets to delete, each with
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 use futures::channel::mpsc;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::api::resource::v1::DeviceClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action as Requeue, Controller};
@@ -33,7 +34,9 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
 
-use super::{Action, ClassStep, Step, Why, class_owner, decide, dra_status, ready_labels};
+use super::{
+    Action, ClassStep, Event, StatusStep, Step, class_owner, decide, ready_labels, status_step,
+};
 use crate::controllers::caches::Caches;
 use crate::controllers::context::Context;
 use crate::controllers::module_daemon_sets::{follow_node_labels, write_status};
@@ -223,57 +226,6 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Requeue, Rec
             return Ok(Requeue::await_change());
         }
     };
-    let lists_classes = module
-        .spec
-        .dra
-        .as_ref()
-        .is_some_and(|dra| !dra.device_classes.is_empty());
-    if !served && lists_classes && !facts.deleting() {
-        ctx.event(
-            &reference,
-            None,
-            true,
-            "DeviceClassesUnsupported",
-            EVENT_ACTION,
-            "the cluster serves no resource.k8s.io/v1 DeviceClasses (Kubernetes 1.34 and \
-             later do); spec.dra.deviceClasses are not created"
-                .to_string(),
-        )
-        .await;
-    }
-
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &namespace);
-    for step in &decision.daemon_sets {
-        if !write_daemon_set(&daemon_sets, &namespace, step).await? {
-            return Ok(Requeue::requeue(AFTER_CONFLICT));
-        }
-        if let Some((reason, note)) = daemon_set_event(step) {
-            ctx.event(&reference, None, false, reason, EVENT_ACTION, note)
-                .await;
-        }
-    }
-    let device_classes: Api<DeviceClass> = Api::all(ctx.client.clone());
-    for step in &decision.device_classes {
-        if step.why == Why::OtherModule {
-            ctx.event(
-                &reference,
-                None,
-                true,
-                "DeviceClassConflict",
-                EVENT_ACTION,
-                format!(
-                    "DeviceClass {} is managed by another Module; it is left as it is",
-                    step.device_class
-                ),
-            )
-            .await;
-            continue;
-        }
-        if !write_device_class(&device_classes, step).await? {
-            return Ok(Requeue::requeue(AFTER_CONFLICT));
-        }
-    }
-
     let nodes: Vec<NodeFacts> = state
         .nodes
         .state()
@@ -282,28 +234,46 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Requeue, Rec
         .collect();
     let pods = state.pods.state();
     let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
-    write_ready_labels(
-        ctx,
-        &facts.key.dra_ready_label(),
-        ready_labels(&facts.key, Some(&facts), &nodes, &pods),
-    )
-    .await?;
-    if facts.deleting() {
-        return Ok(Requeue::await_change());
-    }
-
+    let labels = ready_labels(&facts.key, Some(&facts), &nodes, &pods);
     let current = module
         .status
         .as_ref()
         .map(|status| status.dra.clone())
         .unwrap_or_default();
-    let counts = dra_status(&facts, &nodes, &existing);
+    let status = status_step(&facts, &current, &nodes, &existing);
+
+    if let Some(event) = &decision.unsupported_classes {
+        say(ctx, &reference, event).await;
+    }
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    for step in &decision.daemon_sets {
+        if !write_daemon_set(&daemon_sets, &namespace, step).await? {
+            return Ok(Requeue::requeue(AFTER_CONFLICT));
+        }
+        if let Some(event) = step.event() {
+            say(ctx, &reference, &event).await;
+        }
+    }
+    let device_classes: Api<DeviceClass> = Api::all(ctx.client.clone());
+    for step in &decision.device_classes {
+        if !write_device_class(&device_classes, step).await? {
+            return Ok(Requeue::requeue(AFTER_CONFLICT));
+        }
+        if let Some(event) = step.event() {
+            say(ctx, &reference, &event).await;
+        }
+    }
+    write_ready_labels(ctx, &facts.key.dra_ready_label(), labels).await?;
+    let counts = match status {
+        StatusStep::ModuleDeleted => return Ok(Requeue::await_change()),
+        StatusStep::Unchanged => return Ok(Requeue::requeue(RESYNC)),
+        StatusStep::Write(counts) => counts,
+    };
     write_status(
         &ctx.client,
         &facts.key,
         "dra",
         managers::DRA,
-        &current,
         &counts,
     )
     .await
@@ -312,6 +282,19 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Requeue, Rec
         source,
     })?;
     Ok(Requeue::requeue(RESYNC))
+}
+
+/// Records `event` on the Module.
+async fn say(ctx: &Context, module: &ObjectReference, event: &Event) {
+    ctx.event(
+        module,
+        None,
+        event.warning,
+        event.reason,
+        EVENT_ACTION,
+        event.note.clone(),
+    )
+    .await;
 }
 
 /// Makes one DaemonSet step's write. Returns false when a delete precondition failed.
@@ -431,21 +414,5 @@ async fn write_ready_labels(
     Ok(())
 }
 
-/// The Event a DaemonSet step is worth on the Module: creations and deletions, not updates.
-fn daemon_set_event(step: &Step) -> Option<(&'static str, String)> {
-    let name = &step.daemon_set;
-    let why = match (&step.action, step.why) {
-        (Action::Apply(_), Why::Missing) => {
-            return Some(("DraCreated", format!("created DRA driver DaemonSet {name}")));
-        }
-        (Action::Delete { .. }, Why::OldVersionIdle) => "its version runs on no node",
-        (Action::Delete { .. }, Why::ModuleDeleted) => "the Module is being deleted",
-        (Action::Delete { .. }, Why::NoDra) => "the Module has no dra",
-        (Action::Delete { .. }, Why::Duplicate) => "another runs the same version",
-        _ => return None,
-    };
-    Some((
-        "DraDeleted",
-        format!("deleted DRA driver DaemonSet {name}: {why}"),
-    ))
-}
+#[cfg(test)]
+mod tests;

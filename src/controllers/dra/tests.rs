@@ -563,3 +563,181 @@ fn dra_ready_follows_ready_driver_pods() {
         [("b".to_string(), false), ("c".to_string(), false)]
     );
 }
+
+#[test]
+fn the_module_hears_of_created_and_deleted_drivers_and_of_device_classes_left() {
+    let step = |action: Action<DaemonSet>, why: Why| Step {
+        daemon_set: "my-kmod-dra-v1".to_string(),
+        action,
+        why,
+    };
+    let apply = || Action::Apply(Box::new(DaemonSet::default()));
+    let delete = || Action::Delete {
+        uid: None,
+        resource_version: None,
+    };
+    let deleted = |why: &str| {
+        Some(Event {
+            warning: false,
+            reason: "DraDeleted",
+            note: format!("deleted DRA driver DaemonSet my-kmod-dra-v1: {why}"),
+        })
+    };
+    let rows = [
+        (
+            step(apply(), Why::Missing),
+            Some(Event {
+                warning: false,
+                reason: "DraCreated",
+                note: "created DRA driver DaemonSet my-kmod-dra-v1".to_string(),
+            }),
+        ),
+        (step(apply(), Why::OutOfDate), None),
+        (
+            step(delete(), Why::OldVersionIdle),
+            deleted("its version runs on no node"),
+        ),
+        (
+            step(delete(), Why::ModuleDeleted),
+            deleted("the Module is being deleted"),
+        ),
+        (step(delete(), Why::NoDra), deleted("the Module has no dra")),
+        (
+            step(delete(), Why::Duplicate),
+            deleted("another runs the same version"),
+        ),
+        (step(Action::Unchanged, Why::UpToDate), None),
+        (step(Action::Unchanged, Why::OldVersionInUse), None),
+        (step(Action::Unchanged, Why::AlreadyDeleting), None),
+    ];
+    for (step, want) in rows {
+        assert_eq!(step.event(), want, "{step:?}");
+    }
+
+    let class_step = |why: Why| ClassStep {
+        device_class: "my-device-class".to_string(),
+        action: Action::Unchanged,
+        why,
+    };
+    assert_eq!(
+        class_step(Why::OtherModule).event(),
+        Some(Event {
+            warning: true,
+            reason: "DeviceClassConflict",
+            note: "DeviceClass my-device-class is managed by another Module; it is left as it is"
+                .to_string(),
+        })
+    );
+    for why in [Why::UpToDate, Why::NotListed, Why::AlreadyDeleting] {
+        assert_eq!(class_step(why).event(), None, "{why:?}");
+    }
+}
+
+#[test]
+fn device_classes_the_cluster_cannot_hold_are_warned_of_unless_the_module_goes() {
+    let warning = Some(Event {
+        warning: true,
+        reason: "DeviceClassesUnsupported",
+        note: "the cluster serves no resource.k8s.io/v1 DeviceClasses (Kubernetes 1.34 and \
+               later do); spec.dra.deviceClasses are not created"
+            .to_string(),
+    });
+    let mut no_classes = docs_dra();
+    no_classes["deviceClasses"] = json!([]);
+    let v1 = module("v1");
+    let rows = [
+        ("listed, not served -> warned", &v1, None, warning),
+        ("listed, served -> nothing", &v1, Some(&[][..]), None),
+        (
+            "none listed, not served -> nothing",
+            &module_with("v1", no_classes),
+            None,
+            None,
+        ),
+        (
+            "Module being deleted -> nothing",
+            &deleting_module(module("v1")),
+            None,
+            None,
+        ),
+        (
+            "no dra -> nothing",
+            &module_with("v1", Value::Null),
+            None,
+            None,
+        ),
+    ];
+    for (name, module, classes, want) in rows {
+        let decision = decide(module, &[], classes).unwrap();
+        assert_eq!(decision.unsupported_classes, want, "{name}");
+    }
+}
+
+#[test]
+fn the_status_is_written_when_its_counts_change_and_left_while_the_module_goes() {
+    let nodes = [NodeFacts {
+        labels: BTreeMap::from([("node-role.kubernetes.io/worker".to_string(), String::new())]),
+        ..NodeFacts::default()
+    }];
+    let v1 = module("v1");
+    let ds = live(&v1, Some("v1"), (1, 1, 0, 1));
+    let counts = DaemonSetStatus {
+        nodes_matching_selector_number: 1,
+        desired_number: 1,
+        available_number: 1,
+    };
+    let behind = DaemonSetStatus::default();
+    let rows = [
+        (
+            "counts changed -> written",
+            &v1,
+            &behind,
+            StatusStep::Write(counts.clone()),
+        ),
+        (
+            "counts as the status says -> no write",
+            &v1,
+            &counts,
+            StatusStep::Unchanged,
+        ),
+        (
+            "Module being deleted -> left",
+            &deleting_module(module("v1")),
+            &behind,
+            StatusStep::ModuleDeleted,
+        ),
+    ];
+    for (name, module, current, want) in rows {
+        assert_eq!(status_step(module, current, &nodes, &[&ds]), want, "{name}");
+    }
+}
+
+fn deleting_module(mut module: ModuleFacts) -> ModuleFacts {
+    Arc::make_mut(&mut module.object)
+        .metadata
+        .deletion_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().unwrap()));
+    module
+}
+
+#[test]
+fn dra_ready_changes_come_in_node_name_order_whatever_the_cache_order() {
+    let key = key();
+    let labelled = |name: &str| NodeFacts {
+        name: name.to_string(),
+        labels: BTreeMap::from([(key.dra_ready_label(), String::new())]),
+        ..NodeFacts::default()
+    };
+    let nodes = [
+        labelled("worker-3"),
+        labelled("worker-1"),
+        labelled("worker-2"),
+    ];
+    assert_eq!(
+        ready_labels(&key, None, &nodes, &[]),
+        [
+            ("worker-1".to_string(), false),
+            ("worker-2".to_string(), false),
+            ("worker-3".to_string(), false),
+        ]
+    );
+}

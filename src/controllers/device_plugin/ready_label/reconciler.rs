@@ -280,26 +280,4 @@ fn release_patch(pod: &Pod) -> json_patch::Patch {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_release_removes_only_the_labellers_finalizer_of_the_pod_read() {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {
-                "name": "p", "namespace": "kmm-demo", "uid": "u1",
-                "finalizers": ["example.com/other", NODE_LABELER_FINALIZER],
-            },
-        }))
-        .expect("pod");
-        assert_eq!(
-            serde_json::to_value(release_patch(&pod)).expect("patch"),
-            json!([
-                {"op": "test", "path": "/metadata/uid", "value": "u1"},
-                {"op": "test", "path": "/metadata/finalizers",
-                 "value": ["example.com/other", NODE_LABELER_FINALIZER]},
-                {"op": "replace", "path": "/metadata/finalizers", "value": ["example.com/other"]},
-            ])
-        );
-    }
-}
+mod tests;
