@@ -3,17 +3,16 @@
 //!
 //! The cluster has converged when none of the selected controllers has anything pending.
 //! Each controller says what it still has to do, from the objects this check lists once:
-//! - Module -> NMC: every NMC's spec is what the Modules ask for on its node, and no
-//!   Module is waiting on its finalizer;
+//! - Module -> NMC ([`module_nmc::pending`]): every NMC's spec is what the Modules ask for
+//!   on its node, and no Module is waiting on its finalizer;
 //! - NMC ([`nmc::pending`]): modules loaded and unloaded on every Ready node, no worker
 //!   pod left;
 //! - device plugins and DRA drivers ([`rollout_pending`]): every DaemonSet rolled out;
 //! - version labels ([`version_labels::pending`]): every node's versions caught up, no
 //!   ordered upgrade short of its last step; the moves a campaign holds are not waited for
 //!   but counted ([`HeldMoves`]);
-//! - LeaderWorkerSets: every LWS's status describes its current generation, it is
-//!   `Available` (every group ready, and those the partition does not hold back
-//!   updated), and its surge groups are gone (`status.replicas` equals `spec.replicas`).
+//! - LeaderWorkerSets ([`lws::pending`]): every LWS at its generation, `Available`, its
+//!   surge groups gone.
 //!
 //! The check reads; it never writes. [`check`] returns what is still pending, one line per
 //! thing, so a waiting `--once` can say what it waits for; [`survey`] also returns the moves
@@ -29,14 +28,13 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::module_daemon_sets::rollout_pending;
-use super::module_nmc::{self, EntryAction, ModuleFacts};
+use super::module_nmc::{self, ModuleFacts};
 use super::node::NodeFacts;
 use super::upgrade::Campaigns;
 pub use super::upgrade::Hold;
 use super::version_labels::pending::Pending;
-use super::{ControllerName, Selection, nmc, version_labels};
+use super::{ControllerName, Selection, lws, nmc, version_labels};
 use capstan_api::labels;
-use capstan_api::lws::condition_types;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
 use capstan_api::{LeaderWorkerSet, UpgradeConfig};
@@ -150,25 +148,7 @@ pub async fn survey(
         .collect();
 
     if selection.contains(ControllerName::ModuleNmc) {
-        for module in &module_facts {
-            if module.deleting() {
-                pending.push(format!("Module {} is being deleted", module.key));
-                continue;
-            }
-            for node in &facts {
-                let current = nmcs
-                    .get(&node.name)
-                    .and_then(|nmc| nmc.spec_module(&module.key));
-                if let Ok(decision) = module_nmc::decide(module, node, current)
-                    && decision.action != EntryAction::Unchanged
-                {
-                    pending.push(format!(
-                        "NMC {} does not list Module {} as it should yet",
-                        node.name, module.key
-                    ));
-                }
-            }
-        }
+        pending.extend(module_nmc::pending::pending(&module_facts, &facts, &nmcs));
     }
 
     if selection.contains(ControllerName::Nmc) {
@@ -236,7 +216,7 @@ pub async fn survey(
             Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
             Err(err) => return Err(err),
         };
-        pending.extend(lwss.iter().filter_map(lws_pending));
+        pending.extend(lwss.iter().filter_map(lws::pending::pending));
     }
 
     pending.sort();
@@ -250,30 +230,6 @@ pub async fn survey(
         pending,
         held: held.into_values().collect(),
     })
-}
-
-/// What an LWS still waits for, if anything: its controller to see its generation, its
-/// groups to be ready and updated, or its surge groups to go.
-fn lws_pending(lws: &LeaderWorkerSet) -> Option<String> {
-    let name = format!("{}/{}", lws.namespace().unwrap_or_default(), lws.name_any());
-    let status = lws.status.clone().unwrap_or_default();
-    let generation = lws.metadata.generation.unwrap_or(0);
-    if status.observed_generation < generation {
-        return Some(format!(
-            "LeaderWorkerSet {name}: generation {generation} not seen by its controller yet"
-        ));
-    }
-    let available = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == condition_types::AVAILABLE && c.status == "True");
-    if !available || status.replicas != lws.spec.replicas {
-        return Some(format!(
-            "LeaderWorkerSet {name} is rolling out: {} of {} groups ready, {} updated, {} running",
-            status.ready_replicas, lws.spec.replicas, status.updated_replicas, status.replicas
-        ));
-    }
-    None
 }
 
 #[cfg(test)]

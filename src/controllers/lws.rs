@@ -20,6 +20,7 @@
 
 pub mod facts;
 pub mod group;
+pub mod pending;
 pub mod pods;
 pub mod reconciler;
 pub mod revision;

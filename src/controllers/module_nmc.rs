@@ -28,6 +28,7 @@
 
 pub mod lifecycle;
 pub mod node_nmc;
+pub mod pending;
 pub mod reconciler;
 pub mod tally;
 

@@ -18,8 +18,14 @@ use kube::api::Api;
 /// How long a condition may take on a loaded machine before a test fails.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
-/// How often a wait checks its condition again.
-const POLL: Duration = Duration::from_millis(25);
+/// The first pause of a wait before it checks its condition again: a condition about to
+/// hold is seen at once.
+const POLL_FIRST: Duration = Duration::from_millis(25);
+/// The longest pause between two checks. Each check is a request to the API server, which
+/// on a real one costs a TLS round trip and a list encoded and decoded: polling a
+/// condition that takes seconds every 25 ms would spend the machine's CPU on the test
+/// instead of the controllers under test.
+const POLL_MAX: Duration = Duration::from_millis(200);
 
 /// Polls `check` until it returns true; fails the test after [`DEADLINE`], naming `what`.
 pub async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
@@ -39,11 +45,15 @@ pub async fn wait_for<T, E: Debug>(what: &str, check: impl AsyncFnMut() -> Resul
 /// test that reports a timeout in its own words instead of failing at once.
 pub async fn poll<T, E>(mut check: impl AsyncFnMut() -> Result<T, E>) -> Result<T, E> {
     let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut pause = POLL_FIRST;
     loop {
         match check().await {
             Ok(value) => return Ok(value),
             Err(missing) if tokio::time::Instant::now() >= deadline => return Err(missing),
-            Err(_) => tokio::time::sleep(POLL).await,
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 3 / 2).min(POLL_MAX);
+            }
         }
     }
 }

@@ -269,18 +269,12 @@ async fn reconcile_module(module: &Module, state: &State) -> Result<Requeue, Rec
         StatusStep::Unchanged => return Ok(Requeue::requeue(RESYNC)),
         StatusStep::Write(counts) => counts,
     };
-    write_status(
-        &ctx.client,
-        &facts.key,
-        "dra",
-        managers::DRA,
-        &counts,
-    )
-    .await
-    .map_err(|source| ReconcileError::Status {
-        module: facts.key.to_string(),
-        source,
-    })?;
+    write_status(&ctx.client, &facts.key, "dra", managers::DRA, &counts)
+        .await
+        .map_err(|source| ReconcileError::Status {
+            module: facts.key.to_string(),
+            source,
+        })?;
     Ok(Requeue::requeue(RESYNC))
 }
 
