@@ -23,7 +23,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use kube::Resource;
 use kube::runtime::Controller;
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{self, Action};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
@@ -103,10 +103,11 @@ impl Runner {
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(reconcile_once, error_policy, running)
             .for_each(|result| async move {
-                // A reconcile's own failure was logged by `error_policy`; what is left
-                // (an object gone before its turn, a full queue) is the runtime's.
-                if let Err(err) = result {
-                    tracing::debug!(controller = name, %err, "reconcile did not run");
+                match result {
+                    // Logged once by `error_policy`, with the wait before the retry.
+                    Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+                    // An object gone before its turn, a full queue: the runtime's own.
+                    Err(err) => tracing::debug!(controller = name, %err, "reconcile did not run"),
                 }
             })
             .await;
