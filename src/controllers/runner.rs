@@ -245,4 +245,40 @@ mod tests {
             Action::requeue(Duration::from_millis(500))
         );
     }
+
+    #[tokio::test]
+    async fn nothing_runs_before_every_cache_is_listed_and_nothing_after_shutdown() {
+        let (client, _server) = crate::controllers::fixtures::client();
+        let ctx = Context::new(client, Default::default());
+        let (nodes_tx, nodes) = watch::channel(false);
+        let (modules_tx, modules) = watch::channel(false);
+        let mut waiting = tokio::spawn({
+            let ctx = ctx.clone();
+            let ready = [nodes.clone(), modules.clone()];
+            async move { listed(&ctx, ready).await }
+        });
+        nodes_tx.send(true).expect("the nodes are listed");
+        let early = tokio::time::timeout(Duration::from_millis(50), &mut waiting).await;
+        assert!(early.is_err(), "the Modules are not listed yet");
+        modules_tx.send(true).expect("the Modules are listed");
+        assert!(
+            waiting.await.expect("the wait ends"),
+            "every cache is listed"
+        );
+
+        let (_never_tx, never) = watch::channel(false);
+        let waiting = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { listed(&ctx, [never]).await }
+        });
+        ctx.shutdown.cancel();
+        assert!(
+            !waiting.await.expect("the wait ends"),
+            "shutdown came first"
+        );
+        assert!(
+            !listed(&ctx, [nodes]).await,
+            "a listed cache after shutdown runs nothing"
+        );
+    }
 }
