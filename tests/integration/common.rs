@@ -109,10 +109,21 @@ pub async fn start_simulated(config: ClusterConfig) -> (TestCluster, kube::Clien
 /// A control plane without nodes, with capstan's CRDs: the embedded cluster serves
 /// capstan's kinds from the start, and a user of a real one applies `capstan crds` first.
 async fn boot_plane(broken_images: &[String]) -> anyhow::Result<ControlPlane> {
-    let plane = ControlPlane::boot(&Default::default(), broken_images).await?;
-    let client = plane.client().await?;
-    capstan_real_cluster::install_crds(&client, capstan_api::crds::all()).await?;
-    Ok(plane)
+    ControlPlane::boot(&plane_options(), broken_images).await
+}
+
+/// How the tests' control planes start: with capstan's CRDs, and the components' garbage
+/// collectors held off until kube-apiserver's heap reaches 1 GiB and each other's 256 MiB
+/// (a plane lives for one test, and eight at a time fit the machine's memory).
+pub fn plane_options() -> capstan_real_cluster::Options {
+    capstan_real_cluster::Options {
+        crds: capstan_api::crds::all(),
+        heap_limits: Some(capstan_real_cluster::HeapLimits {
+            apiserver: "1GiB".into(),
+            others: "256MiB".into(),
+        }),
+        ..Default::default()
+    }
 }
 
 /// The default cluster: a control-plane node and three workers.
@@ -145,9 +156,11 @@ pub async fn start_with(options: ClusterOptions) -> (TestCluster, kube::Client) 
 
 /// What moves with every write to the cluster, background writers' aside. On the
 /// embedded cluster, its resourceVersion. On a real server the global revision also moves
-/// with the Leases that kwok's kubelets and kube-apiserver renew every few seconds, so it
-/// is a digest of every object's resourceVersion (deletions and creations included) but
-/// Leases'.
+/// with what the cluster's own components write on their own (the Leases kwok's kubelets
+/// and kube-apiserver renew, the node status kwok reports, the `default` ServiceAccount
+/// and `kube-root-ca.crt` the controller-manager adds to a new namespace, its Events), so
+/// it is a digest of every other object's resourceVersion (deletions and creations
+/// included), and of each Node's labels, annotations and spec.
 pub async fn cluster_revision(client: &kube::Client) -> String {
     use kube::discovery::{Discovery, verbs};
     if !on_real_server() {
@@ -160,7 +173,10 @@ pub async fn cluster_revision(client: &kube::Client) -> String {
     let mut seen = Vec::new();
     for group in discovery.groups() {
         for (resource, capabilities) in group.recommended_resources() {
-            if !capabilities.supports_operation(verbs::LIST) || resource.kind == "Lease" {
+            if !capabilities.supports_operation(verbs::LIST)
+                || resource.kind == "Lease"
+                || resource.kind == "Node"
+            {
                 continue;
             }
             let api: kube::Api<kube::api::DynamicObject> =
@@ -170,6 +186,9 @@ pub async fn cluster_revision(client: &kube::Client) -> String {
                 .await
                 .unwrap_or_else(|err| panic!("list {}: {err}", resource.plural));
             for item in list.items {
+                if written_by_the_cluster_alone(&item.metadata) {
+                    continue;
+                }
                 seen.push(format!(
                     "{}/{}/{}/{}/{}",
                     resource.group,
@@ -181,8 +200,45 @@ pub async fn cluster_revision(client: &kube::Client) -> String {
             }
         }
     }
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    for node in nodes
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items
+    {
+        seen.push(format!(
+            "node/{}/{:?}/{:?}/{}",
+            node.metadata.name.unwrap_or_default(),
+            node.metadata.labels,
+            node.metadata.annotations,
+            serde_json::to_string(&node.spec).expect("node spec")
+        ));
+    }
     seen.sort();
     capstan_api::canonical::sha256_hex(seen.join("\n").as_bytes(), 32)
+}
+
+/// Whether only the cluster's own components ever wrote the object (as the
+/// controller-manager's `kube-root-ca.crt` in each namespace, made whenever it gets to it).
+pub fn written_by_the_cluster_alone(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    const COMPONENTS: [&str; 4] = [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ];
+    meta.managed_fields.as_ref().is_some_and(|entries| {
+        !entries.is_empty()
+            && entries.iter().all(|entry| {
+                entry
+                    .manager
+                    .as_deref()
+                    .is_some_and(|manager| COMPONENTS.contains(&manager))
+            })
+    })
 }
 
 /// A syncer of the repository at `repo` into the cluster of `client`.

@@ -293,6 +293,7 @@ async fn capstan_runs_as_its_service_account_with_the_shipped_roles_and_two_repl
  {
     let options = Options {
         audit_users: vec![SERVICE_ACCOUNT_USER.into()],
+        heap_limits: common::plane_options().heap_limits,
         ..Options::default()
     };
     let Some(plane) = real_plane(options).await else {

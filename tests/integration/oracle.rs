@@ -220,13 +220,11 @@ pub async fn start_plane(
         nodes,
         ..Default::default()
     };
-    let plane = capstan_real_cluster::ControlPlane::start(&config)
-        .await
-        .unwrap_or_else(|err| panic!("{side}: the control plane starts: {err:#}"));
+    let plane =
+        capstan_real_cluster::ControlPlane::start_with(&config, &crate::common::plane_options())
+            .await
+            .unwrap_or_else(|err| panic!("{side}: the control plane starts: {err:#}"));
     let client = plane.client().await.expect("client");
-    capstan_real_cluster::install_crds(&client, capstan_api::crds::all())
-        .await
-        .expect("CRDs");
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     for name in namespaces {
         let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))

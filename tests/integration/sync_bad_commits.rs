@@ -240,7 +240,8 @@ async fn sync_status(client: &kube::Client) -> Result<capstan_api::GitSyncStatus
 
 /// What a commit can have changed in the cluster: every Namespace, ConfigMap and Module
 /// with its resourceVersion, and every Node's labels and annotations. capstan's own
-/// bookkeeping (`capstan-system`: status, Events, history) is left out.
+/// bookkeeping (`capstan-system`: status, Events, history) is left out, and so is what
+/// the cluster's components write on their own.
 async fn cluster_objects(client: &kube::Client) -> BTreeMap<String, String> {
     let mut objects = BTreeMap::new();
     let all = ListParams::default();
@@ -256,7 +257,9 @@ async fn cluster_objects(client: &kube::Client) -> BTreeMap<String, String> {
         .await
         .expect("list configmaps")
     {
-        if map.namespace().as_deref() != Some("capstan-system") {
+        if map.namespace().as_deref() != Some("capstan-system")
+            && !common::written_by_the_cluster_alone(map.meta())
+        {
             objects.insert(key(&map), version(&map));
         }
     }

@@ -1,4 +1,4 @@
-//! The control plane's keys and certificates, made fresh at every start: a CA, the API
+//! The control plane's keys and certificates: a CA, the API
 //! server's serving certificate for loopback and the in-cluster service names, one client
 //! certificate per component (its user and groups are what RBAC and the Node authorizer
 //! see), and the service-account signing key.
@@ -98,6 +98,43 @@ pub fn create(dir: &Path) -> anyhow::Result<Pki> {
         service_account_pub,
     })
 }
+
+/// The PKI [`create`] wrote into `dir` (or a copy of it).
+pub fn open(dir: &Path) -> anyhow::Result<Pki> {
+    let pair = |file: &str| Pair {
+        cert: dir.join(format!("{file}.crt")),
+        key: dir.join(format!("{file}.key")),
+    };
+    let ca = pair("ca");
+    let ca_pem = std::fs::read_to_string(&ca.cert)
+        .map_err(|err| anyhow::anyhow!("{}: {err}", ca.cert.display()))?;
+    Ok(Pki {
+        ca_pem,
+        ca,
+        apiserver: pair("apiserver"),
+        admin: pair("admin"),
+        controller_manager: pair("controller-manager"),
+        scheduler: pair("scheduler"),
+        service_account_key: dir.join("service-account.key"),
+        service_account_pub: dir.join("service-account.pub"),
+    })
+}
+
+/// The files [`create`] writes, by name.
+pub const FILES: [&str; 12] = [
+    "ca.crt",
+    "ca.key",
+    "apiserver.crt",
+    "apiserver.key",
+    "admin.crt",
+    "admin.key",
+    "controller-manager.crt",
+    "controller-manager.key",
+    "scheduler.crt",
+    "scheduler.key",
+    "service-account.key",
+    "service-account.pub",
+];
 
 /// A certificate for `user` in `groups`, serving `names` when there are any, else a client
 /// certificate.
