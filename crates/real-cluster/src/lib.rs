@@ -328,14 +328,13 @@ impl ControlPlane {
         options: &Options,
         broken_images: &[String],
     ) -> anyhow::Result<()> {
-        let plane = self;
-        let root = plane.dir.path().to_path_buf();
+        let root = self.dir.path().to_path_buf();
         let etcd_client = free_port()?;
         let etcd_peer = free_port()?;
         let secure_port = free_port()?;
-        plane.server = format!("https://127.0.0.1:{secure_port}");
+        self.server = format!("https://127.0.0.1:{secure_port}");
 
-        plane.spawn(
+        self.spawn(
             "etcd",
             binaries,
             &[
@@ -363,7 +362,7 @@ impl ControlPlane {
                 "--audit-log-maxsize=100000".into(),
             ];
         }
-        plane.spawn(
+        self.spawn(
             "kube-apiserver",
             binaries,
             &[
@@ -395,15 +394,15 @@ impl ControlPlane {
             &options.env("kube-apiserver"),
         )?;
 
-        let admin = kubeconfig(&plane.server, &pki.ca_pem, &pki.admin, "admin")?;
+        let admin = kubeconfig(&self.server, &pki.ca_pem, &pki.admin, "admin")?;
         let controller_manager = kubeconfig(
-            &plane.server,
+            &self.server,
             &pki.ca_pem,
             &pki.controller_manager,
             "system:kube-controller-manager",
         )?;
         let scheduler = kubeconfig(
-            &plane.server,
+            &self.server,
             &pki.ca_pem,
             &pki.scheduler,
             "system:kube-scheduler",
@@ -415,16 +414,15 @@ impl ControlPlane {
             &controller_manager,
         )?;
         std::fs::write(root.join("scheduler.kubeconfig"), &scheduler)?;
-        plane.kubeconfig = admin;
-        let client = plane.client().await?;
-        plane
-            .wait("kube-apiserver to be ready", || {
-                let client = client.clone();
-                async move { ready(&client).await }
-            })
-            .await?;
+        self.kubeconfig = admin;
+        let client = self.client().await?;
+        self.wait("kube-apiserver to be ready", || {
+            let client = client.clone();
+            async move { ready(&client).await }
+        })
+        .await?;
 
-        plane.spawn(
+        self.spawn(
             "kube-controller-manager",
             binaries,
             &[
@@ -450,7 +448,7 @@ impl ControlPlane {
             ],
             &options.env("kube-controller-manager"),
         )?;
-        plane.spawn(
+        self.spawn(
             "kube-scheduler",
             binaries,
             &[
@@ -470,7 +468,7 @@ impl ControlPlane {
             &kwok_config,
             kwok::config(&binaries.kwok_stages(), broken_images)?,
         )?;
-        plane.spawn(
+        self.spawn(
             "kwok",
             binaries,
             &[
@@ -487,12 +485,11 @@ impl ControlPlane {
         // The service-account controller makes `default` in each namespace; pods are
         // refused until it has (the ServiceAccount admission plugin).
         let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
-        plane
-            .wait("kube-controller-manager to run", || {
-                let accounts = accounts.clone();
-                async move { matches!(accounts.get_opt("default").await, Ok(Some(_))) }
-            })
-            .await?;
+        self.wait("kube-controller-manager to run", || {
+            let accounts = accounts.clone();
+            async move { matches!(accounts.get_opt("default").await, Ok(Some(_))) }
+        })
+        .await?;
         Ok(())
     }
 
