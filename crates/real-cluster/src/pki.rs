@@ -34,6 +34,27 @@ pub struct Pki {
     pub service_account_pub: PathBuf,
 }
 
+impl Pki {
+    /// Every file of it.
+    pub fn files(&self) -> Vec<&Path> {
+        let mut files = Vec::new();
+        for pair in [
+            &self.ca,
+            &self.apiserver,
+            &self.admin,
+            &self.controller_manager,
+            &self.scheduler,
+        ] {
+            files.extend([pair.cert.as_path(), pair.key.as_path()]);
+        }
+        files.extend([
+            self.service_account_key.as_path(),
+            self.service_account_pub.as_path(),
+        ]);
+        files
+    }
+}
+
 /// Writes a fresh PKI into `dir`.
 pub fn create(dir: &Path) -> anyhow::Result<Pki> {
     let ca_key = KeyPair::generate()?;
@@ -119,22 +140,6 @@ pub fn open(dir: &Path) -> anyhow::Result<Pki> {
         service_account_pub: dir.join("service-account.pub"),
     })
 }
-
-/// The files [`create`] writes, by name.
-pub const FILES: [&str; 12] = [
-    "ca.crt",
-    "ca.key",
-    "apiserver.crt",
-    "apiserver.key",
-    "admin.crt",
-    "admin.key",
-    "controller-manager.crt",
-    "controller-manager.key",
-    "scheduler.crt",
-    "scheduler.key",
-    "service-account.key",
-    "service-account.pub",
-];
 
 /// A certificate for `user` in `groups`, serving `names` when there are any, else a client
 /// certificate.

@@ -103,9 +103,10 @@ async fn build(
 
 /// Copies a plane's PKI and etcd's data from `from` to `to`.
 pub(crate) fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
-    for file in pki::FILES {
-        std::fs::copy(from.join(file), to.join(file))
-            .with_context(|| format!("copying {}", from.join(file).display()))?;
+    for file in pki::open(from)?.files() {
+        let name = file.file_name().context("a PKI file's name")?;
+        std::fs::copy(file, to.join(name))
+            .with_context(|| format!("copying {}", file.display()))?;
     }
     copy_tree(&from.join("etcd"), &to.join("etcd"))
 }
