@@ -14,6 +14,8 @@
 //! | `sync.status.before`, `sync.status.after` | each write of the `GitSync` status (a sync writes it before the commit's objects, "Applying", and after them) |
 //! | `sync.record.before`, `sync.record.after` | a sync's `HistoryRecord` (`Sync` or `Rejected`) |
 //! | `upgrade.record.before`, `upgrade.record.after` | an upgrade step's `HistoryRecord` (`after`: only when the record is new, before its Events) |
+//! | `gate.record.before`, `gate.record.after` | a rollout gate's `HistoryRecord` (an attempt that passed, is retried or failed) |
+//! | `gate.pod.before`, `gate.pod.after` | the creation of a gate's check pod |
 //! | `upgrade.labels.before`, `upgrade.labels.after` | the version-label controller's write of a node's labels and upgrade annotation |
 //! | `nmc.worker-pod.before`, `nmc.worker-pod.after` | the NMC controller's creation of a worker pod |
 //! | `nmc.ready-labels.before`, `nmc.ready-labels.after` | the NMC controller's write of a node's ready labels |
@@ -34,6 +36,10 @@ pub const POINTS: &[&str] = &[
     "upgrade.record.after",
     "drain.record.before",
     "drain.record.after",
+    "gate.record.before",
+    "gate.record.after",
+    "gate.pod.before",
+    "gate.pod.after",
     "upgrade.labels.before",
     "upgrade.labels.after",
     "nmc.worker-pod.before",

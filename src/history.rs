@@ -62,8 +62,15 @@ pub fn commit_ref_of_stamp(revision: &str, pull_request: Option<u64>) -> CommitR
 pub fn record_name(spec: &HistoryRecordSpec) -> String {
     let hash = |parts: &[&str]| sha256_hex(parts.join("\n").as_bytes(), 6);
     match spec.type_ {
-        RecordType::UpgradeStep => format!(
-            "step-{}-{}",
+        // A step, or a gate's attempt that ended (its gate, result and attempt are in
+        // `step`): one record per move of the node and commit.
+        RecordType::UpgradeStep | RecordType::Gate => format!(
+            "{}-{}-{}",
+            if spec.type_ == RecordType::Gate {
+                "gate"
+            } else {
+                "step"
+            },
             spec.commit.short_sha,
             hash(&[
                 &spec.sync,
@@ -157,6 +164,7 @@ pub async fn write_record(
             ("drain.record.before", "drain.record.after")
         }
         RecordType::Sync | RecordType::Rejected => ("sync.record.before", "sync.record.after"),
+        RecordType::Gate => ("gate.record.before", "gate.record.after"),
     };
     let mut record = HistoryRecord::new(&record_name(&spec), spec);
     record.metadata.labels = Some(labels_of(&record.spec));

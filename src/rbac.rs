@@ -672,6 +672,22 @@ pub const NEEDS: &[Need] = &[
         "publishes an Event for each upgrade step and wait",
         "src/controllers/version_labels/reconciler.rs",
     ),
+    need(
+        VERSION_LABELS,
+        CORE,
+        "pods",
+        &["get", "list", "create", "delete"],
+        "runs, reads and deletes the check pods of pod gates in capstan-system, and lists the pods on a node a CEL gate reads",
+        "src/controllers/version_labels/reconciler.rs",
+    ),
+    need(
+        VERSION_LABELS,
+        CORE,
+        "secrets",
+        &["get"],
+        "reads a Module's imageRepoSecret to ask its registry for the kmod image (the preflight)",
+        "src/controllers/checks/image.rs",
+    ),
     // ---- campaigns ----
     need(
         CAMPAIGNS,

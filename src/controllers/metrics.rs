@@ -6,6 +6,10 @@
 //! | `upgradeoperator_node_drain_timeout` | `node_name` | the nodekeeper | the node's drain failed while it upgrades |
 //! | `upgradeoperator_upgradeconfig_validation_failed` | `upgradeconfig_name` | the sync | the `UpgradeConfig` is in a rejected head commit |
 //! | `upgradeoperator_upgrade_window_breached` | `upgradeconfig_name` | the campaigns | the campaign missed its upgrade window |
+//! | `capstan_rollout_halted` | `sync` | the version-label controller | a gate failed on a node of the `GitSync` and its rollout halted |
+//!
+//! and the counter `capstan_rollout_gate_failures_total{sync}`, a gate that failed (after
+//! its retries) on a node of the `GitSync`.
 //!
 //! Each is 0 otherwise, once set; as MUO's gauge vectors, a family shows once it has a
 //! series. As MUO drops them when its `UpgradeConfig` is gone, the two campaign series of
@@ -24,6 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use capstan_api::module::{ModprobeArgs, Module};
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -31,6 +36,11 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeLabels {
     node_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SyncLabels {
+    sync: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -44,6 +54,8 @@ pub struct UpgradeMetrics {
     node_drain_timeout: Family<NodeLabels, Gauge>,
     validation_failed: Family<UpgradeConfigLabels, Gauge>,
     window_breached: Family<UpgradeConfigLabels, Gauge>,
+    rollout_halted: Family<SyncLabels, Gauge>,
+    gate_failures: Family<SyncLabels, Counter>,
     /// The `upgradeconfig_name`s with a series in either campaign family: a family cannot
     /// list its series. Held while those families are written, so none is left unnamed.
     campaigns: Arc<Mutex<BTreeSet<String>>>,
@@ -69,7 +81,43 @@ impl UpgradeMetrics {
             "1 when an upgrade campaign did not start a node within its upgrade window",
             self.window_breached.clone(),
         );
+        registry.register(
+            "capstan_rollout_halted",
+            "1 while a gate that failed on a node of the GitSync halts its rollout",
+            self.rollout_halted.clone(),
+        );
+        registry.register(
+            "capstan_rollout_gate_failures",
+            "Gates that failed, after their retries, on nodes of the GitSync",
+            self.gate_failures.clone(),
+        );
         self.kmm.register(registry);
+    }
+
+    /// `capstan_rollout_halted{sync}`.
+    pub fn set_rollout_halted(&self, sync: &str, halted: bool) {
+        self.rollout_halted
+            .get_or_create(&SyncLabels {
+                sync: sync.to_string(),
+            })
+            .set(i64::from(halted));
+    }
+
+    /// `capstan_rollout_halted{sync}`, when set.
+    pub fn rollout_halted(&self, sync: &str) -> Option<i64> {
+        let labels = SyncLabels {
+            sync: sync.to_string(),
+        };
+        self.rollout_halted.get(&labels).map(|gauge| gauge.get())
+    }
+
+    /// `capstan_rollout_gate_failures_total{sync}` + 1.
+    pub fn gate_failed(&self, sync: &str) {
+        self.gate_failures
+            .get_or_create(&SyncLabels {
+                sync: sync.to_string(),
+            })
+            .inc();
     }
 
     /// `upgradeoperator_node_drain_timeout{node_name=node}` = 1.

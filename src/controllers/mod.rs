@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 pub mod caches;
 pub mod campaign;
+pub mod checks;
 pub mod context;
 pub mod converge;
 pub mod device_plugin;

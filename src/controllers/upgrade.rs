@@ -19,8 +19,10 @@
 
 pub mod drain;
 pub mod gate;
+pub mod guard;
 pub mod policy;
 pub mod progress;
+pub mod window;
 
 pub use gate::{CampaignGate, Campaigns, Hold};
 pub use policy::Policies;

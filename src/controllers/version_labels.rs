@@ -66,10 +66,12 @@ use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use super::upgrade::drain::{Cordon, DrainRecord, DrainState, DrainStep};
+use super::upgrade::guard::{self, Check, Seen, Verdict};
+use super::upgrade::window::{self, WindowState};
 use super::upgrade::{Campaigns, Policies, PolicyWait, Progress, Stamp};
 use capstan_api::labels::ModuleKey;
-use capstan_api::{HistoryRecordSpec, UpgradePolicy, UpgradeStep};
-use records::{StepRecord, WaitEvent, step_record, wait_event};
+use capstan_api::{FailedNode, GateWhen, HistoryRecordSpec, UpgradePolicy, UpgradeStep};
+use records::{GateRecord, StepRecord, WaitEvent, gate_record, step_record, wait_event};
 
 /// The three version labels of one Module on one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -204,6 +206,8 @@ pub enum Wait {
     SyncApplying,
     /// The upgrade runs under a campaign and its node is not drained yet.
     Drain,
+    /// A gate's attempt is under way (or a canary soaks).
+    Check,
 }
 
 /// What the controller knows about one Module on one node.
@@ -228,6 +232,23 @@ pub struct NodeModuleFacts {
     pub progress: Option<Progress>,
     /// The node's stamps.
     pub stamp: Stamp,
+    /// The rollout's guardrails over this Module's move on the node.
+    pub guardrails: Guardrails,
+}
+
+/// The guardrails over one Module's move on a node: its checks, what a failure does, and
+/// what the check under way was seen to do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Guardrails {
+    /// The checks before the node starts (the preflight first).
+    pub before: Vec<Check>,
+    /// The checks after its last step.
+    pub after: Vec<Check>,
+    /// The node is a canary, soaking this long after its checks.
+    pub soak: Option<Duration>,
+    /// What the attempt the node keeps ([`Progress::check`]) was seen to do; `None` when
+    /// it was not read.
+    pub seen: Option<Seen>,
 }
 
 /// Whether a slot under `maxNodesInFlight` is free for the node.
@@ -263,6 +284,11 @@ pub struct Gate {
     pub campaigns: Campaigns,
     /// The node's drain is done (its drain state says so).
     pub drained: bool,
+    /// The rollout's hold on new starts: paused, halted, outside every window, or behind
+    /// the canary.
+    pub hold: Option<PolicyWait>,
+    /// The maintenance windows at the time of the decision.
+    pub window: Option<WindowState>,
 }
 
 /// Where a node stands, for the slots.
@@ -289,6 +315,14 @@ pub fn standing<'a>(
         if facts.progress.as_ref().is_some_and(Progress::holds_slot) {
             return Standing::Upgrading;
         }
+        if facts
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.soak_until.is_some())
+        {
+            // A canary back in service for its soak holds no slot.
+            continue;
+        }
         if facts.progress.as_ref().is_some_and(Progress::upgrading) {
             // Given up while the node was NotReady: back in line.
             standing = Standing::Queued;
@@ -297,6 +331,12 @@ pub fn standing<'a>(
         let Some((from, to)) = pending_move(&facts.labels) else {
             continue;
         };
+        if failed_move(facts, &from, &to) {
+            if standing == Standing::Settled {
+                standing = Standing::Held;
+            }
+            continue;
+        }
         let (_, pull_request) = move_commit(facts, &from, &to);
         let campaign_holds = campaigns
             .get(to.as_deref())
@@ -383,6 +423,8 @@ pub struct Decision {
     pub progress: Option<Progress>,
     /// The policy wait is new: say so, once.
     pub announce: bool,
+    /// A gate's attempt that ended, to record.
+    pub check: Option<guard::Outcome>,
 }
 
 /// The decision for one Module on one node at `now`.
@@ -413,7 +455,23 @@ fn hold(mut progress: Progress, wait: PolicyWait) -> Decision {
         step: None,
         progress: Some(progress),
         announce,
+        check: None,
     }
+}
+
+/// Whether the rollout's guardrails govern a move: an upgrade from one version to another.
+/// A node's first load and its last unload follow the policy as they always did.
+fn guarded(from: &Option<String>, to: &Option<String>) -> bool {
+    from.is_some() && to.is_some()
+}
+
+/// Whether the move `from` -> `to` is one a gate failed on (or rolled back from): it stays
+/// until the repository moves the node again.
+fn failed_move(facts: &NodeModuleFacts, from: &Option<String>, to: &Option<String>) -> bool {
+    facts
+        .progress
+        .as_ref()
+        .is_some_and(|p| p.failed.is_some() && !p.upgrading() && &p.from == from && &p.to == to)
 }
 
 fn resume_upgrade(
@@ -475,6 +533,7 @@ fn begin_upgrade(
             step: None,
             progress: None,
             announce: false,
+            check: None,
         };
     };
     if gate.sync_applying {
@@ -484,7 +543,13 @@ fn begin_upgrade(
             step: None,
             progress: facts.progress.clone(),
             announce: false,
+            check: None,
         };
+    }
+    if failed_move(facts, &from, &to)
+        && let Some(progress) = facts.progress.clone()
+    {
+        return hold(progress, PolicyWait::Failed);
     }
     let (revision, pull_request) = move_commit(facts, &from, &to);
     let campaign = gate.campaigns.get(to.as_deref());
@@ -492,6 +557,8 @@ fn begin_upgrade(
         Some(PolicyWait::Campaign)
     } else if gate.require_pull_request && pull_request.is_none() {
         Some(PolicyWait::PullRequest)
+    } else if let Some(hold) = gate.hold.filter(|_| guarded(&from, &to)) {
+        Some(hold)
     } else if gate.slot != Slot::Free {
         Some(PolicyWait::Slot)
     } else {
@@ -518,12 +585,24 @@ fn begin_upgrade(
                 ..progress
             }),
             announce: announced != Some(wait),
+            check: None,
         };
     }
+    // The checks before the start run first: the first attempt begins now.
+    let before = if guarded(&progress.from, &progress.to) {
+        facts.guardrails.before.as_slice()
+    } else {
+        &[]
+    };
+    let check = match guard::next(before, GateWhen::Before, None, None, now) {
+        (Verdict::Run(run), _) => Some(run),
+        _ => None,
+    };
     advance(
         Progress {
             started_at: Some(now),
             drain: campaign.is_some(),
+            check,
             ..progress
         },
         facts,
@@ -563,6 +642,11 @@ fn continue_upgrade(
         progress.to = facts.labels.module.clone();
         progress.revision = facts.stamp.revision.clone();
         progress.pull_request = facts.stamp.pull_request;
+        // The repository moved the node again: a failure it answers is over.
+        progress.failed = None;
+        progress.check = None;
+        progress.finished_at = None;
+        progress.soak_until = None;
     }
     progress.waiting = None;
     advance(progress, facts, gate, table, now)
@@ -577,6 +661,60 @@ fn advance(
     table: TableAction,
     now: Timestamp,
 ) -> Decision {
+    let checking = |progress: Progress, check| Decision {
+        outcome: Outcome::Wait(Wait::Check),
+        step: None,
+        progress: Some(progress),
+        announce: false,
+        check,
+    };
+    if progress.failed.is_some() {
+        // A gate failed after the last step: the node stays as it is.
+        return hold(progress, PolicyWait::Failed);
+    }
+    if let Some(run) = progress
+        .check
+        .clone()
+        .filter(|run| run.when == GateWhen::Before)
+    {
+        let seen = facts.guardrails.seen.as_ref();
+        match guard::next(
+            &facts.guardrails.before,
+            GateWhen::Before,
+            Some(&run),
+            seen,
+            now,
+        ) {
+            (Verdict::Run(run), outcome) => {
+                progress.check = Some(run);
+                return checking(progress, outcome);
+            }
+            (Verdict::Passed, outcome) => {
+                progress.check = None;
+                if outcome.is_some() {
+                    // Recorded now; the steps begin at the next look.
+                    return checking(progress, outcome);
+                }
+            }
+            (Verdict::Failed(failure), outcome) => {
+                // Nothing started on the node: it gives up its slot and stays as it is.
+                progress.check = None;
+                progress.started_at = None;
+                progress.failed = Some(failure);
+                progress.waiting = Some(PolicyWait::Failed);
+                return Decision {
+                    outcome: Outcome::Wait(Wait::Policy(PolicyWait::Failed)),
+                    step: None,
+                    progress: Some(progress),
+                    announce: false,
+                    check: outcome,
+                };
+            }
+        }
+    }
+    if progress.finished_at.is_some() {
+        return after_last_step(progress, facts, now);
+    }
     if progress.drain && !gate.drained {
         // Nothing moves on the node before its workloads are gone.
         return Decision {
@@ -584,6 +722,7 @@ fn advance(
             step: None,
             progress: Some(progress),
             announce: false,
+            check: None,
         };
     }
     let steps = UpgradeStep::for_move(progress.from.as_deref(), progress.to.as_deref());
@@ -610,7 +749,11 @@ fn advance(
             });
             progress.step = Some(next);
             progress.step_at = Some(now);
-            (!last).then_some(progress)
+            if !last {
+                Some(progress)
+            } else {
+                finished(progress, facts, now)
+            }
         }
         Some(_) => Some(progress),
     };
@@ -619,6 +762,73 @@ fn advance(
         step: reached,
         progress: keep,
         announce: false,
+        check: None,
+    }
+}
+
+/// The progress once the last step is reached: the checks after the last step begin (the
+/// node keeps its slot and drain until they pass), or, with none, the upgrade is over.
+fn finished(mut progress: Progress, facts: &NodeModuleFacts, now: Timestamp) -> Option<Progress> {
+    let unguarded = facts.guardrails.after.is_empty() && facts.guardrails.soak.is_none();
+    if unguarded || !guarded(&progress.from, &progress.to) {
+        return None;
+    }
+    progress.finished_at = Some(now);
+    progress.check = match guard::next(&facts.guardrails.after, GateWhen::After, None, None, now) {
+        (Verdict::Run(run), _) => Some(run),
+        _ => None,
+    };
+    Some(progress)
+}
+
+/// The node reached its last step: its checks after it run, then a canary soaks, then the
+/// upgrade is over; a failed check halts the rollout there.
+fn after_last_step(mut progress: Progress, facts: &NodeModuleFacts, now: Timestamp) -> Decision {
+    let guardrails = &facts.guardrails;
+    let decision = |progress: Option<Progress>, outcome, check| Decision {
+        outcome,
+        step: None,
+        progress,
+        announce: false,
+        check,
+    };
+    if let Some(until) = progress.soak_until {
+        return if now >= until {
+            decision(None, Outcome::Nothing, None)
+        } else {
+            decision(Some(progress), Outcome::Wait(Wait::Check), None)
+        };
+    }
+    let run = progress
+        .check
+        .clone()
+        .filter(|run| run.when == GateWhen::After);
+    let seen = guardrails.seen.as_ref().filter(|_| run.is_some());
+    match guard::next(&guardrails.after, GateWhen::After, run.as_ref(), seen, now) {
+        (Verdict::Run(run), outcome) => {
+            progress.check = Some(run);
+            decision(Some(progress), Outcome::Wait(Wait::Check), outcome)
+        }
+        (Verdict::Passed, outcome) => {
+            progress.check = None;
+            match guardrails.soak {
+                Some(soak) if !soak.is_zero() => {
+                    progress.soak_until = Some(now + soak);
+                    decision(Some(progress), Outcome::Wait(Wait::Check), outcome)
+                }
+                _ => decision(None, Outcome::Nothing, outcome),
+            }
+        }
+        (Verdict::Failed(failure), outcome) => {
+            progress.check = None;
+            progress.failed = Some(failure);
+            progress.waiting = Some(PolicyWait::Failed);
+            decision(
+                Some(progress),
+                Outcome::Wait(Wait::Policy(PolicyWait::Failed)),
+                outcome,
+            )
+        }
     }
 }
 
@@ -649,6 +859,8 @@ fn step_reached(step: UpgradeStep, facts: &NodeModuleFacts, progress: &Progress)
 
 // ---- one reconcile of a node ----
 
+/// Next look while a gate's attempt runs: a check pod or a query are not watched.
+pub const CHECK_RECHECK: Duration = Duration::from_secs(2);
 /// Next look while a guard waits (the pod and node watches usually come first).
 pub const GUARD_RECHECK: Duration = Duration::from_secs(5);
 /// Next look while the policy holds a node (a freed slot or a policy change come first).
@@ -779,6 +991,8 @@ pub struct NodeInputs {
     pub cordon: Cordon,
     /// Since when the node's Ready condition is not `True` (`None` while Ready).
     pub not_ready_since: Option<Timestamp>,
+    /// Per Module, what the gate attempt its progress keeps was seen to do.
+    pub seen: BTreeMap<ModuleKey, Seen>,
 }
 
 /// What a node's decision rests on that the caches cannot be trusted with: the reconciler
@@ -824,8 +1038,94 @@ pub struct NodePlan {
     /// The records of upgrades that give up their slot now, the node having stayed
     /// NotReady past `notReadyTimeout`; written before the node's patch, which marks them.
     pub released: Vec<HistoryRecordSpec>,
+    /// The gate attempts that ended, recorded before the node's patch.
+    pub checks: Vec<GateRecord>,
+    /// The check pods to create (the attempts kept in the node's annotation whose pod is
+    /// not there).
+    pub check_pods: Vec<CheckPod>,
     /// When to look at the node again (`None`: on its next change).
     pub next_look: Option<Duration>,
+}
+
+/// A check pod a gate's attempt runs on the node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckPod {
+    /// The Module whose move it checks.
+    pub key: ModuleKey,
+    /// The attempt.
+    pub run: guard::CheckRun,
+    /// The pod's spec, from the gate.
+    pub spec: capstan_api::PodCheck,
+}
+
+/// What holds new starts on `node` at `now` beyond its own labels: a pause, a failed gate
+/// on a node of the same `GitSync`, closed windows, or canary nodes still under way.
+pub fn rollout_hold(
+    inputs: &NodeInputs,
+    policy: &UpgradePolicy,
+    window: Option<WindowState>,
+) -> Option<PolicyWait> {
+    let rollout = &policy.rollout;
+    let node = inputs.node.as_str();
+    let halted = rollout_halted(inputs);
+    let canary_ahead = rollout.canary.as_ref().is_some_and(|canary| {
+        !canary.nodes.iter().any(|n| n == node)
+            && inputs.fleet.iter().any(|other| {
+                canary.nodes.contains(&other.name)
+                    && other.modules.iter().any(|facts| {
+                        facts.progress.as_ref().is_some_and(|p| p.failed.is_none())
+                            || pending_move(&facts.labels).is_some()
+                    })
+            })
+    });
+    if rollout.paused {
+        Some(PolicyWait::Paused)
+    } else if halted {
+        Some(PolicyWait::Halted)
+    } else if matches!(window, Some(WindowState::Closed { .. })) {
+        Some(PolicyWait::Window)
+    } else if canary_ahead {
+        Some(PolicyWait::Canary)
+    } else {
+        None
+    }
+}
+
+/// Whether a gate failed on a node of the `GitSync` that applies the node `inputs`
+/// describe (itself included): its rollout is halted.
+pub fn rollout_halted(inputs: &NodeInputs) -> bool {
+    let node = inputs.node.as_str();
+    let sync = inputs.policies.sync_name(node);
+    let failed =
+        |facts: &NodeModuleFacts| facts.progress.as_ref().is_some_and(|p| p.failed.is_some());
+    inputs.modules.iter().any(|(_, facts)| failed(facts))
+        || inputs.fleet.iter().any(|other| {
+            other.name != node
+                && inputs.policies.sync_name(&other.name) == sync
+                && other.modules.iter().any(failed)
+        })
+}
+
+/// The guardrails over `key`'s move on `node` under `policy`, with what its attempt was
+/// seen to do.
+pub fn guardrails_of(
+    policy: &UpgradePolicy,
+    node: &str,
+    key: &ModuleKey,
+    seen: Option<&Seen>,
+) -> Guardrails {
+    let rollout = &policy.rollout;
+    let module = key.to_string();
+    Guardrails {
+        before: guard::checks(rollout, &module, GateWhen::Before),
+        after: guard::checks(rollout, &module, GateWhen::After),
+        soak: rollout
+            .canary
+            .as_ref()
+            .filter(|canary| canary.nodes.iter().any(|n| n == node) && canary.soak_seconds > 0)
+            .map(|canary| Duration::from_secs(canary.soak_seconds)),
+        seen: seen.cloned(),
+    }
 }
 
 /// A drain a node's reconcile starts or ends, with its record (written before the node's
@@ -850,8 +1150,13 @@ pub fn drain_change(
 ) -> Option<DrainChange> {
     // The drain ends once the write of the last step is in: a reconcile that reaches it
     // still sees its upgrade in the facts, and the next one uncordons.
-    let running =
-        |progress: Option<&Progress>| progress.filter(|p| p.drain && p.upgrading()).cloned();
+    let keep_cordoned =
+        inputs.policies.policy_for(&inputs.node).rollout.failed_node == FailedNode::Cordoned;
+    let running = |progress: Option<&Progress>| {
+        progress
+            .filter(|p| p.keeps_drain(keep_cordoned) && !checking_before(p))
+            .cloned()
+    };
     let draining = modules.iter().find_map(|m| {
         running(m.decision.progress.as_ref()).or_else(|| running(m.facts.progress.as_ref()))
     });
@@ -889,6 +1194,14 @@ pub fn drain_change(
     }
 }
 
+/// Whether `progress` is still in its checks before the start: its drain has not begun.
+fn checking_before(progress: &Progress) -> bool {
+    progress
+        .check
+        .as_ref()
+        .is_some_and(|run| run.when == GateWhen::Before)
+}
+
 /// The decision of one reconcile of a node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeDecision {
@@ -924,12 +1237,16 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
     if own == Standing::Queued && slot == Slot::Free && !inputs.fleet_listed {
         return NodeDecision::Confirm(Confirm::Slots);
     }
+    let window =
+        (!policy.rollout.windows.is_empty()).then(|| window::state(&policy.rollout.windows, now));
     let gate = Gate {
         slot,
         require_pull_request: policy.require_pull_request,
         sync_applying: policies.applying(node),
         campaigns: inputs.campaigns.clone(),
         drained: inputs.drain.as_ref().is_some_and(DrainState::drained),
+        hold: rollout_hold(inputs, &policy, window),
+        window,
     };
     let mut unconfirmed = Vec::new();
     let mut modules = Vec::new();
@@ -937,6 +1254,7 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         let listed = inputs.device_plugin_pods_listed.get(key);
         let facts = NodeModuleFacts {
             device_plugin_pod_remains: facts.device_plugin_pod_remains || listed == Some(&true),
+            guardrails: guardrails_of(&policy, node, key, inputs.seen.get(key)),
             ..facts.clone()
         };
         let decision = decide(&facts, &gate, now);
@@ -963,6 +1281,18 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         .iter()
         .filter_map(|m| wait_event(policies, node, &m.key, &m.facts, &m.decision, &gate))
         .collect();
+    let checks = modules
+        .iter()
+        .filter_map(|m| {
+            let outcome = m.decision.check.as_ref()?;
+            let progress = m.decision.progress.as_ref().or(m.facts.progress.as_ref())?;
+            Some(gate_record(policies, node, &m.key, progress, outcome, now))
+        })
+        .collect();
+    let check_pods = modules
+        .iter()
+        .filter_map(|m| check_pod(m, &inputs.seen))
+        .collect();
     let next_look = next_look(&modules);
     // An upgrading node that stops being Ready is looked at again when its timeout is up:
     // a node whose kubelet is gone sends no change.
@@ -983,8 +1313,34 @@ pub fn decide_node(inputs: &NodeInputs, now: Timestamp) -> NodeDecision {
         waits,
         drain,
         released: Vec::new(),
+        checks,
+        check_pods,
         next_look,
     }))
+}
+
+/// The check pod `m`'s attempt needs: the attempt its node keeps, of a pod gate, seen
+/// without its pod (an attempt begun by this decision gets its pod once it is written, so
+/// that a pod never outlives a crash between the two).
+fn check_pod(m: &ModuleDecision, seen: &BTreeMap<ModuleKey, Seen>) -> Option<CheckPod> {
+    let run = m.decision.progress.as_ref()?.check.as_ref()?;
+    let kept = m.facts.progress.as_ref()?.check.as_ref()?;
+    if run != kept || seen.get(&m.key) != Some(&Seen::Absent) {
+        return None;
+    }
+    let checks = match run.when {
+        GateWhen::Before => &m.facts.guardrails.before,
+        GateWhen::After => &m.facts.guardrails.after,
+    };
+    let check = checks.iter().find(|check| check.name == run.name)?;
+    match &check.kind {
+        guard::CheckKind::Pod(spec) => Some(CheckPod {
+            key: m.key.clone(),
+            run: run.clone(),
+            spec: spec.clone(),
+        }),
+        _ => None,
+    }
 }
 
 /// The plan for a node NotReady past `notReadyTimeout`: nothing moves on it; an upgrade
@@ -1019,6 +1375,7 @@ fn stalled_plan(inputs: &NodeInputs, now: Timestamp) -> NodePlan {
                     step: None,
                     progress,
                     announce: false,
+                    check: None,
                 },
             }
         })
@@ -1030,6 +1387,8 @@ fn stalled_plan(inputs: &NodeInputs, now: Timestamp) -> NodePlan {
         waits: Vec::new(),
         drain: None,
         released,
+        checks: Vec::new(),
+        check_pods: Vec::new(),
         next_look: None,
     }
 }
@@ -1056,7 +1415,9 @@ pub fn next_look(modules: &[ModuleDecision]) -> Option<Duration> {
             _ => false,
         })
     };
-    if waits(|wait| matches!(wait, Wait::Guard(_))) {
+    if waits(|wait| matches!(wait, Wait::Check)) {
+        Some(CHECK_RECHECK)
+    } else if waits(|wait| matches!(wait, Wait::Guard(_))) {
         Some(GUARD_RECHECK)
     } else if waits(|wait| matches!(wait, Wait::Policy(_) | Wait::SyncApplying | Wait::Drain)) {
         Some(POLICY_RECHECK)
@@ -1415,6 +1776,7 @@ mod tests {
                     has_device_plugin: true,
                     progress: None,
                     stamp: stamp("c0", Some(1)),
+                    guardrails: Guardrails::default(),
                 },
                 now: "2026-03-01T10:00:00Z".parse().unwrap(),
                 steps: Vec::new(),
@@ -2035,6 +2397,7 @@ mod tests {
             waiting: None,
             drain: true,
             released_at: Some("2026-03-01T10:20:00Z".parse().unwrap()),
+            ..Progress::default()
         };
         let text = progress.to_annotation();
         assert!(text.contains("\"step\":\"old-module-unloaded\""), "{text}");
@@ -2411,6 +2774,7 @@ mod tests {
                 step: None,
                 progress: upgrading.then(Progress::default),
                 announce: false,
+                check: None,
             },
         }
     }
@@ -2531,6 +2895,7 @@ mod tests {
                 step: None,
                 progress,
                 announce: false,
+                check: None,
             },
         };
         let kept = BTreeMap::from([(my.upgrade_annotation(), progress.to_annotation())]);

@@ -103,7 +103,7 @@ fn the_shipped_cluster_role_grants_what_the_code_uses_and_no_more() {
     let rules = rules_for(&Selection::all());
     let cases: &[(&str, &str, Option<&str>)] = &[
         ("", "nodes", Some("get,list,watch,patch")),
-        ("", "pods", Some("list,watch,create,patch,delete")),
+        ("", "pods", Some("get,list,watch,create,patch,delete")),
         ("", "pods/eviction", Some("create")),
         ("", "pods/finalizers", Some("update")),
         ("", "services", Some("get,create")),
@@ -150,11 +150,12 @@ fn the_shipped_cluster_role_grants_what_the_code_uses_and_no_more() {
             "leaderworkersets",
             Some("get,list,watch,create,patch,delete"),
         ),
+        // A Module's pull secret, read by the preflight only.
+        ("", "secrets", Some("get")),
         // Never used: nodes are never created, node status never written, core Events
         // never written (capstan writes events.k8s.io/v1 Events).
         ("", "nodes/status", None),
         ("", "events", None),
-        ("", "secrets", None),
         ("", "configmaps", None),
         // The bootstrap and the Lease are not in the ClusterRole.
         ("apiextensions.k8s.io", "customresourcedefinitions", None),

@@ -77,6 +77,18 @@ const NOT_SHOWN_HERE: &[(&str, &str, &str, &str)] = &[
     ),
     // Paths this scenario does not take; the tests named use them.
     (
+        "get",
+        "",
+        "pods",
+        "a pod gate's check pod: rollout_guardrails::",
+    ),
+    (
+        "get",
+        "",
+        "secrets",
+        "the preflight of a Module with an imageRepoSecret (src/controllers/checks/image.rs)",
+    ),
+    (
         "delete",
         "apps",
         "controllerrevisions",

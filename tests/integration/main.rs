@@ -30,6 +30,7 @@ mod plan_live_matches_offline;
 mod plan_markdown_hostile;
 mod pull_request_proof;
 mod rbac_requests;
+mod rollout_guardrails;
 mod secrets_never_show;
 mod sync_apply;
 mod sync_bad_commits;

@@ -492,10 +492,21 @@ enum Ended {
 // ---- a seed ----
 
 /// The fleet at v1: three labelled workers, `maxNodesInFlight: 1`, a ConfigMap; its SHA.
+/// The fleet's policy: each upgrade passes a check pod after its last step, so that a kill
+/// can land at the gate's crash points (its pod, its record).
+const GATED: &str = "maxNodesInFlight: 1\nrollout:\n  gates:\n  - name: smoke\n    when: after\n    \
+    timeout: 2m\n    pod:\n      image: registry.example/smoke:1\n      annotations:\n        \
+    sim.capstan.dev/exit-after-seconds: \"0.1\"\n";
+
 fn initial_fleet() -> (FleetRepo, String) {
     let mut repo = FleetRepo::new();
-    let head =
-        upgrade::commit_initial_fleet(&mut repo, &[("settings.yaml", config_map("settings", "a"))]);
+    let head = upgrade::commit_initial_fleet(
+        &mut repo,
+        &[
+            ("settings.yaml", config_map("settings", "a")),
+            ("capstan.yaml", GATED.to_string()),
+        ],
+    );
     (repo, head)
 }
 

@@ -10,6 +10,8 @@
 //!   Kubernetes Events carry the same facts but expire; records stay until the retention
 //!   limit (`historyRetention` in `capstan.yaml`) removes the oldest.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -240,6 +242,163 @@ pub struct UpgradePolicy {
     #[serde(default = "not_ready_timeout")]
     #[schemars(with = "i64", range(min = 1))]
     pub not_ready_timeout_seconds: u64,
+    /// The rollout's guardrails (`rollout` in `capstan.yaml`): gates and halt,
+    /// maintenance windows, pause, canary and preflight (docs/guardrails.md).
+    #[serde(default, skip_serializing_if = "RolloutPolicy::is_default")]
+    pub rollout: RolloutPolicy,
+}
+
+/// The guardrails around each node's ordered upgrade: what must hold before a node starts
+/// and after it finishes, what happens when it does not, and when nodes may start at all.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RolloutPolicy {
+    /// No node starts an upgrade; nodes in progress finish.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// Where a node whose gate failed is left when it is not rolled back.
+    pub failed_node: FailedNode,
+    /// Before a node starts, the kmod image of its kernel must exist in its registry.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub preflight: bool,
+    /// Nodes that go first, each to the end of its after-gates and soak, before the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+    /// Nodes start only inside one of these; none: at any time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<MaintenanceWindow>,
+    /// The checks, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateSpec>,
+}
+
+impl RolloutPolicy {
+    /// True for a policy with no guardrail set (it is then left out of the status).
+    pub fn is_default(&self) -> bool {
+        self == &RolloutPolicy::default()
+    }
+}
+
+/// Where a halted node is left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FailedNode {
+    /// Cordoned, out of service until the repository moves it again.
+    #[default]
+    Cordoned,
+    /// Back in service (uncordoned) as it is.
+    Uncordoned,
+}
+
+/// The canary: its nodes first, then a soak, then the rest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Canary {
+    /// The canary nodes by name.
+    pub nodes: Vec<String>,
+    /// Seconds a canary node stays under watch, back in service, after its after-gates
+    /// passed, before the rest may start.
+    #[schemars(with = "i64", range(min = 0))]
+    pub soak_seconds: u64,
+}
+
+/// A recurring maintenance window.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MaintenanceWindow {
+    /// The days it opens on (`mon` .. `sun`); empty: every day.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub days: Vec<String>,
+    /// When it opens, `HH:MM` in `timeZone`.
+    pub start: String,
+    /// How long it stays open, in seconds.
+    #[schemars(with = "i64", range(min = 0))]
+    pub duration_seconds: u64,
+    /// An IANA time zone (`Europe/Paris`); default `UTC`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub time_zone: String,
+}
+
+/// When a gate is checked.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum GateWhen {
+    /// Before the node starts (before its drain, if any).
+    #[default]
+    Before,
+    /// After its last step, before it is back in service.
+    After,
+}
+
+/// A check a node's upgrade must pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GateSpec {
+    /// Its name, unique in the policy (records and Events name it).
+    pub name: String,
+    /// Before the node starts, or after it finishes.
+    pub when: GateWhen,
+    /// The Modules (`namespace/name`) it applies to; empty: every Module.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<String>,
+    /// Seconds an attempt may take before it counts as failed (default 300).
+    #[schemars(with = "i64", range(min = 0))]
+    pub timeout_seconds: u64,
+    /// Attempts after the first failed one before the gate fails (default 0).
+    #[schemars(with = "i64", range(min = 0))]
+    pub retries: u32,
+    /// A pod pinned to the node that must succeed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodCheck>,
+    /// A Prometheus query that must return no series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusCheck>,
+    /// A CEL expression over the node and its pods that must be true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<String>,
+}
+
+/// A check pod: any image, run once on the node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodCheck {
+    /// The image.
+    pub image: String,
+    /// Its entrypoint, when not the image's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Its arguments.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Annotations of the pod.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Run privileged with the host's PID namespace (diagnostics that read the hardware).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
+}
+
+/// A Prometheus query that must return no series, `$node` replaced by the node's name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PrometheusCheck {
+    /// Prometheus's base URL (`http://prometheus.monitoring:9090`).
+    pub url: String,
+    /// The PromQL instant query: what it returns is what is wrong.
+    pub query: String,
 }
 
 /// The default `notReadyTimeout`: ten minutes, twice the node lifecycle controller's
@@ -318,6 +477,7 @@ impl Default for UpgradePolicy {
             node_drain: NodeDrain::default(),
             upgrade_window: UpgradeWindow::default(),
             not_ready_timeout_seconds: DEFAULT_NOT_READY_TIMEOUT_SECONDS,
+            rollout: RolloutPolicy::default(),
         }
     }
 }
@@ -474,6 +634,9 @@ pub enum RecordType {
     /// `left`: the Node was deleted; `not-ready`: it stayed NotReady past
     /// `notReadyTimeout`), so that the rest of the fleet moves on.
     SlotReleased,
+    /// A rollout gate's attempt on a node ended (`step` is `<gate> passed`, `<gate>
+    /// retried` or `<gate> failed`); a failed gate halts the rollout.
+    Gate,
 }
 
 impl RecordType {
@@ -486,6 +649,7 @@ impl RecordType {
             RecordType::Drain => "Drain",
             RecordType::DrainStrategy => "DrainStrategy",
             RecordType::SlotReleased => "SlotReleased",
+            RecordType::Gate => "Gate",
         }
     }
 }

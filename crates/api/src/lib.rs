@@ -20,8 +20,9 @@ pub mod text_memo;
 pub mod upgrade_config;
 
 pub use capstan::{
-    Change, CommitRef, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord, HistoryRecordSpec,
-    InventoryEntry, NodeDrain, RecordType, SyncRun, UpgradePolicy, UpgradeStep, UpgradeWindow,
+    Canary, Change, CommitRef, FailedNode, GateSpec, GateWhen, GitSync, GitSyncSpec, GitSyncStatus,
+    HistoryRecord, HistoryRecordSpec, InventoryEntry, MaintenanceWindow, NodeDrain, PodCheck,
+    PrometheusCheck, RecordType, RolloutPolicy, SyncRun, UpgradePolicy, UpgradeStep, UpgradeWindow,
 };
 pub use labels::{LabelError, ModuleKey, ModuleLabel, WorkerAction};
 pub use lws::{LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus};

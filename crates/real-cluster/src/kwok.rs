@@ -1,16 +1,19 @@
 //! kwok's configuration: its own stages for nodes (initialise, heartbeat with a lease) and
-//! pods (ready, delete), copied from its module by the build, and one stage of capstan's
-//! for pods that run to completion.
+//! pods (ready, delete), copied from its module by the build, and capstan's stages for
+//! pods that run to completion.
 //!
 //! kwok's own completion stage completes only pods a Job owns. A KMM worker pod is owned by
 //! its NodeModulesConfig and runs once (`restartPolicy: Never`): on a real node its
 //! container exits when modprobe is done. Here every pod that runs to completion exits 0
-//! as soon as it runs, and the NMC controller reads it as upstream KMM does.
+//! as soon as it runs, and the NMC controller reads it as upstream KMM does. A pod whose
+//! [`FAIL_ON_NODES_ANNOTATION`] names its node (a check pod a test makes fail on chosen
+//! nodes) exits 1 instead, as on the embedded cluster.
 
 use std::path::Path;
 
 use anyhow::Context as _;
 use capstan_api::labels::WORKER_CONFIG_ANNOTATION;
+use capstan_cluster::sim::kubelet::FAIL_ON_NODES_ANNOTATION;
 
 /// A running pod whose containers are not restarted exits: `{code}`, its containers
 /// terminated with `{reason}` (the template of kwok's `pod-complete`, without its Job
@@ -64,9 +67,19 @@ fn names_image(image: &str, operator: &str) -> String {
     )
 }
 
+/// A match expression: whether the pod's [`FAIL_ON_NODES_ANNOTATION`] (comma-separated
+/// node names) names its node. kwok evaluates the key with gojq against the pod and
+/// compares `true` as the string `'true'`; a pod without the annotation gives `false`.
+fn fails_on_its_node(operator: &str) -> String {
+    format!(
+        "    - key: '.spec.nodeName as $n | (.metadata.annotations[\"{FAIL_ON_NODES_ANNOTATION}\"] // \"\") | split(\",\") | any(.[]; trim == $n)'\n      operator: '{operator}'\n      values:\n      - 'true'\n"
+    )
+}
+
 /// The completion stages: KMM worker pods whose kmod image is one of `broken_images` fail
 /// as the worker does when it cannot pull it (as the embedded cluster's `brokenImages`);
-/// every other pod that runs to completion succeeds.
+/// other pods whose [`FAIL_ON_NODES_ANNOTATION`] names their node fail with its message;
+/// every other pod that runs to completion succeeds. Each pod matches one stage at most.
 fn completion_stages(broken_images: &[String]) -> Vec<String> {
     let stage = |name: &str, selector: &str, code: u8, reason: &str, message: &str, phase: &str| {
         RUN_TO_COMPLETION
@@ -90,6 +103,17 @@ fn completion_stages(broken_images: &[String]) -> Vec<String> {
         ));
         healthy.push_str(&names_image(image, "NotIn"));
     }
+    // Not a worker whose image is broken (`healthy` so far), and its node named. The
+    // message is rendered within the template's range over containers: `$` is the pod.
+    stages.push(stage(
+        "pod-fail-on-nodes",
+        &format!("{healthy}{}", fails_on_its_node("In")),
+        1,
+        "Error",
+        &format!("'failed on {{{{ $.spec.nodeName }}}} ({FAIL_ON_NODES_ANNOTATION})'"),
+        "Failed",
+    ));
+    healthy.push_str(&fails_on_its_node("NotIn"));
     stages.push(stage(
         "pod-run-to-completion",
         &healthy,
@@ -149,8 +173,8 @@ mod tests {
     #[test]
     fn a_broken_image_fails_its_workers_and_is_left_out_of_the_healthy_completion() {
         let stages = completion_stages(&["registry.example/broken:v1".to_string()]);
-        assert_eq!(stages.len(), 2);
-        let (broken, healthy) = (&stages[0], &stages[1]);
+        assert_eq!(stages.len(), 3);
+        let (broken, fail, healthy) = (&stages[0], &stages[1], &stages[2]);
         assert!(
             broken.contains("name: pod-worker-image-broken-0"),
             "{broken}"
@@ -161,6 +185,14 @@ mod tests {
                 "contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'In'"
             ),
             "{broken}"
+        );
+        assert!(!broken.contains(FAIL_ON_NODES_ANNOTATION), "{broken}");
+        // A worker of the broken image fails as such, whatever its annotations.
+        assert!(
+            fail.contains(
+                "contains(\"containerImage: registry.example/broken:v1\")'\n      operator: 'NotIn'"
+            ),
+            "{fail}"
         );
         assert!(healthy.contains("name: pod-run-to-completion"));
         assert!(healthy.contains("phase: Succeeded") && healthy.contains("exitCode: 0"));
@@ -173,14 +205,57 @@ mod tests {
     }
 
     #[test]
-    fn without_broken_images_every_pod_that_runs_to_completion_succeeds() {
+    fn a_pod_fails_on_the_nodes_its_annotation_names_and_only_there() {
         let stages = completion_stages(&[]);
-        assert_eq!(stages.len(), 1);
-        assert!(!stages[0].contains("containerImage"), "{}", stages[0]);
-        assert!(
-            stages[0].contains("- 'Never'\n      - 'OnFailure'\n  next:"),
-            "{}",
-            stages[0]
+        assert_eq!(stages.len(), 2);
+        let (fail, healthy) = (&stages[0], &stages[1]);
+        assert!(fail.contains("name: pod-fail-on-nodes"), "{fail}");
+        assert_eq!(
+            fails_on_its_node("In"),
+            "    - key: '.spec.nodeName as $n | (.metadata.annotations[\"sim.capstan.dev/fail-on-nodes\"] // \"\") | split(\",\") | any(.[]; trim == $n)'\n      operator: 'In'\n      values:\n      - 'true'\n"
         );
+        assert!(
+            fail.contains(&format!(
+                "- 'OnFailure'\n{}  next:",
+                fails_on_its_node("In")
+            )),
+            "{fail}"
+        );
+        assert!(fail.contains("phase: Failed") && fail.contains("exitCode: 1"));
+        assert!(fail.contains("reason: Error"), "{fail}");
+        assert!(
+            fail.contains(
+                "message: 'failed on {{ $.spec.nodeName }} (sim.capstan.dev/fail-on-nodes)'"
+            ),
+            "{fail}"
+        );
+        assert!(
+            healthy.contains(&format!(
+                "- 'OnFailure'\n{}  next:",
+                fails_on_its_node("NotIn")
+            )),
+            "{healthy}"
+        );
+    }
+
+    #[test]
+    fn without_broken_images_every_other_pod_that_runs_to_completion_succeeds() {
+        let stages = completion_stages(&[]);
+        assert!(
+            stages.iter().all(|s| !s.contains("containerImage")),
+            "{stages:?}"
+        );
+        let healthy = &stages[1];
+        assert!(healthy.contains("name: pod-run-to-completion"), "{healthy}");
+        assert!(healthy.contains("phase: Succeeded") && healthy.contains("exitCode: 0"));
+    }
+
+    #[test]
+    fn the_stages_parse_as_yaml() {
+        for stage in completion_stages(&["registry.example/broken:v1".to_string()]) {
+            let parsed: serde_json::Value =
+                serde_saphyr::from_str(&stage).unwrap_or_else(|e| panic!("{e}: {stage}"));
+            assert_eq!(parsed["kind"], "Stage", "{stage}");
+        }
     }
 }

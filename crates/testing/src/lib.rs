@@ -1,6 +1,6 @@
 //! What the tests of every crate share: condition waits with generous deadlines, real Git
-//! repositories built commit by commit ([`git`]) and the manifests of a test fleet
-//! ([`manifests`]).
+//! repositories built commit by commit ([`git`]), the manifests of a test fleet
+//! ([`manifests`]) and a real Prometheus scraping a test's exporter ([`prometheus`]).
 //!
 //! Starting and reaching an embedded cluster is the cluster's own test API,
 //! `capstan_cluster::testing`. This crate does not depend on the cluster, so the unit tests
@@ -8,6 +8,7 @@
 
 pub mod git;
 pub mod manifests;
+pub mod prometheus;
 
 use std::fmt::Debug;
 use std::time::Duration;

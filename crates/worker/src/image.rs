@@ -239,20 +239,8 @@ pub async fn pull(
     image_dir: &Path,
     options: &PullOptions,
 ) -> Result<PulledImage, PullError> {
-    capstan_api::install_crypto_provider();
-    let reference: Reference =
-        image
-            .parse()
-            .map_err(|err: oci_client::ParseError| PullError::Reference {
-                image: image.to_string(),
-                reason: err.to_string(),
-            })?;
-    let repository = format!("{}/{}", reference.registry(), reference.repository());
+    let (reference, repository, auth) = reach(image, options)?;
     let credentials = options.pull_secret.credentials_for(&repository);
-    let auth = match credentials {
-        Some(c) => RegistryAuth::Basic(c.username.clone(), c.password.clone()),
-        None => RegistryAuth::Anonymous,
-    };
     let registry_error = |reason: String| PullError::Registry {
         image: image.to_string(),
         reason,
@@ -302,6 +290,70 @@ pub async fn pull(
         }
     }
     Err(registry_error(failures.join("; ")))
+}
+
+/// Whether `image` exists in its registry, as KMM's `ImageExists` asks before it builds:
+/// its manifest is fetched (a HEAD-like request, no layer is pulled) over each transport
+/// the options allow, with the pull secret's credentials. `Ok(false)` when the registry
+/// answers that the manifest is unknown; `Err` when the reference does not parse or the
+/// registry cannot be asked (unreachable, credentials refused).
+pub async fn exists(image: &str, options: &PullOptions) -> Result<bool, PullError> {
+    let (reference, _, auth) = reach(image, options)?;
+    let registry_error = |reason: String| PullError::Registry {
+        image: image.to_string(),
+        reason,
+    };
+    let mut failures = Vec::new();
+    for transport in transports(
+        reference.registry(),
+        options.insecure,
+        &options.insecure_registries,
+    ) {
+        let client = client(transport).map_err(|err| registry_error(one_line(&err)))?;
+        match client.fetch_manifest_digest(&reference, &auth).await {
+            Ok(_) => return Ok(true),
+            Err(OciDistributionError::RequestError(err)) => {
+                failures.push(format!("{}: {}", transport.describe(), one_line(&err)));
+            }
+            Err(OciDistributionError::ImageManifestNotFoundError(_)) => return Ok(false),
+            Err(OciDistributionError::RegistryError { envelope, .. })
+                if envelope.errors.iter().any(|e| {
+                    matches!(
+                        e.code,
+                        oci_client::errors::OciErrorCode::ManifestUnknown
+                            | oci_client::errors::OciErrorCode::NameUnknown
+                    )
+                }) =>
+            {
+                return Ok(false);
+            }
+            Err(OciDistributionError::ServerError { code: 404, .. }) => return Ok(false),
+            Err(err) => return Err(registry_error(one_line(&err))),
+        }
+    }
+    Err(registry_error(failures.join("; ")))
+}
+
+/// How `image` is reached: its reference, its repository (`registry/path`, as pull
+/// secrets name it) and the credentials the pull secret has for it.
+fn reach(
+    image: &str,
+    options: &PullOptions,
+) -> Result<(Reference, String, RegistryAuth), PullError> {
+    capstan_api::install_crypto_provider();
+    let reference: Reference =
+        image
+            .parse()
+            .map_err(|err: oci_client::ParseError| PullError::Reference {
+                image: image.to_string(),
+                reason: err.to_string(),
+            })?;
+    let repository = format!("{}/{}", reference.registry(), reference.repository());
+    let auth = match options.pull_secret.credentials_for(&repository) {
+        Some(c) => RegistryAuth::Basic(c.username.clone(), c.password.clone()),
+        None => RegistryAuth::Anonymous,
+    };
+    Ok((reference, repository, auth))
 }
 
 fn client(transport: Transport) -> Result<Client, OciDistributionError> {

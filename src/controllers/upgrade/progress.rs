@@ -9,6 +9,8 @@ use capstan_api::labels::{PULL_REQUEST_ANNOTATION, REVISION_ANNOTATION};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::guard::{CheckRun, GateFailure};
+
 /// Why a node may not start its upgrade: the value of [`Progress::waiting`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -20,6 +22,16 @@ pub enum PolicyWait {
     PullRequest,
     /// An `UpgradeConfig` campaign rolls out the version and has not started (or failed).
     Campaign,
+    /// The rollout is paused (`rollout.paused`).
+    Paused,
+    /// A gate failed on a node of the same `GitSync`: the rollout halted.
+    Halted,
+    /// Outside every maintenance window.
+    Window,
+    /// The canary nodes go first.
+    Canary,
+    /// A gate failed on this node: it stays until the repository moves it again.
+    Failed,
 }
 
 /// An ordered upgrade of one Module on one node, as the reconciler keeps it in the Node
@@ -59,6 +71,19 @@ pub struct Progress {
     /// the upgrade: it takes a slot again, in line, before its next step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<Timestamp>,
+    /// The gate attempt under way (`rollout.gates`, the preflight).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckRun>,
+    /// When the last step was reached, while the checks after it run (the node keeps its
+    /// slot, and its drain, until they pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+    /// A canary node that passed its checks stays under watch, back in service, until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak_until: Option<Timestamp>,
+    /// The gate that failed on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<GateFailure>,
 }
 
 impl Progress {
@@ -68,9 +93,18 @@ impl Progress {
     }
 
     /// True while the upgrade holds a slot: from its start to its end, unless the node gave
-    /// it up.
+    /// it up or is back in service for a canary's soak.
     pub fn holds_slot(&self) -> bool {
-        self.upgrading() && self.released_at.is_none()
+        self.upgrading() && self.released_at.is_none() && self.soak_until.is_none()
+    }
+
+    /// True while the node must stay drained: its upgrade under a campaign runs, or a gate
+    /// failed and the policy keeps the node cordoned (`keep_cordoned`).
+    pub fn keeps_drain(&self, keep_cordoned: bool) -> bool {
+        self.drain
+            && self.upgrading()
+            && self.soak_until.is_none()
+            && (self.failed.is_none() || keep_cordoned)
     }
 
     /// The annotation value.

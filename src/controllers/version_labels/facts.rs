@@ -92,6 +92,8 @@ pub fn facts_of(
             .get(&key.upgrade_annotation())
             .and_then(|text| Progress::from_annotation(text)),
         stamp: stamp_of(annotations),
+        // The policy's, added by the decision.
+        guardrails: super::Guardrails::default(),
     }
 }
 

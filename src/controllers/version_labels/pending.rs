@@ -4,13 +4,14 @@
 //! step 4 is seen: the device plugin pod may not run yet, and a DaemonSet's status can lag
 //! the node label that schedules it). A move a campaign holds (not started yet, or failed)
 //! is not waited for: it happens at the campaign's time, not the commit's; one due already
-//! is waited for.
+//! is waited for. Nor is a move the rollout's guardrails hold (a failed gate, a halt, a
+//! pause, a closed window): it waits for the repository or the clock, not for capstan.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt as _;
 
 use crate::controllers::node::NodeFacts;
-use crate::controllers::upgrade::{Campaigns, Hold, Progress};
+use crate::controllers::upgrade::{Campaigns, Hold, PolicyWait, Progress};
 use capstan_api::labels::{DRAIN_ANNOTATION, ModuleKey, ModuleLabel};
 
 /// One thing still to happen on a node.
@@ -32,9 +33,15 @@ pub fn pending(
     now: jiff::Timestamp,
 ) -> Vec<Pending> {
     let mut pending = Vec::new();
+    let mut guarded = std::collections::BTreeSet::new();
     let mut waiting = |line: String| pending.push(Pending::Waiting(line));
     for node in nodes {
-        if node.annotations().contains_key(DRAIN_ANNOTATION) {
+        // A node a failed gate keeps cordoned waits for the repository, not for capstan.
+        let failed = node.annotations().iter().any(|(annotation, value)| {
+            ModuleKey::from_upgrade_annotation(annotation).is_some()
+                && Progress::from_annotation(value).is_some_and(|p| p.failed.is_some())
+        });
+        if node.annotations().contains_key(DRAIN_ANNOTATION) && !failed {
             waiting(format!(
                 "node {} is cordoned for its upgrade until its last step",
                 node.name_any()
@@ -44,6 +51,10 @@ pub fn pending(
             let Some(key) = ModuleKey::from_upgrade_annotation(annotation) else {
                 continue;
             };
+            if Progress::from_annotation(value).is_some_and(|p| guard_held(&p)) {
+                guarded.insert((node.name_any(), key));
+                continue;
+            }
             match Progress::from_annotation(value).filter(Progress::upgrading) {
                 Some(progress) if progress.released_at.is_some() => waiting(format!(
                     "node {} gave up its slot while NotReady; its upgrade of {} goes on once \
@@ -64,7 +75,10 @@ pub fn pending(
         for (label, value) in &node.labels {
             for (kind, key) in ModuleLabel::parse(label) {
                 // An empty version counts as no label (version_labels::VersionLabels::of).
-                if kind != ModuleLabel::VersionModule || value.is_empty() || !modules.contains(&key)
+                if kind != ModuleLabel::VersionModule
+                    || value.is_empty()
+                    || !modules.contains(&key)
+                    || guarded.contains(&(node.name.clone(), key.clone()))
                 {
                     continue;
                 }
@@ -102,6 +116,17 @@ pub fn pending(
         }
     }
     pending
+}
+
+/// Whether the rollout's guardrails hold a move: a gate failed on the node, or it waits for a pause, a halt or a window to end.
+fn guard_held(progress: &Progress) -> bool {
+    let failed = progress.failed.is_some();
+    let waits = !progress.upgrading()
+        && matches!(
+            progress.waiting,
+            Some(PolicyWait::Paused | PolicyWait::Halted | PolicyWait::Window | PolicyWait::Failed)
+        );
+    failed || waits
 }
 
 #[cfg(test)]
@@ -232,5 +257,68 @@ mod tests {
             NOW.parse().expect("a time"),
         );
         assert_eq!(unknown, [], "the version of a Module that does not exist");
+    }
+
+    #[test]
+    fn a_move_the_guardrails_hold_is_not_waited_for_and_a_running_one_is() {
+        let key = key();
+        let facts = node(Some("v2"), Some("v1"), Some("v1"));
+        // The Node of `facts`, with an upgrade annotation of `progress` and a drain.
+        let node_with = |progress: serde_json::Value, drained: bool| -> Node {
+            let mut annotations = serde_json::Map::new();
+            annotations.insert(key.upgrade_annotation(), json!(progress.to_string()));
+            if drained {
+                annotations.insert(DRAIN_ANNOTATION.to_string(), json!("{}"));
+            }
+            serde_json::from_value(json!({"metadata": {"name": "n1", "annotations": annotations}}))
+                .expect("a node")
+        };
+        let failure = json!({"when": "after", "gate": "diag", "reason": "exit 1", "at": NOW});
+        let check = json!({"when": "after", "name": "diag", "attempt": 1, "since": NOW});
+        // (case, node, pending lines)
+        let rows = [
+            (
+                "a failed gate, the node kept cordoned",
+                node_with(
+                    json!({"from": "v1", "to": "v2", "startedAt": NOW, "drain": true, "failed": failure}),
+                    true,
+                ),
+                0,
+            ),
+            (
+                "halted, not started",
+                node_with(
+                    json!({"from": "v1", "to": "v2", "waiting": "halted"}),
+                    false,
+                ),
+                0,
+            ),
+            (
+                "outside every window",
+                node_with(
+                    json!({"from": "v1", "to": "v2", "waiting": "window"}),
+                    false,
+                ),
+                0,
+            ),
+            (
+                "a gate under way is waited for",
+                node_with(
+                    json!({"from": "v1", "to": "v2", "startedAt": NOW, "check": check}),
+                    false,
+                ),
+                2,
+            ),
+        ];
+        for (case, node, lines) in rows {
+            let got = pending(
+                &[node],
+                std::slice::from_ref(&facts),
+                std::slice::from_ref(&key),
+                &Campaigns::default(),
+                NOW.parse().expect("a time"),
+            );
+            assert_eq!(got.len(), lines, "{case}: {got:?}");
+        }
     }
 }

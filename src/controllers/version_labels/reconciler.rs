@@ -28,7 +28,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource as _, ResourceExt as _};
@@ -36,20 +36,23 @@ use kube::{Resource as _, ResourceExt as _};
 use super::facts::{
     carries, facts_of, holds_slot, is_device_plugin_of, module_keys, not_ready_since,
 };
-use super::records::{StepRecord, WaitEvent};
+use super::records::{GateRecord, StepRecord, WaitEvent};
 use super::{
     Confirm, FleetNode, NodeDecision, NodeInputs, NodeModuleFacts, NodePlan, Policies, decide_node,
     has_work, next_in_line, node_patch, standings,
 };
 use crate::controllers::caches::Caches;
+use crate::controllers::checks;
 use crate::controllers::context::Context;
 use crate::controllers::runner::{self, Runner};
 use crate::controllers::upgrade::Campaigns;
 use crate::controllers::upgrade::drain::{
     Cordon, DrainState, DrainStep, end_patch, start_patch, write_record,
 };
+use crate::controllers::upgrade::guard::{CheckKind, CheckResult, Seen};
 use crate::controllers::upgrade::policy::{SyncState, wakes_every_node};
 use crate::history::{self, EventTarget};
+use capstan_api::GateWhen;
 use capstan_api::capstan::SYSTEM_NAMESPACE;
 use capstan_api::labels::{
     DEVICE_PLUGIN_ROLE, DRA_ROLE, DRAIN_ANNOTATION, MODULE_NAME_LABEL, ModuleKey, ROLE_LABEL,
@@ -90,6 +93,8 @@ struct Shared {
     started: Timestamp,
     /// The upgrades said resumed (node, Module, start), each once.
     resumed: Mutex<HashSet<(String, ModuleKey, Timestamp)>>,
+    /// The HTTP client of Prometheus gates.
+    http: reqwest::Client,
 }
 
 /// Runs the version-label controller until `ctx.shutdown`. Subscribes to `caches`; the
@@ -127,6 +132,7 @@ pub fn run(
         upgrade_configs,
         started: ctx.clock.now(),
         resumed: Mutex::new(HashSet::new()),
+        http: checks::prometheus::client().unwrap_or_else(|_| reqwest::Client::new()),
     });
     let departed = {
         let shared = shared.clone();
@@ -230,7 +236,9 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
         drain: DrainState::of(node.annotations()),
         cordon: cordon_of(&node),
         not_ready_since: not_ready_since(&node),
+        seen: BTreeMap::new(),
     };
+    inputs.seen = observe_checks(shared, &node, &inputs).await;
     say_resumed(shared, &node, &inputs.modules);
     // The clock is read for each decision, after the reads it confirms: a step then takes
     // a time later than every write the confirming list saw (the last step of the node
@@ -242,6 +250,10 @@ async fn reconcile_node(cached: &Node, shared: &Shared) -> Result<Action, Reconc
             NodeDecision::Confirm(what) => confirm(shared, &mut inputs, what).await?,
         }
     };
+    shared.ctx.metrics.set_rollout_halted(
+        &inputs.policies.sync_name(&name),
+        super::rollout_halted(&inputs),
+    );
     for m in &plan.modules {
         let (facts, gate, decision) = (&m.facts, &plan.gate, &m.decision);
         tracing::debug!(node = %name, module = %m.key, ?facts, ?gate, ?decision, "decided");
@@ -347,6 +359,21 @@ async fn write(
             .await
             .map_err(failed(&name, "recording a released slot"))?;
     }
+    for record in &plan.checks {
+        record_gate(shared, node, record)
+            .await
+            .map_err(failed(&name, "recording a gate"))?;
+    }
+    for check in &plan.check_pods {
+        let pod = checks::pod::build(node, &check.key, &check.run, &check.spec);
+        let pods: Api<Pod> = Api::namespaced(shared.ctx.client.clone(), SYSTEM_NAMESPACE);
+        crate::crash::point("gate.pod.before");
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => crate::crash::point("gate.pod.after"),
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) => return Err(failed(&name, "creating a check pod")(err)),
+        }
+    }
     let mut recorded = BTreeMap::new();
     for record in &plan.records {
         let at = record_step(shared, node, record, now)
@@ -386,12 +413,92 @@ async fn write(
     for wait in &plan.waits {
         announce_wait(shared, node, wait).await;
     }
+    delete_ended_check_pods(shared, node, plan).await;
     Ok(plan
         .next_look
         .map_or_else(Action::await_change, Action::requeue))
 }
 
 // ---- reads ----
+
+/// What each gate attempt the node keeps was seen to do: its check pod, its query, its
+/// expression, or the preflight's image. An attempt that cannot be read is seen as not
+/// answering yet (its timeout decides).
+async fn observe_checks(
+    shared: &Shared,
+    node: &Node,
+    inputs: &NodeInputs,
+) -> BTreeMap<ModuleKey, Seen> {
+    let name = node.name_any();
+    let policy = inputs.policies.policy_for(&name);
+    let mut seen = BTreeMap::new();
+    let mut pods_on_node: Option<Vec<Pod>> = None;
+    for (key, facts) in &inputs.modules {
+        let Some(run) = facts.progress.as_ref().and_then(|p| p.check.as_ref()) else {
+            continue;
+        };
+        let guardrails = super::guardrails_of(&policy, &name, key, None);
+        let checks = match run.when {
+            GateWhen::Before => &guardrails.before,
+            GateWhen::After => &guardrails.after,
+        };
+        let Some(check) = checks.iter().find(|check| check.name == run.name) else {
+            continue;
+        };
+        let client = &shared.ctx.client;
+        let looked = match &check.kind {
+            CheckKind::Preflight => match module_of(shared, key) {
+                Some(module) => checks::image::seen(client, key, &module, node).await,
+                None => Seen::NotYet(format!("Module {key} is not there")),
+            },
+            CheckKind::Pod(_) => {
+                let pod_name = checks::pod::name(&name, key, run);
+                let pods: Api<Pod> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+                match pods.get_opt(&pod_name).await {
+                    Ok(pod) => checks::pod::seen(&pod_name, pod.as_ref()),
+                    Err(err) => Seen::NotYet(format!("reading check pod {pod_name}: {err}")),
+                }
+            }
+            CheckKind::Prometheus(prometheus) => {
+                let query = checks::prometheus::expand(&prometheus.query, &name);
+                match checks::prometheus::query(&shared.http, &prometheus.url, &query).await {
+                    Ok(result) if result.series.is_empty() => {
+                        Seen::Passed(format!("{query} returned no series"))
+                    }
+                    Ok(result) => Seen::NotYet(format!(
+                        "{query} returned {}",
+                        checks::prometheus::describe(&result, 3)
+                    )),
+                    Err(err) => Seen::NotYet(format!("querying {}: {err}", prometheus.url)),
+                }
+            }
+            CheckKind::Cel(expression) => {
+                if pods_on_node.is_none() {
+                    let pods: Api<Pod> = Api::all(client.clone());
+                    let params = ListParams::default().fields(&format!("spec.nodeName={name}"));
+                    pods_on_node = Some(match pods.list(&params).await {
+                        Ok(list) => list.items,
+                        Err(err) => {
+                            seen.insert(
+                                key.clone(),
+                                Seen::NotYet(format!("listing the node's pods: {err}")),
+                            );
+                            continue;
+                        }
+                    });
+                }
+                let pods = pods_on_node.as_deref().unwrap_or_default();
+                match checks::cel::evaluate(expression, node, pods) {
+                    Ok(true) => Seen::Passed(format!("{expression} is true")),
+                    Ok(false) => Seen::NotYet(format!("{expression} is false")),
+                    Err(why) => Seen::NotYet(why),
+                }
+            }
+        };
+        seen.insert(key.clone(), looked);
+    }
+    seen
+}
 
 fn module_of(shared: &Shared, key: &ModuleKey) -> Option<Arc<Module>> {
     shared
@@ -560,6 +667,69 @@ fn line_moves(
 }
 
 // ---- writes ----
+
+/// Deletes the check pods of attempts that ended without failing (a failed one is kept
+/// for its logs until the node's move is over).
+async fn delete_ended_check_pods(shared: &Shared, node: &Node, plan: &NodePlan) {
+    let name = node.name_any();
+    let pods: Api<Pod> = Api::namespaced(shared.ctx.client.clone(), SYSTEM_NAMESPACE);
+    for m in &plan.modules {
+        let Some(kept) = m.facts.progress.as_ref().and_then(|p| p.check.as_ref()) else {
+            continue;
+        };
+        let still = m.decision.progress.as_ref().and_then(|p| p.check.as_ref());
+        let failed = m
+            .decision
+            .check
+            .as_ref()
+            .is_some_and(|c| c.result != CheckResult::Passed);
+        if still == Some(kept) || failed {
+            continue;
+        }
+        let pod_name = checks::pod::name(&name, &m.key, kept);
+        match pods.delete(&pod_name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => {
+                tracing::warn!(%err, node = %name, pod = %pod_name, "could not delete a check pod")
+            }
+        }
+    }
+}
+
+/// Writes the record of a gate's attempt that ended and, when the record is new, its
+/// Events on the Node and the Module.
+async fn record_gate(shared: &Shared, node: &Node, record: &GateRecord) -> Result<(), kube::Error> {
+    let client = &shared.ctx.client;
+    let created = history::write_record_making_namespace(
+        client,
+        record.spec.clone(),
+        managers::VERSION_LABELS,
+    )
+    .await?;
+    if !created {
+        return Ok(());
+    }
+    if record.failed {
+        shared.ctx.metrics.gate_failed(&record.spec.sync);
+    }
+    for target in [EventTarget::node(node), module_target(shared, &record.key)] {
+        if let Err(err) = history::record_event(
+            &shared.ctx.recorder,
+            &target,
+            record.failed,
+            record.reason,
+            &record.spec.message,
+            &record.spec.commit,
+            record.annotations.clone(),
+        )
+        .await
+        {
+            tracing::warn!(%err, node = %node.name_any(), "could not record a gate event");
+        }
+    }
+    Ok(())
+}
 
 fn module_target(shared: &Shared, key: &ModuleKey) -> EventTarget {
     EventTarget {

@@ -10,13 +10,15 @@ use super::{
     Decision, Gate, NodeModuleFacts, Outcome, PolicyWait, Progress, Slot, Stamp, StepReached, Wait,
 };
 use crate::controllers::upgrade::Policies;
+use crate::controllers::upgrade::guard::{self, CheckResult};
 use crate::controllers::upgrade::policy::asked_by;
+use crate::controllers::upgrade::window::WindowState;
 use capstan_api::clock::rfc3339_micros;
 use capstan_api::labels::{
     FROM_VERSION_ANNOTATION, MODULE_ANNOTATION, ModuleKey, TO_VERSION_ANNOTATION,
     UPGRADE_STEP_ANNOTATION,
 };
-use capstan_api::{CommitRef, HistoryRecordSpec, RecordType, UpgradeStep};
+use capstan_api::{CommitRef, GateWhen, HistoryRecordSpec, RecordType, UpgradeStep};
 
 /// How a step reached is recorded: a history record, then, when the record is new, the same
 /// Event on the Node and on the Module.
@@ -73,6 +75,83 @@ pub fn step_record(
         },
         reason: step_reason(step.step),
         annotations,
+    }
+}
+
+/// How a gate's attempt that ended is recorded: a history record, then, when the record is
+/// new, the same Event on the Node and on the Module (a `Warning` when it failed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateRecord {
+    /// The Module.
+    pub key: ModuleKey,
+    /// The record.
+    pub spec: HistoryRecordSpec,
+    /// `GatePassed`, `GateRetried` or `GateFailed`.
+    pub reason: &'static str,
+    /// The gate failed: the rollout halts (a `Warning`).
+    pub failed: bool,
+    /// Module and versions.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The record of `outcome`, an attempt of a gate over `key`'s move on `node` (`progress`).
+pub fn gate_record(
+    policies: &Policies,
+    node: &str,
+    key: &ModuleKey,
+    progress: &Progress,
+    outcome: &guard::Outcome,
+    now: Timestamp,
+) -> GateRecord {
+    let stamp = Stamp {
+        revision: progress.revision.clone(),
+        pull_request: progress.pull_request,
+    };
+    let commit = policies.commit_of(node, &stamp);
+    let when = match outcome.when {
+        GateWhen::Before => "before the start",
+        GateWhen::After => "after the last step",
+    };
+    let result = outcome.result.as_str();
+    let consequence = match outcome.result {
+        CheckResult::Failed => "; the rollout halts",
+        _ => "",
+    };
+    let message = format!(
+        "{key} {} -> {} on {node}: gate {} {when} {result} on attempt {}: {}{consequence}{}",
+        version(&progress.from),
+        version(&progress.to),
+        outcome.gate,
+        outcome.attempt,
+        outcome.detail,
+        asked_by(&commit),
+    );
+    let reason = match outcome.result {
+        CheckResult::Passed => "GatePassed",
+        CheckResult::Retried => "GateRetried",
+        CheckResult::Failed => "GateFailed",
+    };
+    GateRecord {
+        key: key.clone(),
+        spec: HistoryRecordSpec {
+            time: rfc3339_micros(now),
+            type_: RecordType::Gate,
+            sync: policies.sync_name(node),
+            commit,
+            message,
+            node: Some(node.to_string()),
+            module: Some(key.to_string()),
+            step: Some(format!(
+                "{} {result} attempt {}",
+                outcome.gate, outcome.attempt
+            )),
+            from_version: progress.from.clone(),
+            to_version: progress.to.clone(),
+            ..HistoryRecordSpec::default()
+        },
+        reason,
+        failed: outcome.result == CheckResult::Failed,
+        annotations: move_annotations(key, &progress.from, &progress.to),
     }
 }
 
@@ -169,6 +248,67 @@ pub fn wait_event(
             ),
         ),
         (PolicyWait::Slot, Slot::Free) => return None,
+        (PolicyWait::Paused, _) => (
+            false,
+            "RolloutPaused",
+            format!(
+                "{moving} waits: the rollout is paused (rollout.paused){}",
+                asked_by(&commit)
+            ),
+        ),
+        (PolicyWait::Halted, _) => (
+            true,
+            "RolloutHalted",
+            format!(
+                "{moving} waits: a gate failed on another node and the rollout halted; \
+                 change the failed node's version in the repository to go on{}",
+                asked_by(&commit)
+            ),
+        ),
+        (PolicyWait::Window, _) => {
+            let opens = match gate.window {
+                Some(WindowState::Closed { opens_at }) => format!(", the next opens at {opens_at}"),
+                _ => String::new(),
+            };
+            (
+                false,
+                "OutsideWindow",
+                format!(
+                    "{moving} waits for a maintenance window{opens}{}",
+                    asked_by(&commit)
+                ),
+            )
+        }
+        (PolicyWait::Canary, _) => (
+            false,
+            "CanaryFirst",
+            format!(
+                "{moving} waits for the canary nodes to finish and soak{}",
+                asked_by(&commit)
+            ),
+        ),
+        (PolicyWait::Failed, _) => {
+            let failure = progress.failed.as_ref()?;
+            let rolled_back = if progress.upgrading() {
+                String::new()
+            } else if failure.when == GateWhen::After {
+                " and the node is back on the version it left".to_string()
+            } else {
+                String::new()
+            };
+            (
+                true,
+                "GateFailed",
+                format!(
+                    "{moving} stopped: gate {} failed: {}{rolled_back}; the repository \
+                     still asks for {}: revert the change, or move the node on, to go on{}",
+                    failure.gate,
+                    failure.reason,
+                    version(&to),
+                    asked_by(&commit)
+                ),
+            )
+        }
         (PolicyWait::Campaign, _) => {
             let campaign = gate.campaigns.get(to.as_deref())?;
             let message = if campaign.failed() {
@@ -382,6 +522,7 @@ mod tests {
             step: None,
             progress: Some(progress),
             announce,
+            check: None,
         }
     }
 
@@ -416,6 +557,7 @@ mod tests {
             step: None,
             progress: None,
             announce: false,
+            check: None,
         };
         // (name, decision, gate, want: warning, reason, message)
         let rows = [

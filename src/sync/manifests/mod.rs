@@ -26,6 +26,7 @@
 
 mod catalog;
 mod dra;
+mod rollout;
 mod rules;
 mod schema;
 mod settings;

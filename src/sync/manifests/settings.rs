@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::rollout::RolloutSettings;
 use super::yaml::{self, FieldPath, Node, NodeValue};
 use super::{ManifestError, closest_name, rules, syntax_error};
 use capstan_api::{NodeDrain, UpgradePolicy, UpgradeWindow};
@@ -61,6 +62,8 @@ pub struct Settings {
     /// of the fleet moves on; it takes a slot again, in line, once it is Ready.
     #[serde(with = "duration_text")]
     pub not_ready_timeout: std::time::Duration,
+    /// `rollout`: the guardrails (see [`RolloutSettings`]).
+    pub rollout: RolloutSettings,
 }
 
 impl Default for Settings {
@@ -77,6 +80,7 @@ impl Default for Settings {
             not_ready_timeout: std::time::Duration::from_secs(
                 capstan_api::capstan::DEFAULT_NOT_READY_TIMEOUT_SECONDS,
             ),
+            rollout: RolloutSettings::default(),
         }
     }
 }
@@ -91,12 +95,13 @@ impl Settings {
             node_drain: self.node_drain.clone(),
             upgrade_window: self.upgrade_window.clone(),
             not_ready_timeout_seconds: self.not_ready_timeout.as_secs().max(1),
+            rollout: self.rollout.policy(),
         }
     }
 }
 
 /// A duration written as `10m`, `30s` or `1h30m`.
-mod duration_text {
+pub(super) mod duration_text {
     use serde::{Deserialize as _, Deserializer, Serializer};
     use std::time::Duration;
 
@@ -164,6 +169,8 @@ enum Accepts {
     Patterns,
     /// A mapping of these settings; empty means every default.
     Section(&'static [Setting]),
+    /// A mapping its own reader checks field by field (`rollout`).
+    Mapping(&'static str),
 }
 
 const MINUTES: Accepts = Accepts::Whole {
@@ -277,6 +284,15 @@ const SETTINGS: &[Setting] = &[
         default: "10m",
         note: "",
     },
+    Setting {
+        key: "rollout",
+        accepts: Accepts::Mapping(
+            "a mapping of paused, onFailure, failedNode, preflight, canary, windows, gates \
+             (docs/guardrails.md)",
+        ),
+        default: "",
+        note: "",
+    },
 ];
 
 fn keys(settings: &[Setting]) -> impl Iterator<Item = &'static str> + '_ {
@@ -298,6 +314,7 @@ impl Setting {
             Accepts::Duration => "a duration such as 10m, 90s or 1h30m".to_string(),
             Accepts::Patterns => "a list of regular expressions".to_string(),
             Accepts::Section(settings) => format!("a mapping of {}", key_list(settings)),
+            Accepts::Mapping(what) => what.to_string(),
         }
     }
 
@@ -325,7 +342,10 @@ impl Setting {
         let value = &node.value;
         match (self.accepts, value) {
             (_, NodeValue::Null)
-                if matches!(self.accepts, Accepts::Section(_) | Accepts::Patterns) =>
+                if matches!(
+                    self.accepts,
+                    Accepts::Section(_) | Accepts::Patterns | Accepts::Mapping(_)
+                ) =>
             {
                 None
             }
@@ -366,7 +386,7 @@ impl Setting {
                 }
             }
             (Accepts::Patterns, NodeValue::Sequence(_)) => None,
-            (Accepts::Section(_), NodeValue::Mapping(_)) => None,
+            (Accepts::Section(_) | Accepts::Mapping(_), NodeValue::Mapping(_)) => None,
             _ => refused(found(value)),
         }
     }
@@ -579,6 +599,7 @@ fn out_of_range(settings: &Settings) -> Vec<(FieldPath, String)> {
             ));
         }
     }
+    problems.extend(super::rollout::problems(&settings.rollout));
     problems
 }
 
@@ -634,6 +655,7 @@ mod tests {
                     delay_trigger: 0,
                 },
                 not_ready_timeout: std::time::Duration::from_secs(90),
+                rollout: RolloutSettings::default(),
             }
         );
     }
@@ -822,7 +844,7 @@ mod tests {
                     "2: maxNodesInFlite: unknown setting; did you mean maxNodesInFlight?",
                     "3: colour: unknown setting; the settings are maxNodesInFlight, \
                      requirePullRequest, historyRetention, prune, drift, defaultNamespace, \
-                     nodeDrain, upgradeWindow, notReadyTimeout",
+                     nodeDrain, upgradeWindow, notReadyTimeout, rollout",
                 ],
             ),
             (
@@ -888,7 +910,7 @@ mod tests {
                 &[
                     "1: the settings must be a mapping of maxNodesInFlight, requirePullRequest, \
                      historyRetention, prune, drift, defaultNamespace, nodeDrain, upgradeWindow, \
-                     notReadyTimeout",
+                     notReadyTimeout, rollout",
                 ],
             ),
             (

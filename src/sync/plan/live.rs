@@ -110,6 +110,50 @@ fn as_declared(manifest: &Manifest, action: ObjectAction) -> ObjectChange {
 }
 
 /// Whether Node `name` is registered.
+/// The durations (seconds) of the upgrades the cluster recorded: each node's move, its
+/// step records' durations added up, for the moves that reached their last step.
+pub async fn recorded_upgrades(client: &kube::Client) -> Result<Vec<f64>, kube::Error> {
+    use capstan_api::{HistoryRecord, RecordType, UpgradeStep};
+    let records: Api<HistoryRecord> =
+        Api::namespaced(client.clone(), capstan_api::capstan::SYSTEM_NAMESPACE);
+    let params = ListParams::default().labels(&format!(
+        "{}={}",
+        capstan_api::labels::RECORD_TYPE_LABEL,
+        RecordType::UpgradeStep.as_str()
+    ));
+    let listed = match records.list(&params).await {
+        Ok(list) => list.items,
+        // capstan's kinds are not served: nothing recorded.
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
+    // One move: its node, Module, versions and commit; its seconds so far, and whether
+    // its last step is among them.
+    let mut moves: BTreeMap<[String; 5], (f64, bool)> = BTreeMap::new();
+    for record in listed {
+        let spec = record.spec;
+        let upgrade = spec.from_version.is_some() && spec.to_version.is_some();
+        if !upgrade {
+            continue;
+        }
+        let key = [
+            spec.node.unwrap_or_default(),
+            spec.module.unwrap_or_default(),
+            spec.from_version.unwrap_or_default(),
+            spec.to_version.unwrap_or_default(),
+            spec.commit.sha,
+        ];
+        let entry = moves.entry(key).or_default();
+        entry.0 += spec.duration_seconds.unwrap_or(0.0);
+        entry.1 |= spec.step.as_deref() == Some(UpgradeStep::DevicePluginStarted.as_str());
+    }
+    Ok(moves
+        .into_values()
+        .filter(|(_, done)| *done)
+        .map(|(seconds, _)| seconds)
+        .collect())
+}
+
 async fn node_registered(client: &kube::Client, name: &str) -> Result<bool, PlanError> {
     let node = Api::<Node>::all(client.clone())
         .get_opt(name)

@@ -17,6 +17,7 @@
 //! [`render_text`], [`render_markdown`] and [`render_json`] print it; [`Plan::exit_code`]
 //! follows Terraform's `-detailed-exitcode`.
 
+mod guardrails;
 mod live;
 mod lws;
 mod model;
@@ -28,10 +29,10 @@ mod steps;
 use std::collections::BTreeSet;
 
 pub use model::{
-    CheckStatus, ClusterState, Commit, DrainPreview, ForcedAfter, LeaderWorkerSetAction,
+    CheckStatus, ClusterState, Commit, DrainPreview, Estimate, ForcedAfter, LeaderWorkerSetAction,
     LeaderWorkerSetChange, Mode, NodeMove, ObjectAction, ObjectChange, ObjectRef, Plan,
-    PlannedCampaign, PlannedRollout, PlannedStep, Policy, PullRequestCheck, ReplicasChange,
-    SCHEMA_VERSION, Summary,
+    PlannedCampaign, PlannedGate, PlannedGuardrails, PlannedRollout, PlannedStep, Policy,
+    PullRequestCheck, ReplicasChange, SCHEMA_VERSION, Summary,
 };
 pub use render::{COMMENT_LIMIT, render_json, render_markdown, render_text, summary_line};
 
@@ -165,6 +166,13 @@ pub fn offline(input: &PlanInput) -> Plan {
     findings.leader_worker_sets = leader_worker_sets;
     findings.warnings.extend(warnings);
     let mut plan = assemble(input, Mode::Offline, None, &head.settings, findings);
+    guardrails::apply(
+        &mut plan.nodes,
+        &mut plan.policy,
+        &head.settings.rollout.policy(),
+        &[],
+        jiff::Timestamp::now(),
+    );
     let objects = base.iter().chain(&head.manifests).map(|m| &m.object);
     scrub(&mut plan, &mask::Scrub::of(objects));
     plan
@@ -264,6 +272,19 @@ pub async fn live(
             )))?;
     }
     let mut plan = assemble(input, Mode::Live, Some(cluster), &head.settings, findings);
+    let rollout = head.settings.rollout.policy();
+    if !rollout.is_default() {
+        let recorded = live::recorded_upgrades(client)
+            .await
+            .map_err(cluster_error("reading the upgrades the cluster recorded"))?;
+        guardrails::apply(
+            &mut plan.nodes,
+            &mut plan.policy,
+            &rollout,
+            &recorded,
+            jiff::Timestamp::now(),
+        );
+    }
     live::drain_previews(client, &mut plan, &head.settings.node_drain)
         .await
         .map_err(cluster_error(

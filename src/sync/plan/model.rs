@@ -276,6 +276,68 @@ pub struct NodeMove {
     /// What the drain will do on the node (live plans of a move under a campaign).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainPreview>,
+    /// The rollout gates the move passes, in order (upgrades only; docs/guardrails.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<PlannedGate>,
+    /// When the node starts at the earliest (RFC 3339): its wave's place in the estimate,
+    /// inside a maintenance window. Set when the plan has an estimate or windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub starts_at: Option<String>,
+}
+
+/// A gate a node's move passes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedGate {
+    /// Its name (`preflight` for the image check).
+    pub name: String,
+    /// `image`, `pod`, `prometheus` or `cel`.
+    pub kind: String,
+    /// `before` the node starts, or `after` its last step.
+    pub when: String,
+    /// How long an attempt may take, in seconds.
+    pub timeout_seconds: u64,
+    /// Attempts after a failed one.
+    pub retries: u32,
+}
+
+/// The rollout's guardrails as head sets them, and how long the rollout will take.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedGuardrails {
+    /// `rollout.paused`: no node starts.
+    pub paused: bool,
+    /// Where a node whose gate failed is left: `cordoned` or `uncordoned`.
+    pub failed_node: String,
+    /// The canary nodes, first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub canary: Vec<String>,
+    /// The canary's soak, in seconds.
+    pub soak_seconds: u64,
+    /// The maintenance windows, described (`sat, sun 02:00 for 4h Europe/Paris`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<String>,
+    /// How long the upgrades will take.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Estimate>,
+}
+
+/// How long a plan's upgrades will take: each wave takes a node's usual upgrade time and
+/// starts inside a window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Estimate {
+    /// A node's upgrade, in seconds: the median of the upgrades the cluster recorded
+    /// (the four steps' durations added up).
+    pub per_node_seconds: u64,
+    /// How many recorded upgrades the median is of.
+    pub recorded_upgrades: usize,
+    /// When the first wave starts (RFC 3339): now, or the next window.
+    pub starts_at: String,
+    /// When the last wave ends (RFC 3339).
+    pub ends_at: String,
+    /// From now to `ends_at`, in seconds (windows' waits included).
+    pub total_seconds: u64,
 }
 
 /// What a node's drain will do, from its pods as the cluster has them now.
@@ -434,6 +496,9 @@ pub struct Policy {
     pub require_pull_request: PullRequestCheck,
     /// `prune`: whether objects that left the repository are deleted.
     pub prune: bool,
+    /// The rollout's guardrails (`rollout` in `capstan.yaml`), when head sets any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guardrails: Option<PlannedGuardrails>,
 }
 
 /// How a plan fares with `requirePullRequest`.

@@ -22,6 +22,7 @@ pub fn policy(
             pull_request,
         ),
         prune: settings.prune,
+        guardrails: None,
     }
 }
 

@@ -113,6 +113,8 @@ pub fn rollout(moves: &[LabelMove], max_in_flight: u32) -> (Vec<NodeMove>, Vec<V
                 wave,
                 campaign: None,
                 held_until: None,
+                gates: Vec::new(),
+                starts_at: None,
                 drain: None,
             }
         })

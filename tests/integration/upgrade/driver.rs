@@ -95,6 +95,20 @@ impl Capstan {
         }
     }
 
+    /// Applies the branch's head without waiting for the cluster to converge on it (a
+    /// rollout the guardrails hold does not): the long-running mode only.
+    pub async fn apply_head(&mut self) {
+        self.runs += 1;
+        let Some((syncer, _, _)) = &mut self.running else {
+            panic!("apply_head needs the long-running mode");
+        };
+        let outcome = syncer.sync().await.expect("sync");
+        assert!(
+            matches!(outcome, Outcome::Applied(_) | Outcome::Unchanged),
+            "{outcome:?}"
+        );
+    }
+
     /// The way capstan runs.
     pub fn mode(&self) -> Mode {
         self.mode

@@ -29,6 +29,15 @@ pub const STUCK_LABEL: &str = "sim.capstan.dev/stuck";
 pub const EXIT_AFTER_ANNOTATION: &str = "sim.capstan.dev/exit-after-seconds";
 /// The exit code of such a pod (default 0).
 pub const EXIT_CODE_ANNOTATION: &str = "sim.capstan.dev/exit-code";
+/// `sim.capstan.dev/fail-on-nodes: "node-2,node-5"` on a pod that runs to completion
+/// (`restartPolicy` Never or OnFailure): on a node it names (its `spec.nodeName` one of
+/// the comma-separated names), its containers exit with code 1 instead of
+/// [`EXIT_CODE_ANNOTATION`]'s, reason `Error`, message `failed on <node>
+/// (sim.capstan.dev/fail-on-nodes)`; with `Never` the pod is Failed. On other nodes, and
+/// on pods that restart `Always`, it changes nothing. The pod still exits only after
+/// [`EXIT_AFTER_ANNOTATION`]'s seconds: without it, it runs forever. kwok's stages of the
+/// real cluster honour it too (failing such a pod at once, as they complete every pod).
+pub const FAIL_ON_NODES_ANNOTATION: &str = "sim.capstan.dev/fail-on-nodes";
 /// `sim.capstan.dev/crash-<container>: "<n>"` on a running pod: container `<container>`
 /// is to have crashed `n` times in all. Each time the count is above the crashes so far,
 /// the container exits with code 1 (the pod stays Running, not Ready while it is down) and
@@ -673,12 +682,15 @@ impl Kubelet {
             let (code, message) = match outcome {
                 Some(Ok(())) => (0, String::new()),
                 Some(Err(reason)) => (1, reason),
-                None => (
-                    annotation(&exit.pod, EXIT_CODE_ANNOTATION)
-                        .and_then(|c| c.parse().ok())
-                        .unwrap_or(0),
-                    String::new(),
-                ),
+                None => match fails_on_node(&exit.pod) {
+                    Some(node) => (1, format!("failed on {node} ({FAIL_ON_NODES_ANNOTATION})")),
+                    None => (
+                        annotation(&exit.pod, EXIT_CODE_ANNOTATION)
+                            .and_then(|c| c.parse().ok())
+                            .unwrap_or(0),
+                        String::new(),
+                    ),
+                },
             };
             results[i] = self.finish_exit(exit, code, &message);
         }
@@ -1095,6 +1107,20 @@ fn terminated_status(
     status
 }
 
+/// The node of a pod that runs to completion (`restartPolicy` Never or OnFailure) when its
+/// [`FAIL_ON_NODES_ANNOTATION`] names it: the pod is to fail there.
+fn fails_on_node(pod: &Value) -> Option<&str> {
+    let policy = pod.at("/spec/restartPolicy").and_then(Value::as_str);
+    if !matches!(policy, Some("Never" | "OnFailure")) {
+        return None;
+    }
+    let node = pod.at("/spec/nodeName").and_then(Value::as_str)?;
+    annotation(pod, FAIL_ON_NODES_ANNOTATION)?
+        .split(',')
+        .any(|name| name.trim() == node)
+        .then_some(node)
+}
+
 /// The status of `container` in the pod's status.
 fn container_status<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
     pod.at("/status/containerStatuses")
@@ -1409,6 +1435,120 @@ mod tests {
                 "relist {relist}"
             );
         }
+    }
+
+    /// A pod that runs to completion fails with code 1 on a node its fail-on-nodes
+    /// annotation names, and exits as its exit-code annotation says on any other; a pod
+    /// whose containers restart `Always` ignores it; a pod without exit-after never exits.
+    #[tokio::test]
+    async fn a_pod_fails_on_the_nodes_its_annotation_names() {
+        let failed = "failed on n1 (sim.capstan.dev/fail-on-nodes)";
+        // (fail-on-nodes, restartPolicy, exit-code, phase, state, exit code, reason, message)
+        for (nodes, policy, code, phase, state, exit, reason, message) in [
+            ("n2,n1", "Never", "0", "Failed", "state", 1, "Error", failed),
+            (
+                " n0 , n1 ",
+                "Never",
+                "0",
+                "Failed",
+                "state",
+                1,
+                "Error",
+                failed,
+            ),
+            ("n2", "Never", "0", "Succeeded", "state", 0, "Completed", ""),
+            ("n2,n11,", "Never", "3", "Failed", "state", 3, "Error", ""),
+            ("", "Never", "0", "Succeeded", "state", 0, "Completed", ""),
+            (
+                "n1",
+                "OnFailure",
+                "0",
+                "Running",
+                "lastState",
+                1,
+                "Error",
+                failed,
+            ),
+            (
+                "n1",
+                "Always",
+                "0",
+                "Running",
+                "lastState",
+                0,
+                "Completed",
+                "",
+            ),
+        ] {
+            let case = format!("{nodes:?} {policy}");
+            let cluster = super::super::workload_controller::testing::cluster().await;
+            let api = cluster.api().clone();
+            let sim = simulation(&api, "nodes:\n  - name: n1\ntiming: {relistSeconds: 1}\n");
+            let mut changes = api.store.subscribe();
+            let pods = api.registry.get("", "v1", "pods").expect("pods");
+            let body = json!({
+                "metadata": {"name": "check", "namespace": "default",
+                             "annotations": {EXIT_AFTER_ANNOTATION: "0.01",
+                                             EXIT_CODE_ANNOTATION: code,
+                                             FAIL_ON_NODES_ANNOTATION: nodes}},
+                "spec": {"nodeName": "n1", "restartPolicy": policy,
+                         "containers": [{"name": "app", "image": "app:v1"}]},
+            });
+            api.create(&pods, "default", body, &Default::default())
+                .expect("pod created");
+            let key = ObjectKey::new("pods", "default", "check");
+            let mut kubelet = Kubelet::new(sim);
+            while let Ok(change) = changes.try_recv() {
+                kubelet.observe(&change);
+            }
+            kubelet.start(&key).await.expect("started");
+            exit_one(&mut kubelet, &key);
+            let mut last = Value::Null;
+            while let Ok(change) = changes.try_recv() {
+                if change.key == key {
+                    last = change.value().clone();
+                }
+            }
+            let status = &last["status"];
+            assert_eq!(status["phase"], phase, "{case}: {status}");
+            let terminated = &status["containerStatuses"][0][state]["terminated"];
+            assert_eq!(terminated["exitCode"], exit, "{case}: {status}");
+            assert_eq!(terminated["reason"], reason, "{case}: {status}");
+            let said = terminated["message"].as_str().unwrap_or("");
+            assert_eq!(said, message, "{case}: {status}");
+        }
+
+        // Without exit-after, a pod to fail runs on: no exit is due.
+        let cluster = super::super::workload_controller::testing::cluster().await;
+        let api = cluster.api().clone();
+        let sim = simulation(&api, "nodes:\n  - name: n1\n");
+        let mut changes = api.store.subscribe();
+        let pods = api.registry.get("", "v1", "pods").expect("pods");
+        let body = json!({
+            "metadata": {"name": "check", "namespace": "default",
+                         "annotations": {FAIL_ON_NODES_ANNOTATION: "n1"}},
+            "spec": {"nodeName": "n1", "restartPolicy": "Never",
+                     "containers": [{"name": "app", "image": "app:v1"}]},
+        });
+        api.create(&pods, "default", body, &Default::default())
+            .expect("pod created");
+        let key = ObjectKey::new("pods", "default", "check");
+        let mut kubelet = Kubelet::new(sim);
+        while let Ok(change) = changes.try_recv() {
+            kubelet.observe(&change);
+        }
+        kubelet.start(&key).await.expect("started");
+        assert!(
+            kubelet.queue.iter().all(|due| due.0.action != Action::Exit),
+            "an exit is due"
+        );
+        let mut last = Value::Null;
+        while let Ok(change) = changes.try_recv() {
+            if change.key == key {
+                last = change.value().clone();
+            }
+        }
+        assert_eq!(last["status"]["phase"], "Running", "{last}");
     }
 
     /// A worker whose run ends between two relists starts from the store's projection

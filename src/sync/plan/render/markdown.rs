@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use super::escape::{cell_code, code, fenced, html, text as escape};
 use super::{
-    context_line, forced_summary, leader_worker_set_text, phase_suffix, plural, pod_list,
-    summary_line, versions,
+    context_line, forced_summary, gates_summary, guardrails_summary, leader_worker_set_text,
+    phase_suffix, plural, pod_list, summary_line, versions,
 };
 use crate::sync::plan::model::{CheckStatus, Plan};
 
@@ -104,10 +104,20 @@ fn nodes(plan: &Plan, out: &mut String) {
     if plan.nodes.is_empty() {
         return;
     }
+    let canary = plan
+        .policy
+        .guardrails
+        .as_ref()
+        .is_some_and(|g| !g.canary.is_empty());
     let _ = writeln!(
         out,
-        "\n#### Ordered upgrades\n\nNodes move in name order, at most {} at a time \
+        "\n#### Ordered upgrades\n\nNodes move {}in name order, at most {} at a time \
          (`maxNodesInFlight`).",
+        if canary {
+            "the canary first, then "
+        } else {
+            ""
+        },
         plan.policy.max_nodes_in_flight
     );
     for node in &plan.nodes {
@@ -128,6 +138,12 @@ fn nodes(plan: &Plan, out: &mut String) {
                 escape(at),
                 code(campaign)
             );
+        }
+        if !node.gates.is_empty() {
+            let _ = writeln!(out, "Gates: {}.\n", escape(&gates_summary(node)));
+        }
+        if let Some(at) = &node.starts_at {
+            let _ = writeln!(out, "Starts at the earliest {}.\n", escape(at));
         }
         if let Some(drain) = &node.drain {
             let list = |pods: &[String]| pod_list(pods, code);
@@ -218,6 +234,13 @@ fn policy(plan: &Plan, out: &mut String) {
         escape(&check.message)
     );
     let _ = writeln!(out, "- `prune` {}", policy.prune);
+    if let Some(guardrails) = &policy.guardrails {
+        let _ = writeln!(
+            out,
+            "- `rollout`: {}",
+            escape(&guardrails_summary(guardrails))
+        );
+    }
 }
 
 fn diffs(plan: &Plan, out: &mut String) {

@@ -10,7 +10,7 @@ pub use text::render_text;
 
 use super::model::{
     DrainPreview, LeaderWorkerSetAction, LeaderWorkerSetChange, NodeMove, ObjectAction, Plan,
-    PlannedCampaign, PlannedRollout,
+    PlannedCampaign, PlannedGuardrails, PlannedRollout,
 };
 
 /// How many node moves the summary line names before "and N more".
@@ -112,6 +112,70 @@ fn absent_nodes(plan: &Plan) -> Option<String> {
         plural(names.len(), "Node"),
         named.join(", ")
     ))
+}
+
+/// A node's gates in one line: `preflight (image), no-alerts (prometheus) before; diag
+/// (pod, 1 retry) after`.
+pub(super) fn gates_summary(node: &NodeMove) -> String {
+    let of = |when: &str| -> Vec<String> {
+        node.gates
+            .iter()
+            .filter(|g| g.when == when)
+            .map(|g| {
+                let retries = match g.retries {
+                    0 => String::new(),
+                    n => format!(", {}", plural(n as usize, "retry")),
+                };
+                format!("{} ({}{retries})", g.name, g.kind)
+            })
+            .collect()
+    };
+    let mut parts = Vec::new();
+    for when in ["before", "after"] {
+        let gates = of(when);
+        if !gates.is_empty() {
+            parts.push(format!("{} {when}", gates.join(", ")));
+        }
+    }
+    parts.join("; ")
+}
+
+/// The rollout's guardrails and estimate in one line: `paused; canary worker-1, soak
+/// 10m; windows: sat 02:00 for 4h Europe/Paris; about 1h30m (30m a node, median of 4
+/// recorded upgrades), ends 2027-01-04T03:30:00Z; a failed gate halts, the node cordoned`.
+pub(super) fn guardrails_summary(guardrails: &PlannedGuardrails) -> String {
+    let duration = |seconds: u64| {
+        crate::controllers::upgrade::guard::humantime(std::time::Duration::from_secs(seconds))
+    };
+    let mut parts = Vec::new();
+    if guardrails.paused {
+        parts.push("paused: no node starts".to_string());
+    }
+    if !guardrails.canary.is_empty() {
+        parts.push(format!(
+            "canary {}, soak {}",
+            guardrails.canary.join(", "),
+            duration(guardrails.soak_seconds)
+        ));
+    }
+    if !guardrails.windows.is_empty() {
+        parts.push(format!("windows: {}", guardrails.windows.join(" | ")));
+    }
+    match &guardrails.estimate {
+        Some(estimate) => parts.push(format!(
+            "about {} ({} a node, median of {}), ends {}",
+            duration(estimate.total_seconds),
+            duration(estimate.per_node_seconds),
+            plural(estimate.recorded_upgrades, "recorded upgrade"),
+            estimate.ends_at
+        )),
+        None => parts.push("no estimate (no upgrade recorded to time it by)".to_string()),
+    }
+    parts.push(format!(
+        "a failed gate halts the rollout, the node left {}",
+        guardrails.failed_node
+    ));
+    parts.join("; ")
 }
 
 /// What happens to a LeaderWorkerSet's groups, in one line: `rolls groups 3..0, 1 at a

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use super::escape::{terminal as clean, terminal_line as line_of};
 use super::{
-    context_line, forced_summary, leader_worker_set_text, phase_suffix, plural, pod_list,
-    summary_line, versions,
+    context_line, forced_summary, gates_summary, guardrails_summary, leader_worker_set_text,
+    phase_suffix, plural, pod_list, summary_line, versions,
 };
 use crate::sync::plan::model::{CheckStatus, ObjectAction, Plan};
 
@@ -157,13 +157,28 @@ fn objects(plan: &Plan, paint: Paint, out: &mut String) {
     }
 }
 
+/// `the canary first, then ` when the rollout has canary nodes.
+fn canary_first(plan: &Plan) -> &'static str {
+    let canary = plan
+        .policy
+        .guardrails
+        .as_ref()
+        .is_some_and(|g| !g.canary.is_empty());
+    if canary {
+        "the canary first, then "
+    } else {
+        ""
+    }
+}
+
 fn nodes(plan: &Plan, out: &mut String) {
     if plan.nodes.is_empty() {
         return;
     }
     let _ = writeln!(
         out,
-        "\nOrdered upgrades (nodes in name order, at most {} at a time):",
+        "\nOrdered upgrades ({}nodes in name order, at most {} at a time):",
+        canary_first(plan),
         plan.policy.max_nodes_in_flight
     );
     for node in &plan.nodes {
@@ -184,6 +199,12 @@ fn nodes(plan: &Plan, out: &mut String) {
                 line_of(at),
                 line_of(campaign)
             );
+        }
+        if !node.gates.is_empty() {
+            let _ = writeln!(out, "       gates: {}", line_of(&gates_summary(node)));
+        }
+        if let Some(at) = &node.starts_at {
+            let _ = writeln!(out, "       starts at the earliest: {}", line_of(at));
         }
         if let Some(drain) = &node.drain {
             let list = |pods: &[String]| pod_list(pods, line_of);
@@ -266,6 +287,13 @@ fn policy(plan: &Plan, paint: Paint, out: &mut String) {
         "  maxNodesInFlight: {} ({waves})",
         policy.max_nodes_in_flight
     );
+    if let Some(guardrails) = &policy.guardrails {
+        let _ = writeln!(
+            out,
+            "  rollout: {}",
+            line_of(&guardrails_summary(guardrails))
+        );
+    }
     let check = &policy.require_pull_request;
     let status = match check.status {
         CheckStatus::Ok => paint.green("ok"),
