@@ -209,14 +209,37 @@ pub async fn cluster_revision(client: &kube::Client) -> String {
     {
         seen.push(format!(
             "node/{}/{:?}/{:?}/{}",
-            node.metadata.name.unwrap_or_default(),
+            node.metadata.name.as_deref().unwrap_or_default(),
             node.metadata.labels,
-            node.metadata.annotations,
+            annotations_not_of_components(&node.metadata),
             serde_json::to_string(&node.spec).expect("node spec")
         ));
     }
     seen.sort();
     capstan_api::canonical::sha256_hex(seen.join("\n").as_bytes(), 32)
+}
+
+/// An object's annotations without those of Kubernetes' own domains (`*.kubernetes.io`,
+/// `*.k8s.io`, `kwok.x-k8s.io`): the controller-manager's TTL controller annotates each
+/// Node with `node.alpha.kubernetes.io/ttl` when it gets to it, which no sync caused.
+pub fn annotations_not_of_components(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> std::collections::BTreeMap<String, String> {
+    let of_components = |key: &str| {
+        key.split_once('/').is_some_and(|(domain, _)| {
+            domain == "kubernetes.io"
+                || domain.ends_with(".kubernetes.io")
+                || domain == "k8s.io"
+                || domain.ends_with(".k8s.io")
+                || domain.ends_with(".x-k8s.io")
+        })
+    };
+    meta.annotations
+        .iter()
+        .flatten()
+        .filter(|(key, _)| !of_components(key))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
 }
 
 /// Whether only the cluster's own components ever wrote the object (as the

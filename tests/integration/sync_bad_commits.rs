@@ -279,7 +279,7 @@ async fn cluster_objects(client: &kube::Client) -> BTreeMap<String, String> {
         let set = format!(
             "labels {:?} annotations {:?}",
             node.labels(),
-            node.annotations()
+            common::annotations_not_of_components(node.meta())
         );
         objects.insert(key(&node), set);
     }
