@@ -93,8 +93,9 @@ struct Shared {
     started: Timestamp,
     /// The upgrades said resumed (node, Module, start), each once.
     resumed: Mutex<HashSet<(String, ModuleKey, Timestamp)>>,
-    /// The HTTP client of Prometheus gates.
-    http: reqwest::Client,
+    /// The HTTP client of Prometheus gates, or why there is none (a Prometheus gate then
+    /// never passes, saying so).
+    http: Result<reqwest::Client, String>,
 }
 
 /// Runs the version-label controller until `ctx.shutdown`. Subscribes to `caches`; the
@@ -132,7 +133,7 @@ pub fn run(
         upgrade_configs,
         started: ctx.clock.now(),
         resumed: Mutex::new(HashSet::new()),
-        http: checks::prometheus::client().unwrap_or_else(|_| reqwest::Client::new()),
+        http: checks::prometheus::client().map_err(|err| err.to_string()),
     });
     let departed = {
         let shared = shared.clone();
@@ -461,7 +462,14 @@ async fn observe_checks(
             }
             CheckKind::Prometheus(prometheus) => {
                 let query = checks::prometheus::expand(&prometheus.query, &name);
-                match checks::prometheus::query(&shared.http, &prometheus.url, &query).await {
+                let http = match &shared.http {
+                    Ok(http) => http,
+                    Err(why) => {
+                        seen.insert(key.clone(), Seen::NotYet(why.clone()));
+                        continue;
+                    }
+                };
+                match checks::prometheus::query(http, &prometheus.url, &query).await {
                     Ok(result) if result.series.is_empty() => {
                         Seen::Passed(format!("{query} returned no series"))
                     }
@@ -713,22 +721,44 @@ async fn record_gate(shared: &Shared, node: &Node, record: &GateRecord) -> Resul
     if record.failed {
         shared.ctx.metrics.gate_failed(&record.spec.sync);
     }
-    for target in [EventTarget::node(node), module_target(shared, &record.key)] {
+    let event = RecordEvent {
+        key: &record.key,
+        warning: record.failed,
+        reason: record.reason,
+        spec: &record.spec,
+        annotations: &record.annotations,
+    };
+    announce_on_node_and_module(shared, node, event).await;
+    Ok(())
+}
+
+/// The Event a new record of the node's upgrade of a Module is told with.
+struct RecordEvent<'a> {
+    key: &'a ModuleKey,
+    warning: bool,
+    reason: &'static str,
+    spec: &'a HistoryRecordSpec,
+    annotations: &'a BTreeMap<String, String>,
+}
+
+/// The same Event, with the record's message and commit, on the Node and on the Module; a
+/// failed write is logged (the record stays the source of truth).
+async fn announce_on_node_and_module(shared: &Shared, node: &Node, event: RecordEvent<'_>) {
+    for target in [EventTarget::node(node), module_target(shared, event.key)] {
         if let Err(err) = history::record_event(
             &shared.ctx.recorder,
             &target,
-            record.failed,
-            record.reason,
-            &record.spec.message,
-            &record.spec.commit,
-            record.annotations.clone(),
+            event.warning,
+            event.reason,
+            &event.spec.message,
+            &event.spec.commit,
+            event.annotations.clone(),
         )
         .await
         {
-            tracing::warn!(%err, node = %node.name_any(), "could not record a gate event");
+            tracing::warn!(%err, node = %node.name_any(), reason = event.reason, "could not record an event");
         }
     }
-    Ok(())
 }
 
 fn module_target(shared: &Shared, key: &ModuleKey) -> EventTarget {
@@ -763,21 +793,14 @@ async fn record_step(
             .and_then(|recorded| recorded.spec.time.parse().ok())
             .unwrap_or(now));
     }
-    for target in [EventTarget::node(node), module_target(shared, &record.key)] {
-        if let Err(err) = history::record_event(
-            &shared.ctx.recorder,
-            &target,
-            false,
-            record.reason,
-            &record.spec.message,
-            &record.spec.commit,
-            record.annotations.clone(),
-        )
-        .await
-        {
-            tracing::warn!(%err, node = %node.name_any(), "could not record an upgrade-step event");
-        }
-    }
+    let event = RecordEvent {
+        key: &record.key,
+        warning: false,
+        reason: record.reason,
+        spec: &record.spec,
+        annotations: &record.annotations,
+    };
+    announce_on_node_and_module(shared, node, event).await;
     Ok(now)
 }
 
