@@ -2,9 +2,10 @@
 //! serving metrics a test sets, and a [`Prometheus`] scraping it every second, with
 //! alerting rules of the test's if it likes (their `ALERTS` series are Prometheus's own).
 //!
-//! The binary is built by `hack/real-cluster/build-prometheus` into the cache directory
-//! (`$CAPSTAN_CACHE_DIR`, else `$XDG_CACHE_HOME/capstan`, else `~/.cache/capstan`), or named
-//! by `$CAPSTAN_PROMETHEUS` ([`binary`]). Each [`Prometheus`] has a directory of its own
+//! The binary is the one `hack/real-cluster/build-prometheus` builds into the cache directory
+//! (`$CAPSTAN_CACHE_DIR`, else `$XDG_CACHE_HOME/capstan`, else `~/.cache/capstan`); the
+//! first test that needs it runs the script, which builds nothing when it is up to date. Or
+//! `$CAPSTAN_PROMETHEUS` names one ([`binary`]). Each [`Prometheus`] has a directory of its own
 //! (configuration, storage, log) and a free port on 127.0.0.1; it is killed when dropped,
 //! and when the thread that started it dies (`PR_SET_PDEATHSIG`), so a test killed
 //! mid-way leaves none behind.
@@ -18,6 +19,7 @@ use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,8 +29,6 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// The binary to run, when not the one `hack/real-cluster/build-prometheus` builds.
 pub const BIN_ENV: &str = "CAPSTAN_PROMETHEUS";
-/// The cache directory's root, when not `$XDG_CACHE_HOME/capstan` or `~/.cache/capstan`.
-pub const CACHE_ENV: &str = "CAPSTAN_CACHE_DIR";
 
 /// What Prometheus's log says when the port it was given is no longer free.
 const PORT_TAKEN: &str = "address already in use";
@@ -37,38 +37,41 @@ const ATTEMPTS: usize = 5;
 /// How long one request to Prometheus or an exporter may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The Prometheus binary: `$CAPSTAN_PROMETHEUS`, else the one
-/// `hack/real-cluster/build-prometheus` builds into the cache directory.
+/// The Prometheus binary: `$CAPSTAN_PROMETHEUS`, else the one `hack/real-cluster/build-prometheus`
+/// builds (or finds up to date) in the cache.
 pub fn binary() -> io::Result<PathBuf> {
-    let path = match std::env::var_os(BIN_ENV) {
-        Some(path) => PathBuf::from(path),
-        None => cache_dir().join("real-cluster/prometheus/prometheus"),
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "no Prometheus binary at {}: run hack/real-cluster/build-prometheus (or set {BIN_ENV})",
-                path.display()
-            ),
-        ))
+    if let Some(path) = std::env::var_os(BIN_ENV) {
+        return Ok(PathBuf::from(path));
     }
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(build)
+        .clone()
+        .map_err(|why| io::Error::new(io::ErrorKind::NotFound, why))
 }
 
-/// `$CAPSTAN_CACHE_DIR`, else `$XDG_CACHE_HOME/capstan`, else `~/.cache/capstan`, as the
-/// build scripts pick it.
-fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os(CACHE_ENV) {
-        return PathBuf::from(dir);
+/// Runs `hack/real-cluster/build-prometheus`, which builds Prometheus with Go into the cache
+/// or finds it up to date and builds nothing, and returns the path it prints; once per
+/// process, so that a process's tests never build it twice at the same time.
+fn build() -> Result<PathBuf, String> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/real-cluster/build-prometheus");
+    let output = Command::new(&script)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} failed (it needs Go; or set {BIN_ENV}):\n{}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
-        });
-    base.join("capstan")
+    let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    if path.is_empty() {
+        return Err(format!("{} printed no path", script.display()));
+    }
+    Ok(PathBuf::from(path))
 }
 
 /// A loopback HTTP server answering `GET /metrics` with the text exposition a test sets
