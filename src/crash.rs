@@ -19,6 +19,7 @@
 //! | `upgrade.labels.before`, `upgrade.labels.after` | the version-label controller's write of a node's labels and upgrade annotation |
 //! | `nmc.worker-pod.before`, `nmc.worker-pod.after` | the NMC controller's creation of a worker pod |
 //! | `nmc.ready-labels.before`, `nmc.ready-labels.after` | the NMC controller's write of a node's ready labels |
+//! | `notify.status.before`, `notify.status.after` | the notifications controller's post of a commit status to GitHub (not a write to the cluster: `after` is before capstan wrote down that it posted) |
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +47,8 @@ pub const POINTS: &[&str] = &[
     "nmc.worker-pod.after",
     "nmc.ready-labels.before",
     "nmc.ready-labels.after",
+    "notify.status.before",
+    "notify.status.after",
 ];
 
 /// The armed point: its name, the hit that kills, and the hits so far.

@@ -151,6 +151,7 @@ const CAMPAIGNS: Part = Part::Controller(ControllerName::Campaigns);
 const DRAIN: Part = Part::Controller(ControllerName::Drain);
 const NODEKEEPER: Part = Part::Controller(ControllerName::Nodekeeper);
 const LWS_CONTROLLER: Part = Part::Controller(ControllerName::Lws);
+const NOTIFICATIONS: Part = Part::Controller(ControllerName::Notifications);
 
 /// A watch through the controllers' caches: its initial list and its watch.
 const WATCH: &[&str] = &["list", "watch"];
@@ -931,6 +932,63 @@ pub const NEEDS: &[Need] = &[
         EVENT_WRITES,
         "publishes the LeaderWorkerSet's Events",
         "src/controllers/lws/reconciler.rs",
+    ),
+    // ---- notifications ----
+    need(
+        NOTIFICATIONS,
+        CAPSTAN,
+        "gitsyncs",
+        WATCH,
+        "reads each GitSync's notifications and the commits it applied or rejected",
+        "src/controllers/caches.rs, src/controllers/notifications/reconciler.rs",
+    ),
+    need(
+        NOTIFICATIONS,
+        CAPSTAN,
+        "gitsyncs/status",
+        &["patch"],
+        "writes what each notification target got, and what fails, to GitSync.status.notifications",
+        "src/controllers/notifications/reconciler.rs",
+    ),
+    need(
+        NOTIFICATIONS,
+        CAPSTAN,
+        "historyrecords",
+        &["list"],
+        "reads the step records of each commit it reports on",
+        "src/controllers/notifications/reconciler.rs",
+    ),
+    need(
+        NOTIFICATIONS,
+        CORE,
+        "nodes",
+        WATCH,
+        "reads the moves under way from the nodes' upgrade annotations and labels",
+        "src/controllers/caches.rs",
+    ),
+    need(
+        NOTIFICATIONS,
+        KMM,
+        "nodemodulesconfigs",
+        WATCH,
+        "reads the kmod workers' failures a node's step waits on",
+        "src/controllers/caches.rs",
+    ),
+    need(
+        NOTIFICATIONS,
+        UPGRADE,
+        "upgradeconfigs",
+        WATCH,
+        "reads which campaigns failed",
+        "src/controllers/caches.rs",
+    ),
+    need(
+        NOTIFICATIONS,
+        CORE,
+        "secrets",
+        &["get"],
+        "reads the GitHub token or App key, and the webhooks' URLs and signing keys, from the Secrets the GitSync names in capstan's namespace",
+        "src/controllers/notifications/reconciler.rs",
     ),
 ];
 

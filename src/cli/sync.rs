@@ -91,7 +91,7 @@ pub struct SyncArgs {
     pub cluster_config: Option<PathBuf>,
     /// The controllers to run in this process: `all`, `none`, or a comma-separated list of
     /// module-nmc, nmc, device-plugin, dra, version-labels, campaigns, drain, nodekeeper,
-    /// lws.
+    /// lws, notifications.
     #[arg(long, default_value = "all")]
     pub controllers: Selection,
     /// The image of the kmod worker pods (capstan's worker image).

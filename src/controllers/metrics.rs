@@ -8,8 +8,9 @@
 //! | `upgradeoperator_upgrade_window_breached` | `upgradeconfig_name` | the campaigns | the campaign missed its upgrade window |
 //! | `capstan_rollout_halted` | `sync` | the version-label controller | a gate failed on a node of the `GitSync` and its rollout halted |
 //!
-//! and the counter `capstan_rollout_gate_failures_total{sync}`, a gate that failed (after
-//! its retries) on a node of the `GitSync`.
+//! and the counters `capstan_rollout_gate_failures_total{sync}`, a gate that failed (after
+//! its retries) on a node of the `GitSync`, and `capstan_notifications_total{sync, target,
+//! result}`, the notifications controller's deliveries (`result` is `delivered` or `failed`).
 //!
 //! Each is 0 otherwise, once set; as MUO's gauge vectors, a family shows once it has a
 //! series. As MUO drops them when its `UpgradeConfig` is gone, the two campaign series of
@@ -44,6 +45,13 @@ struct SyncLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabels {
+    sync: String,
+    target: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpgradeConfigLabels {
     upgradeconfig_name: String,
 }
@@ -56,6 +64,7 @@ pub struct UpgradeMetrics {
     window_breached: Family<UpgradeConfigLabels, Gauge>,
     rollout_halted: Family<SyncLabels, Gauge>,
     gate_failures: Family<SyncLabels, Counter>,
+    notifications: Family<DeliveryLabels, Counter>,
     /// The `upgradeconfig_name`s with a series in either campaign family: a family cannot
     /// list its series. Held while those families are written, so none is left unnamed.
     campaigns: Arc<Mutex<BTreeSet<String>>>,
@@ -91,7 +100,33 @@ impl UpgradeMetrics {
             "Gates that failed, after their retries, on nodes of the GitSync",
             self.gate_failures.clone(),
         );
+        registry.register(
+            "capstan_notifications",
+            "Deliveries of rollout reports to a notification target, by result (delivered, failed)",
+            self.notifications.clone(),
+        );
         self.kmm.register(registry);
+    }
+
+    /// `capstan_notifications_total{sync, target, result}` + 1.
+    pub fn notified(&self, sync: &str, target: &str, delivered: bool) {
+        self.notifications
+            .get_or_create(&DeliveryLabels {
+                sync: sync.to_string(),
+                target: target.to_string(),
+                result: if delivered { "delivered" } else { "failed" }.to_string(),
+            })
+            .inc();
+    }
+
+    /// `capstan_notifications_total{sync, target, result}`, when counted.
+    pub fn notifications(&self, sync: &str, target: &str, delivered: bool) -> u64 {
+        let labels = DeliveryLabels {
+            sync: sync.to_string(),
+            target: target.to_string(),
+            result: if delivered { "delivered" } else { "failed" }.to_string(),
+        };
+        self.notifications.get(&labels).map_or(0, |c| c.get())
     }
 
     /// `capstan_rollout_halted{sync}`.

@@ -25,6 +25,8 @@
 //!   `upgradeoperator_node_drain_timeout` (gauges in [`metrics`]).
 //! - [`lws`]: LeaderWorkerSets, as upstream's LWS controller: StatefulSets, controller
 //!   revisions, rolling updates and the groups' restart policies.
+//! - [`notifications`]: each commit's rollout, per cluster, as a GitHub commit status, a
+//!   pull-request comment and webhooks.
 //!
 //! [`run`] starts the controllers a [`Selection`] names (`capstan sync --controllers`) and
 //! returns when the [`Context`]'s shutdown token is cancelled.
@@ -53,6 +55,7 @@ pub mod module_nmc;
 pub mod nmc;
 pub mod node;
 pub mod nodekeeper;
+pub mod notifications;
 pub mod retries;
 pub mod runner;
 pub mod skipped_fields;
@@ -82,11 +85,13 @@ pub enum ControllerName {
     Nodekeeper,
     /// LeaderWorkerSets: their StatefulSets, revisions, rolling updates and groups.
     Lws,
+    /// Each commit's rollout reported to GitHub and webhooks.
+    Notifications,
 }
 
 impl ControllerName {
     /// Every controller, in the order they start.
-    pub const ALL: [ControllerName; 9] = [
+    pub const ALL: [ControllerName; 10] = [
         ControllerName::ModuleNmc,
         ControllerName::Nmc,
         ControllerName::DevicePlugin,
@@ -96,6 +101,7 @@ impl ControllerName {
         ControllerName::Drain,
         ControllerName::Nodekeeper,
         ControllerName::Lws,
+        ControllerName::Notifications,
     ];
 
     /// The name `--controllers` uses.
@@ -110,6 +116,7 @@ impl ControllerName {
             ControllerName::Drain => "drain",
             ControllerName::Nodekeeper => "nodekeeper",
             ControllerName::Lws => "lws",
+            ControllerName::Notifications => "notifications",
         }
     }
 }
@@ -224,6 +231,9 @@ pub async fn run(ctx: Arc<Context>, selection: &Selection) {
                 tasks.spawn(lws::reconciler::run(ctx.clone(), &caches));
                 tasks.spawn(lws::pods::run(ctx, &caches));
             }
+            ControllerName::Notifications => {
+                tasks.spawn(notifications::reconciler::run(ctx, &caches));
+            }
         }
     }
     caches.start();
@@ -262,7 +272,7 @@ mod tests {
         }
         assert_eq!(
             Selection::all().to_string(),
-            "module-nmc,nmc,device-plugin,dra,version-labels,campaigns,drain,nodekeeper,lws"
+            "module-nmc,nmc,device-plugin,dra,version-labels,campaigns,drain,nodekeeper,lws,notifications"
         );
     }
 }

@@ -75,7 +75,8 @@ pub const SETTINGS: &[Setting] = &[
         key: "controllers",
         default: || json!("all"),
         comment: "The controllers to run: all, none, or a comma-separated list of module-nmc, nmc,\n\
-                  device-plugin, version-labels, campaigns, drain, nodekeeper, lws.",
+                  device-plugin, dra, version-labels, campaigns, drain, nodekeeper, lws,\n\
+                  notifications.",
     },
     Setting {
         key: "replicas",

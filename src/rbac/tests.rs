@@ -305,6 +305,7 @@ fn rule_comments_name_the_parts() {
             ("version-labels", vec!["get", "create"]),
             ("drain", vec!["create"]),
             ("nodekeeper", vec!["create"]),
+            ("notifications", vec!["list"]),
         ]
     );
 }

@@ -173,7 +173,7 @@ fn merged_by(pulls: &[PullRequest], sha: &str, branch: &str) -> Option<u64> {
 }
 
 /// `owner/name` of a github.com repository URL (https, ssh or scp form), `.git` dropped.
-fn github_repository(repo: &str) -> Option<String> {
+pub fn github_repository(repo: &str) -> Option<String> {
     let path = repo
         .strip_prefix("git@github.com:")
         .or_else(|| {

@@ -214,6 +214,7 @@ impl Syncer {
             path: source.path().to_string(),
             reach: Reach::default(),
             pull_requests: Default::default(),
+            notifications: Default::default(),
         };
         let sync = status::ensure(&client, &mut kinds, &options.name, spec).await?;
         let status = sync.status.clone().unwrap_or_default();

@@ -70,17 +70,25 @@ pub async fn ensure(
     }
 }
 
-/// Replaces the `GitSync` status with `status` (one write).
+/// Replaces the `GitSync` status with `status` (one write), but for `notifications`, which
+/// the notifications controller writes: the live one is carried over (read just before;
+/// one the controller writes in between is written again by it, as it finds its own
+/// missing).
 pub async fn write(
     client: &kube::Client,
     name: &str,
     status: &GitSyncStatus,
 ) -> Result<(), kube::Error> {
     let syncs: Api<GitSync> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let mut status = status.clone();
+    status.notifications = match syncs.get_opt(name).await? {
+        Some(live) => live.status.map(|s| s.notifications).unwrap_or_default(),
+        None => Vec::new(),
+    };
     let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(
         json_patch::AddOperation {
             path: json_patch::jsonptr::PointerBuf::parse("/status").expect("a valid pointer"),
-            value: serde_json::to_value(status).unwrap_or_default(),
+            value: serde_json::to_value(&status).unwrap_or_default(),
         },
     )]);
     crate::crash::point("sync.status.before");

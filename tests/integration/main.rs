@@ -18,6 +18,7 @@ mod kmm_loading;
 mod leaderworkersets;
 mod nodekeeper;
 mod nodes_that_leave;
+mod notifications;
 mod ordered_upgrade;
 mod ordered_upgrade_faults;
 mod ordered_upgrade_kill;

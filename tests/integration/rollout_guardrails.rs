@@ -18,15 +18,15 @@ use kube::api::{Api, ListParams};
 use upgrade::driver::{Capstan, Mode};
 use upgrade::{STEPS, label, module};
 
-const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
+pub const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
 
 /// `capstan.yaml` with `maxNodesInFlight: 1` and `rollout` as given (indented YAML).
-fn settings(rollout: &str) -> String {
+pub fn settings(rollout: &str) -> String {
     format!("maxNodesInFlight: 1\nrollout:\n{rollout}")
 }
 
 /// A check pod after the last step that fails on `fail_on` (the stand-ins' annotation).
-fn check_pod_gate(fail_on: &str) -> String {
+pub fn check_pod_gate(fail_on: &str) -> String {
     format!(
         "  gates:\n  - name: gpu-diagnostic\n    when: after\n    timeout: 1m\n    pod:\n      \
          image: registry.example/gpu-diag:1\n      args: [--quick]\n      annotations:\n        \
@@ -71,7 +71,7 @@ async fn progress(client: &kube::Client, node: &str) -> Option<String> {
 }
 
 /// Commits v2 of the Module and every worker relabelled to it.
-fn commit_v2_everywhere(repo: &mut FleetRepo, extra: &[(&str, Option<&str>)]) -> String {
+pub fn commit_v2_everywhere(repo: &mut FleetRepo, extra: &[(&str, Option<&str>)]) -> String {
     let module = module("v2");
     let labels: Vec<String> = WORKERS.iter().map(|n| label(n, "v2")).collect();
     let paths: Vec<String> = WORKERS.iter().map(|n| format!("nodes/{n}.yaml")).collect();
@@ -85,7 +85,7 @@ fn commit_v2_everywhere(repo: &mut FleetRepo, extra: &[(&str, Option<&str>)]) ->
 
 /// A cluster with the three workers at v1 under `extra` files (`capstan.yaml` among them
 /// when given), and capstan following the repository, its first commit taken.
-async fn fleet_at_v1(
+pub async fn fleet_at_v1(
     extra: &[(&str, String)],
 ) -> (common::TestCluster, kube::Client, FleetRepo, Capstan) {
     let (cluster, client) = common::start_default_simulated().await;

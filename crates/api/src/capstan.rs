@@ -70,6 +70,122 @@ pub struct GitSyncSpec {
     /// How capstan tells that a commit merged a pull request, set by the cluster's admin.
     #[serde(default, skip_serializing_if = "PullRequests::is_default")]
     pub pull_requests: PullRequests,
+    /// Where capstan reports each commit's rollout (GitHub commit statuses, a pull-request
+    /// comment, webhooks), set by the cluster's admin, never by the repository.
+    #[serde(default, skip_serializing_if = "Notifications::is_empty")]
+    pub notifications: Notifications,
+}
+
+/// Where the rollout of each commit capstan applies or rejects is reported
+/// (docs/notifications.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Notifications {
+    /// The name of this cluster's reports (`capstan/prod-eu`): the commit statuses'
+    /// context, the comment's heading, the webhooks' `context`. Required, and unique per
+    /// cluster: a status replaces only the one of the same context, so two clusters
+    /// under one name would overwrite each other.
+    #[serde(default)]
+    pub context: String,
+    /// A commit status per commit on GitHub, and optionally a comment on its pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<GitHubNotifications>,
+    /// Webhooks that receive the same reports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<Webhook>,
+}
+
+impl Notifications {
+    /// Whether nothing is to be notified.
+    pub fn is_empty(&self) -> bool {
+        self.github.is_none() && self.webhooks.is_empty()
+    }
+}
+
+/// Commit statuses on GitHub (or GitHub Enterprise).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitHubNotifications {
+    /// The repository, `owner/name`; default: `spec.pullRequests.repository`, else read
+    /// from the repository URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// GitHub's API; default `https://api.github.com` (GitHub Enterprise:
+    /// `https://<host>/api/v3`).
+    #[serde(default, rename = "apiURL", skip_serializing_if = "Option::is_none")]
+    pub api_url: Option<String>,
+    /// A token (fine-grained: "Commit statuses: write", with `comment` "Pull requests:
+    /// write") in a Secret of capstan's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret: Option<SecretKeyRef>,
+    /// A GitHub App installation, instead of a token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<GitHubApp>,
+    /// Keep a comment on the commit's pull request with the rollout's nodes, one per
+    /// context, updated as it goes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub comment: bool,
+    /// The statuses' link ("Details"); default: none.
+    #[serde(default, rename = "targetURL", skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
+}
+
+/// A GitHub App installation capstan authenticates as.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitHubApp {
+    /// The App's ID.
+    #[serde(rename = "appID")]
+    #[schemars(with = "i64", range(min = 1))]
+    pub app_id: u64,
+    /// The installation's ID on the repository's owner.
+    #[serde(rename = "installationID")]
+    #[schemars(with = "i64", range(min = 1))]
+    pub installation_id: u64,
+    /// The App's private key (PEM) in a Secret of capstan's namespace.
+    pub private_key_secret: SecretKeyRef,
+}
+
+/// A key of a Secret in capstan's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key in its data.
+    pub key: String,
+}
+
+/// A webhook that receives each report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Webhook {
+    /// Its name (in the status, the logs and the metrics).
+    pub name: String,
+    /// `json` (capstan's report, signed when `signingSecret` is set) or `slack` (an
+    /// incoming webhook's `text`).
+    #[serde(default)]
+    pub format: WebhookFormat,
+    /// Its URL, when it is no secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Its URL in a Secret (a Slack incoming webhook's URL is its credential).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_secret: Option<SecretKeyRef>,
+    /// A key the `json` body is signed with: `X-Capstan-Signature-256: sha256=<HMAC>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_secret: Option<SecretKeyRef>,
+}
+
+/// What a webhook's body looks like.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WebhookFormat {
+    /// capstan's report as JSON.
+    #[default]
+    Json,
+    /// `{"text": ...}`, as Slack's (and Mattermost's, Rocket.Chat's) incoming webhooks take.
+    Slack,
 }
 
 /// How capstan proves that a commit merged a pull request (what `requirePullRequest` and
@@ -213,6 +329,48 @@ pub struct GitSyncStatus {
     /// never creates a Node, and applies their labels once one registers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unregistered_nodes: Vec<String>,
+    /// What the notifications controller delivered to each target, and what fails; the
+    /// sync carries it over as it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<NotificationTarget>,
+}
+
+/// The deliveries to one notification target.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationTarget {
+    /// `github` or `webhook/<name>`.
+    pub target: String,
+    /// The last report delivered per commit, newest commit first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delivered: Vec<Delivered>,
+    /// Deliveries that failed in a row (retried with backoff; the rollout goes on).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(with = "i64", range(min = 0))]
+    pub failures: u32,
+    /// Why the last delivery failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A report delivered about one commit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivered {
+    /// The commit's full SHA.
+    pub sha: String,
+    /// `pending`, `success` or `failure`.
+    pub state: String,
+    /// The report's one line.
+    pub description: String,
+    /// Reports delivered about the commit (pending ones are spaced as they add up).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(with = "i64", range(min = 0))]
+    pub posts: u32,
 }
 
 /// How the version-label controller may move nodes: the `maxNodesInFlight` and

@@ -20,9 +20,11 @@ pub mod text_memo;
 pub mod upgrade_config;
 
 pub use capstan::{
-    Canary, Change, CommitRef, FailedNode, GateSpec, GateWhen, GitSync, GitSyncSpec, GitSyncStatus,
-    HistoryRecord, HistoryRecordSpec, InventoryEntry, MaintenanceWindow, NodeDrain, PodCheck,
-    PrometheusCheck, RecordType, RolloutPolicy, SyncRun, UpgradePolicy, UpgradeStep, UpgradeWindow,
+    Canary, Change, CommitRef, Delivered, FailedNode, GateSpec, GateWhen, GitHubApp,
+    GitHubNotifications, GitSync, GitSyncSpec, GitSyncStatus, HistoryRecord, HistoryRecordSpec,
+    InventoryEntry, MaintenanceWindow, NodeDrain, NotificationTarget, Notifications, PodCheck,
+    PrometheusCheck, RecordType, RolloutPolicy, SecretKeyRef, SyncRun, UpgradePolicy, UpgradeStep,
+    UpgradeWindow, Webhook, WebhookFormat,
 };
 pub use labels::{LabelError, ModuleKey, ModuleLabel, WorkerAction};
 pub use lws::{LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus};

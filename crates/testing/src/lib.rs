@@ -1,12 +1,14 @@
 //! What the tests of every crate share: condition waits with generous deadlines, real Git
 //! repositories built commit by commit ([`git`]), the manifests of a test fleet
-//! ([`manifests`]) and a real Prometheus scraping a test's exporter ([`prometheus`]).
+//! ([`manifests`]), a real Prometheus scraping a test's exporter ([`prometheus`]) and a
+//! loopback stand-in of GitHub's REST API recording what capstan tells GitHub ([`github`]).
 //!
 //! Starting and reaching an embedded cluster is the cluster's own test API,
 //! `capstan_cluster::testing`. This crate does not depend on the cluster, so the unit tests
 //! of capstan's sync and controllers use it without linking the stand-in.
 
 pub mod git;
+pub mod github;
 pub mod manifests;
 pub mod prometheus;
 

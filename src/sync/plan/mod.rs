@@ -23,7 +23,7 @@ mod lws;
 mod model;
 mod offline;
 mod policy;
-mod render;
+pub(crate) mod render;
 mod steps;
 
 use std::collections::BTreeSet;

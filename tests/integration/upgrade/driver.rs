@@ -109,6 +109,16 @@ impl Capstan {
         );
     }
 
+    /// Syncs the branch's head once and returns what the sync did (a rejection included),
+    /// without waiting for the rollout: the long-running mode only.
+    pub async fn sync_head(&mut self) -> Outcome {
+        self.runs += 1;
+        let Some((syncer, _, _)) = &mut self.running else {
+            panic!("sync_head needs the long-running mode");
+        };
+        syncer.sync().await.expect("sync")
+    }
+
     /// The way capstan runs.
     pub fn mode(&self) -> Mode {
         self.mode

@@ -1,7 +1,7 @@
 //! A plan as people and programs read it: text for terminals, markdown for pull-request
 //! comments (split to fit them), JSON for scripts.
 
-mod escape;
+pub(crate) mod escape;
 mod markdown;
 mod text;
 
