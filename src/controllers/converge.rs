@@ -7,7 +7,8 @@
 //!   on its node, and no Module is waiting on its finalizer;
 //! - NMC ([`nmc::pending`]): modules loaded and unloaded on every Ready node, no worker
 //!   pod left;
-//! - device plugins and DRA drivers ([`rollout_pending`]): every DaemonSet rolled out;
+//! - device plugins and DRA drivers ([`rollout_pending`]): every DaemonSet rolled out, and
+//!   each Module's device plugin created for its version;
 //! - version labels ([`version_labels::pending`]): every node's versions caught up, no
 //!   ordered upgrade short of its last step; the moves a campaign holds are not waited for
 //!   but counted ([`HeldMoves`]);
@@ -33,7 +34,7 @@ use super::node::NodeFacts;
 use super::upgrade::Campaigns;
 pub use super::upgrade::Hold;
 use super::version_labels::pending::Pending;
-use super::{ControllerName, Selection, lws, nmc, version_labels};
+use super::{ControllerName, Selection, device_plugin, lws, nmc, version_labels};
 use capstan_api::labels;
 use capstan_api::module::Module;
 use capstan_api::nmc::NodeModulesConfig;
@@ -97,6 +98,33 @@ impl Convergence {
         };
         format!("applied; {}; {rest}", held.join("; "))
     }
+}
+
+/// The device-plugin DaemonSets the device-plugin controller has still to create: a
+/// Module's new version has none until the controller has seen the Module, and a
+/// DaemonSet that does not exist has no rollout to wait for.
+fn missing_device_plugins(modules: &[ModuleFacts], daemon_sets: &[DaemonSet]) -> Vec<String> {
+    let mut missing = Vec::new();
+    for module in modules {
+        let existing: Vec<&DaemonSet> = daemon_sets
+            .iter()
+            .filter(|ds| ds.namespace().as_deref() == Some(module.key.namespace()))
+            .collect();
+        let Ok(steps) = device_plugin::decide(module, &existing) else {
+            continue;
+        };
+        for step in steps {
+            if step.why == device_plugin::Why::Missing {
+                missing.push(format!(
+                    "device plugin {}/{} of Module {} is not created yet",
+                    module.key.namespace(),
+                    step.daemon_set,
+                    module.key
+                ));
+            }
+        }
+    }
+    missing
 }
 
 /// What is still to happen; empty when the cluster has converged. `clock` is the
@@ -184,6 +212,9 @@ pub async fn survey(
                 .iter()
                 .filter_map(|ds| rollout_pending(what, ds)),
         );
+        if controller == ControllerName::DevicePlugin {
+            pending.extend(missing_device_plugins(&module_facts, &daemon_sets));
+        }
     }
 
     if selection.contains(ControllerName::VersionLabels) {
@@ -235,6 +266,44 @@ pub async fn survey(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::device_plugin::module_fixtures;
+    use serde_json::json;
+
+    #[test]
+    fn a_module_version_without_its_device_plugin_daemon_set_is_pending() {
+        let plugin = json!({"container": {"image": "registry.example/device-plugin:v1"}});
+        let facts = |version: &str| {
+            let module =
+                module_fixtures::module(version, "devicePlugin", plugin.clone(), json!(null));
+            ModuleFacts::from_module(&module).expect("facts")
+        };
+        let (v1, v2) = (facts("v1"), facts("v2"));
+        let v1_set = module_fixtures::live(
+            &device_plugin::daemon_set(&v1, Some("v1")).expect("a DaemonSet"),
+            1,
+            1,
+        );
+        assert!(
+            missing_device_plugins(std::slice::from_ref(&v1), std::slice::from_ref(&v1_set))
+                .is_empty()
+        );
+        // v2 asked for, v1's DaemonSet only: v2's is still to be created.
+        assert_eq!(
+            missing_device_plugins(&[v2], &[v1_set]),
+            [
+                "device plugin kmm-demo/my-kmod-device-plugin-v2 of Module kmm-demo/my-kmod is not created yet"
+            ]
+        );
+        // A Module without a device plugin waits for none.
+        let none = ModuleFacts::from_module(&module_fixtures::module(
+            "v1",
+            "devicePlugin",
+            json!(null),
+            json!(null),
+        ))
+        .expect("facts");
+        assert!(missing_device_plugins(&[none], &[]).is_empty());
+    }
 
     fn at(text: &str) -> jiff::Timestamp {
         text.parse().unwrap()

@@ -37,7 +37,7 @@ use serde::Serialize;
 
 use crate::controllers::failures::WorkerFailure;
 use crate::controllers::upgrade::{PolicyWait, Progress};
-use capstan_api::{CommitRef, UpgradeStep};
+use capstan_api::{CommitRef, GitSyncStatus, UpgradeStep};
 
 /// A report's state, as GitHub's commit statuses name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -328,6 +328,49 @@ pub enum Outcome {
     Rejected(String),
 }
 
+/// How the sync left commit `sha`, from the `GitSync`'s status and whether a rejection of
+/// it was recorded:
+///
+/// | the commit | the status | outcome |
+/// |---|---|---|
+/// | rejected (a record, or the last attempt and `Ready` is `CommitRejected`) | | rejected, with the run's errors |
+/// | the last attempted, not the last applied | `Applying` | applying |
+/// | the last attempted, not the last applied | `Failed` | retrying, with the error |
+/// | any other | | applied (a commit applied again for drift included) |
+pub fn outcome(status: &GitSyncStatus, sha: &str, rejected: bool) -> Outcome {
+    let last = status
+        .last_attempted_commit
+        .as_ref()
+        .is_some_and(|c| c.sha == sha);
+    let rejected_now = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.reason == "CommitRejected");
+    let applied = status
+        .last_applied_commit
+        .as_ref()
+        .is_some_and(|c| c.sha == sha);
+    let error = || {
+        status
+            .runs
+            .iter()
+            .find(|run| run.commit.sha == sha && !run.error.is_empty())
+            .map_or_else(|| status.error.clone(), |run| run.error.clone())
+    };
+    // A commit applied already is being written again only for drift: its rollout is as
+    // it was.
+    if last && status.phase == "Applying" && !applied {
+        return Outcome::Applying;
+    }
+    if rejected || (last && status.phase == "Failed" && rejected_now) {
+        return Outcome::Rejected(error());
+    }
+    if last && status.phase == "Failed" && !applied {
+        return Outcome::Retrying(error());
+    }
+    Outcome::Applied
+}
+
 /// One node of a report (the comment's table, the JSON webhook's `nodes`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -378,6 +421,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
 }
+
+/// The errors of a rejected commit a report's failure names.
+const FIRST_ERRORS: usize = 5;
 
 /// GitHub's limit on a status description.
 pub const MAX_DESCRIPTION: usize = 140;
@@ -432,11 +478,18 @@ pub fn report(commit: &CommitRef, outcome: &Outcome, moves: &[Move]) -> Report {
             format!("the apply failed and is retried: {}", first_line(error)),
         ),
         Outcome::Rejected(errors) => {
+            // The first errors (the status has room for one line, the comment for more).
+            let first: Vec<&str> = errors
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .take(FIRST_ERRORS)
+                .collect();
             out.failure = Some(Failure {
                 node: None,
                 module: None,
                 step: "validation".into(),
-                reason: first_line(errors).to_string(),
+                reason: first.join("; "),
             });
             (State::Failure, format!("rejected: {}", first_line(errors)))
         }

@@ -23,8 +23,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::github::{Auth, GitHub, comment_body};
 use super::webhook;
 use super::{
-    MAX_DESCRIPTION, NodeView, Outcome, Pace, Report, Sent, State, StepSeen, due, moves, pace,
-    report, retry_delay,
+    MAX_DESCRIPTION, NodeView, Outcome, Pace, Report, Sent, State, StepSeen, due, moves, outcome,
+    pace, report, retry_delay,
 };
 use crate::controllers::Context;
 use crate::controllers::caches::Caches;
@@ -467,7 +467,9 @@ async fn reports(
                 .filter(|t| !matches!(t.kind, TargetKind::Broken))
                 .all(|t| t.sent.get(sha).is_some_and(|s| s.state != State::Pending))
     };
-    let applying = status.phase == "Applying";
+    let applying = status.phase == "Applying"
+        && status.last_applied_commit.as_ref().map(|c| &c.sha)
+            != status.last_attempted_commit.as_ref().map(|c| &c.sha);
     commits.retain(|commit| {
         let last = status
             .last_attempted_commit
@@ -511,7 +513,7 @@ async fn reports(
             .await?
             .items;
         let rejected = listed.iter().any(|r| r.spec.type_ == RecordType::Rejected);
-        let mut outcome = outcome(&status, commit, rejected);
+        let mut outcome = outcome(&status, &commit.sha, rejected);
         let steps: Vec<StepSeen> = listed
             .iter()
             .filter(|r| r.spec.type_ == RecordType::UpgradeStep)
@@ -558,39 +560,6 @@ async fn reports(
         out.push(report(commit, &outcome, &moves));
     }
     Ok(out)
-}
-
-/// How the sync left `commit`, from its status and whether a rejection was recorded.
-fn outcome(status: &capstan_api::GitSyncStatus, commit: &CommitRef, rejected: bool) -> Outcome {
-    let last = status
-        .last_attempted_commit
-        .as_ref()
-        .is_some_and(|c| c.sha == commit.sha);
-    let rejected_now = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.reason == "CommitRejected");
-    let applied = status
-        .last_applied_commit
-        .as_ref()
-        .is_some_and(|c| c.sha == commit.sha);
-    let error = || {
-        status
-            .runs
-            .iter()
-            .find(|run| run.commit.sha == commit.sha && !run.error.is_empty())
-            .map_or_else(|| status.error.clone(), |run| run.error.clone())
-    };
-    if last && status.phase == "Applying" {
-        return Outcome::Applying;
-    }
-    if rejected || (last && status.phase == "Failed" && rejected_now) {
-        return Outcome::Rejected(error());
-    }
-    if last && status.phase == "Failed" && !applied {
-        return Outcome::Retrying(error());
-    }
-    Outcome::Applied
 }
 
 /// What [`moves`] reads of `node`.

@@ -380,3 +380,94 @@ fn pending_reports_are_spaced_as_they_add_up_and_finals_go_at_once() {
         Some(Duration::ZERO)
     );
 }
+
+#[test]
+fn the_sync_status_says_how_a_commit_was_left() {
+    use capstan_api::SyncRun;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    let a = crate::history::commit_ref_of_stamp(REV, None);
+    let b = crate::history::commit_ref_of_stamp(LATER, None);
+    let status =
+        |phase: &str, attempted: &CommitRef, applied: &CommitRef, reason: &str| GitSyncStatus {
+            phase: phase.into(),
+            last_attempted_commit: Some(attempted.clone()),
+            last_applied_commit: Some(applied.clone()),
+            error: "e1\ne2".into(),
+            runs: vec![SyncRun {
+                commit: attempted.clone(),
+                error: "run error".into(),
+                ..SyncRun::default()
+            }],
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                reason: reason.into(),
+                status: "False".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            ..GitSyncStatus::default()
+        };
+    let cases = [
+        // (status, the commit, a rejection recorded) -> outcome
+        (
+            status("Applying", &b, &a, "Applying"),
+            &b,
+            false,
+            Outcome::Applying,
+        ),
+        (
+            status("Applying", &b, &a, "Applying"),
+            &a,
+            false,
+            Outcome::Applied,
+        ),
+        // Drift put back: the commit applied is written again.
+        (
+            status("Applying", &a, &a, "Applying"),
+            &a,
+            false,
+            Outcome::Applied,
+        ),
+        (
+            status("Applied", &b, &b, "Applied"),
+            &b,
+            false,
+            Outcome::Applied,
+        ),
+        (
+            status("Failed", &b, &a, "CommitRejected"),
+            &b,
+            false,
+            Outcome::Rejected("run error".into()),
+        ),
+        (
+            status("Failed", &b, &a, "ApplyFailed"),
+            &b,
+            false,
+            Outcome::Retrying("run error".into()),
+        ),
+        // An older commit rejected before the one applied now.
+        (
+            status("Applied", &a, &a, "Applied"),
+            &b,
+            true,
+            Outcome::Rejected("e1\ne2".into()),
+        ),
+    ];
+    for (status, commit, rejected, expected) in cases {
+        assert_eq!(
+            outcome(&status, &commit.sha, rejected),
+            expected,
+            "{} {} of {}",
+            status.phase,
+            commit.short_sha,
+            status
+                .last_attempted_commit
+                .as_ref()
+                .map_or("", |c| c.short_sha.as_str())
+        );
+    }
+}
