@@ -119,16 +119,6 @@ impl UpgradeMetrics {
             .inc();
     }
 
-    /// `capstan_notifications_total{sync, target, result}`, when counted.
-    pub fn notifications(&self, sync: &str, target: &str, delivered: bool) -> u64 {
-        let labels = DeliveryLabels {
-            sync: sync.to_string(),
-            target: target.to_string(),
-            result: if delivered { "delivered" } else { "failed" }.to_string(),
-        };
-        self.notifications.get(&labels).map_or(0, |c| c.get())
-    }
-
     /// `capstan_rollout_halted{sync}`.
     pub fn set_rollout_halted(&self, sync: &str, halted: bool) {
         self.rollout_halted

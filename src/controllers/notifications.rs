@@ -1,7 +1,7 @@
 //! The notifications controller: the pull request sees its rollout. For each commit a
 //! `GitSync` applied or rejected, one report per cluster (a GitHub commit status whose
-//! context names the `GitSync`, a comment on the pull request, webhooks), kept up to date
-//! as the commit's nodes move, and final when every node it moved is done or one failed.
+//! context names the cluster, a comment on the pull request, webhooks), kept up to date as
+//! the commit's nodes move, and final when every node it moved is done or one failed.
 //!
 //! What a commit's rollout is comes from what the cluster keeps anyway: the nodes'
 //! [`Progress`] annotations name the commit that asked for each move under way, the
@@ -19,8 +19,10 @@
 //! | every node it moved done (or moved on by a later commit) | success | `<n> of <n> nodes upgraded`              |
 //! | applied, no node to move                     | success   | `applied, no node to upgrade`                        |
 //!
-//! [`due`] says which reports a target still has to receive: those that differ from the
-//! last one it got for the commit. What a target got is known from the target itself where
+//! [`outcome`] reads how the sync left the commit from the `GitSync`'s status. [`due`] says
+//! which reports a target still has to receive: those that differ from the last one it
+//! got for the commit; [`pace`] when (pending ones spaced as they add up, a chat told only
+//! of changes of state). What a target got is known from the target itself where
 //! it can say (GitHub lists a commit's statuses: a restarted or newly elected capstan asks
 //! before it posts, so nothing is posted twice), else from `GitSync.status.notifications`.
 //! A delivery that fails is retried with backoff ([`retry_delay`]); the rollout never waits
