@@ -33,6 +33,11 @@ pub struct PlanArgs {
     /// Compare head with this live cluster (server-side apply dry runs) instead of base.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// With --kubeconfig: dry-run every object head declares, as `kubectl diff
+    /// --server-side` does, rather than only those the GitSync's inventory and the live
+    /// objects do not show unchanged.
+    #[arg(long, requires = "kubeconfig")]
+    pub full: bool,
     /// The GitSync whose inventory says what a live plan prunes.
     #[arg(long, default_value = DEFAULT_SYNC_NAME)]
     pub name: String,
@@ -67,7 +72,9 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<i32> {
     let plan = match &args.kubeconfig {
         None => plan::offline(&input),
         Some(path) => {
-            plan::live(&input, &crate::runtime::client_for(path).await?, &args.name).await?
+            let options = plan::LiveOptions { full: args.full };
+            let client = crate::runtime::client_for(path).await?;
+            plan::live(&input, &client, &args.name, options).await?
         }
     };
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();

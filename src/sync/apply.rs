@@ -221,7 +221,13 @@ pub async fn read_live(
                 found
             }
         };
-        for object in found {
+        for mut object in found {
+            // A list's items come without their kind on a real API server: what `contains`
+            // compares with the manifest must have it.
+            object.types.get_or_insert_with(|| kube::api::TypeMeta {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+            });
             let value = serde_json::to_value(&object).unwrap_or(Value::Null);
             let id = ObjectId {
                 group: group_of(api_version).to_string(),

@@ -27,6 +27,7 @@ mod ordered_upgrade_restart;
 mod plan_cli;
 mod plan_fidelity;
 mod plan_leaderworkersets;
+mod plan_live_dry_runs_only_what_changed;
 mod plan_live_matches_offline;
 mod plan_markdown_hostile;
 mod pull_request_proof;

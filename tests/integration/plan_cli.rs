@@ -216,7 +216,8 @@ async fn a_live_plan_on_an_empty_cluster_creates_everything_but_its_nodes() {
     assert_eq!(plan["mode"], "live");
     assert_eq!(
         plan["cluster"],
-        json!({"sync": "capstan", "found": false, "lastAppliedRevision": null})
+        json!({"sync": "capstan", "found": false, "lastAppliedRevision": null,
+               "unchanged": 0, "full": false})
     );
     // No kubelet registered worker-1 or worker-2: a sync never creates a Node.
     assert_eq!(

@@ -135,7 +135,7 @@ impl Synced {
         let head = source.resolve(head).expect("head");
         let input = PlanInput::read(&source, base, head, None).expect("both commits read");
         let offline = plan::offline(&input);
-        let live = plan::live(&input, &self.client, "capstan")
+        let live = plan::live(&input, &self.client, "capstan", Default::default())
             .await
             .expect("a live plan");
         for plan in [&offline, &live] {

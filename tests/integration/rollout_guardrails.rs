@@ -492,7 +492,7 @@ async fn a_live_plan_estimates_the_rollout_from_the_recorded_upgrades_and_the_wi
     let base = source.resolve(&format!("{head}~1")).expect("base");
     let head = source.resolve(&head).expect("head");
     let input = PlanInput::read(&source, base, head, None).expect("both commits read");
-    let plan = plan::live(&input, &client, "capstan")
+    let plan = plan::live(&input, &client, "capstan", Default::default())
         .await
         .expect("a live plan");
     let guardrails = plan.policy.guardrails.clone().expect("the guardrails");

@@ -19,13 +19,15 @@ use super::model::{LeaderWorkerSetChange, ObjectAction, ObjectChange, ObjectRef}
 use super::offline::{bare_node, object_ref};
 use super::steps::{VersionLabels, declared_version_labels, labels_of, version_labels_in};
 use crate::controllers::lws::labels::NAME_LABEL;
+use crate::sync::apply::{self, LiveObjects, contains};
 use crate::sync::diff::{Action, DiffError, comparable, diff_object, unified};
 use crate::sync::discovery::ClusterKinds;
-use crate::sync::inventory::{Inventory, stamped_by};
+use crate::sync::inventory::{Inventory, stamped_by, stamps_of};
 use crate::sync::manifests::{Manifest, ManifestError, ObjectId, is_node, modules_in};
 use crate::sync::mask::{Scrub, mask_pair};
 use crate::sync::source::CommitInfo;
 use capstan_api::InventoryEntry;
+use capstan_api::canonical::digest;
 
 /// The cluster a live plan reads.
 pub struct Cluster<'a> {
@@ -35,16 +37,65 @@ pub struct Cluster<'a> {
     pub kinds: &'a ClusterKinds,
 }
 
-/// What applying head would do to each object it declares, and the objects the API
-/// server refuses (as errors at their manifests).
+/// What a live plan knows without a dry run: what capstan applied (the `GitSync`
+/// inventory's digests) and the live objects head declares (one list per kind, as the sync
+/// reads them).
+pub struct Known<'a> {
+    inventory: &'a Inventory,
+    live: LiveObjects,
+}
+
+impl<'a> Known<'a> {
+    /// Reads the live objects `head` declares; `None` when they cannot all be read (the
+    /// plan's identity may not list or get some): then every object is dry-run, and the
+    /// dry runs say what is refused, as they did without this.
+    pub async fn read(
+        cluster: &Cluster<'_>,
+        head: &[Manifest],
+        inventory: &'a Inventory,
+    ) -> Option<Known<'a>> {
+        let live = apply::read_live(cluster.client, cluster.kinds, head)
+            .await
+            .ok()?;
+        Some(Known { inventory, live })
+    }
+
+    /// Whether applying `manifest` surely changes nothing, as the sync judges it before
+    /// writing: its manifest is the one capstan last applied (the inventory's digest), the
+    /// live object carries capstan's stamps, and every field the manifest sets has the
+    /// same value live (no drift). A server-side apply of such an object is a no-op: the
+    /// fields are capstan's and already hold their values.
+    pub fn unchanged(&self, manifest: &Manifest) -> bool {
+        let id = manifest.id();
+        let as_applied = self
+            .inventory
+            .get(&id)
+            .is_some_and(|entry| entry.digest == digest(&manifest.object));
+        as_applied
+            && self
+                .live
+                .get(&id)
+                .is_some_and(|live| stamps_of(live).0.is_some() && contains(live, &manifest.object))
+    }
+}
+
+/// What applying head would do to each object it declares, the objects the API server
+/// refuses (as errors at their manifests), and how many objects were found unchanged
+/// without a dry run (`known`: without it, every object is dry-run).
 pub async fn changes(
     cluster: &Cluster<'_>,
     head: &[Manifest],
     commit: &CommitInfo,
-) -> Result<(Vec<ObjectChange>, Vec<ManifestError>), PlanError> {
+    known: Option<&Known<'_>>,
+) -> Result<(Vec<ObjectChange>, Vec<ManifestError>, usize), PlanError> {
     let mut namespaces = BTreeMap::new();
     let (mut found, mut refused) = (Vec::new(), Vec::new());
+    let mut unchanged = 0;
     for manifest in head {
+        if known.is_some_and(|known| known.unchanged(manifest)) {
+            unchanged += 1;
+            continue;
+        }
         let resource = cluster
             .kinds
             .resource(&manifest.api_version, &manifest.kind);
@@ -93,7 +144,7 @@ pub async fn changes(
             Err(error @ DiffError::Live { .. }) => return Err(PlanError::Diff(error)),
         }
     }
-    Ok((found, refused))
+    Ok((found, refused, unchanged))
 }
 
 /// A change that cannot be dry-run (a create of a kind or in a namespace head adds, or a

@@ -78,6 +78,15 @@ pub enum PlanError {
     },
 }
 
+/// How a live plan reads the cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveOptions {
+    /// Dry-run every object head declares (`capstan plan --full`), as `kubectl diff
+    /// --server-side` does, rather than only those the inventory and the live objects do
+    /// not show unchanged.
+    pub full: bool,
+}
+
 /// The two commits a plan compares, with their files read from Git.
 pub struct PlanInput {
     /// The repository, as messages name it.
@@ -199,12 +208,17 @@ fn scrub(plan: &mut Plan, scrub: &mask::Scrub) {
 /// server-side apply dry runs of head's objects as sync would stamp them, pruning from
 /// the inventory of the `GitSync` named `sync_name`, node moves from the live labels.
 ///
+/// An object whose manifest is the one capstan last applied (the inventory's digest) and
+/// whose live fields are as it set them (one list per kind) is unchanged without a dry
+/// run, as the sync judges it; `options.full` dry-runs every object.
+///
 /// Fails when the cluster cannot be reached or read; objects the API server refuses are
 /// errors in the plan, at their manifests.
 pub async fn live(
     input: &PlanInput,
     client: &kube::Client,
     sync_name: &str,
+    options: LiveOptions,
 ) -> Result<Plan, PlanError> {
     let cluster_error = |what: &str| {
         let what = what.to_string();
@@ -216,9 +230,11 @@ pub async fn live(
     let sync = read_sync(client, sync_name)
         .await
         .map_err(cluster_error(&format!("reading GitSync {sync_name}")))?;
-    let cluster = ClusterState {
+    let mut cluster = ClusterState {
         sync: sync_name.to_string(),
         found: sync.is_some(),
+        unchanged: 0,
+        full: options.full,
         last_applied_revision: sync
             .as_ref()
             .and_then(|s| s.status.as_ref())
@@ -246,10 +262,17 @@ pub async fn live(
         client,
         kinds: &kinds,
     };
-    let (objects, refused) = live::changes(&live_cluster, &head.manifests, &input.head).await?;
+    let inventory = sync.as_ref().map(inventory_of).unwrap_or_default();
+    // What the inventory and one list per kind show unchanged needs no dry run.
+    let known = match options.full {
+        true => None,
+        false => live::Known::read(&live_cluster, &head.manifests, &inventory).await,
+    };
+    let (objects, refused, unchanged) =
+        live::changes(&live_cluster, &head.manifests, &input.head, known.as_ref()).await?;
     findings.objects = objects;
     findings.errors.extend(refused);
-    let inventory = sync.as_ref().map(inventory_of).unwrap_or_default();
+    cluster.unchanged = unchanged;
     let released = prune_live(&live_cluster, &inventory, head, &mut findings).await?;
     let (leader_worker_sets, warnings) =
         live::leader_worker_sets(client, &head.manifests, &findings.objects)

@@ -111,6 +111,11 @@ pub struct ClusterState {
     pub found: bool,
     /// The revision it last applied (`main@sha1:<sha>`).
     pub last_applied_revision: Option<String>,
+    /// Objects head declares that are unchanged without a dry run: their manifest is the
+    /// one capstan last applied, and every field it sets has that value live.
+    pub unchanged: usize,
+    /// Whether every object was dry-run (`--full`).
+    pub full: bool,
 }
 
 /// The identity of an object, as written in its manifest.

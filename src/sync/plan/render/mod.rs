@@ -368,6 +368,16 @@ pub(in crate::sync::plan) fn plural(count: usize, noun: &str) -> String {
     }
 }
 
+/// `; 1801 objects unchanged since, not dry-run` for the objects a live plan knew unchanged
+/// (their manifest as last applied, their live fields as it set them), else nothing.
+fn unchanged_note(unchanged: usize) -> String {
+    match unchanged {
+        0 => String::new(),
+        1 => "; 1 object unchanged since, not dry-run".to_string(),
+        n => format!("; {n} objects unchanged since, not dry-run"),
+    }
+}
+
 /// Where the plan stands, in one line: branch, path, commits, mode.
 pub(super) fn context_line(plan: &Plan) -> String {
     let path = if plan.path.is_empty() {
@@ -386,12 +396,13 @@ pub(super) fn context_line(plan: &Plan) -> String {
             cluster.sync
         ),
         Some(cluster) => format!(
-            "live: head against the cluster (GitSync {}, last applied {})",
+            "live: head against the cluster (GitSync {}, last applied {}{})",
             cluster.sync,
             cluster
                 .last_applied_revision
                 .as_deref()
-                .unwrap_or("nothing yet")
+                .unwrap_or("nothing yet"),
+            unchanged_note(cluster.unchanged)
         ),
     };
     format!(
