@@ -24,7 +24,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target,sharing=locked \
     cargo build --release --locked --bin capstan \
- && install -D -m 0755 target/release/capstan /out/capstan
+ && hack/release/split-debuginfo target/release/capstan \
+ && install -D -m 0755 target/release/capstan /out/capstan \
+ && install -D -m 0644 target/release/capstan.debug /out/capstan.debug
+
+# The images carry the binary without its debug info (hack/release/split-debuginfo); this
+# stage holds the debug info of that same build, for `--target debuginfo --output <dir>`.
+FROM scratch AS debuginfo
+COPY --from=builder /out/capstan.debug /capstan.debug
 
 # The worker loads and unloads kernel modules on the node: it runs modprobe (kmod), pulls
 # the kmod image itself over TLS (ca-certificates), and needs root, which its privileged
