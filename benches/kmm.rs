@@ -67,9 +67,9 @@ impl Server {
         // server and kubelets run on other machines, and the controllers' one runtime
         // thread has its CPU to itself; here, whenever all three threads are runnable, the
         // stand-in's two would take two thirds of the two cores, and the controllers,
-        // whose work paces the rollout, would wait for theirs (docs/benchmarks.md, twelfth
-        // round). `nice` execs the server, so the child's pid (read for memory and CPU) is
-        // the server's.
+        // whose work paces the rollout, would wait for theirs (docs/benchmarks.md).
+        // `nice` execs the server, so the child's pid (read for memory and CPU) is the
+        // server's.
         let child = Command::new("nice")
             .args(["-n", SERVER_NICE])
             .arg(env!("CARGO_BIN_EXE_capstan"))

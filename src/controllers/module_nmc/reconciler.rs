@@ -54,10 +54,25 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-/// A Module's status counts are written at most once per this long while they keep
-/// changing (a condition that changes is written at once): a rollout over thousands of
-/// nodes writes its progress every two seconds, not once per NMC write. See [`Pacer`].
+/// A Module's status counts are written at most once per [`status_interval`] while they
+/// keep changing (a condition that changes is written at once): a rollout writes its
+/// progress every few seconds, not once per NMC write. See [`Pacer`].
 const STATUS_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The longest [`status_interval`], reached at 1,000 nodes.
+const STATUS_INTERVAL_MAX: Duration = Duration::from_secs(10);
+
+/// How long a Module's status counts wait between writes while they keep changing, for a
+/// Module `desired` on that many nodes: [`STATUS_INTERVAL`] up to 200 nodes, then 10 ms
+/// per node, up to [`STATUS_INTERVAL_MAX`] from 1,000 nodes. A rollout's length grows with
+/// its nodes, and its count writes with it at a fixed interval: at 1,000 nodes x 10
+/// Modules, two seconds were 0.28 writes per (node, module) pair, more than the node's own
+/// status and labels. Ten seconds is still well within what a reader of `kubectl get
+/// modules` waits for; a small fleet, whose rollout takes seconds, keeps two.
+fn status_interval(desired: i32) -> Duration {
+    let scaled = Duration::from_millis(10).saturating_mul(u32::try_from(desired).unwrap_or(0));
+    scaled.clamp(STATUS_INTERVAL, STATUS_INTERVAL_MAX)
+}
 
 /// Next look after the Module changed under a finalizer patch.
 const CONFLICT_RETRY: Duration = Duration::from_millis(500);
@@ -282,7 +297,7 @@ struct ModuleCtx {
 }
 
 /// Paces the status writes of each Module: the first change of its counts after a quiet
-/// spell is written at once, later ones at most once per [`STATUS_INTERVAL`], and the last
+/// spell is written at once, later ones at most once per [`status_interval`], and the last
 /// one always; a change of a condition (the rollout completes, workers start or stop
 /// failing) is written at once.
 ///
@@ -349,14 +364,19 @@ impl Pacer {
 
     /// Whether `module`'s status may be written now (and is taken as written); otherwise
     /// how long to wait, with the reconcile that waits queued.
-    fn wait(&self, module: &ObjectRef<Module>, now: Instant) -> Option<Duration> {
+    fn wait(
+        &self,
+        module: &ObjectRef<Module>,
+        interval: Duration,
+        now: Instant,
+    ) -> Option<Duration> {
         let mut paced = self.paced();
         let paced = paced.entry(module.clone()).or_default();
         match paced.written {
-            Some(at) if now.saturating_duration_since(at) < STATUS_INTERVAL => {
+            Some(at) if now.saturating_duration_since(at) < interval => {
                 paced.queued = true;
                 paced.waiting = true;
-                Some(STATUS_INTERVAL - now.saturating_duration_since(at))
+                Some(interval - now.saturating_duration_since(at))
             }
             _ => {
                 paced.written = Some(now);
@@ -542,7 +562,11 @@ async fn reconcile_module(module: Arc<Module>, data: Arc<ModuleCtx>) -> Result<A
             } => {
                 if turns {
                     data.pacer.written(&reference, Instant::now());
-                } else if let Some(wait) = data.pacer.wait(&reference, Instant::now()) {
+                } else if let Some(wait) = data.pacer.wait(
+                    &reference,
+                    status_interval(module_loader.desired_number),
+                    Instant::now(),
+                ) {
                     return Ok(Action::requeue(wait));
                 }
                 let patch = json!({"status": {
@@ -628,14 +652,14 @@ mod pacing {
         assert_eq!(pacer.unqueued(counts(&[&a, &b])), []);
         // The first write is at once; changes during it queue another reconcile.
         pacer.started(&a);
-        assert_eq!(pacer.wait(&a, start), None);
+        assert_eq!(pacer.wait(&a, STATUS_INTERVAL, start), None);
         assert_eq!(pacer.unqueued(counts(&[&a])), std::slice::from_ref(&a));
         assert_eq!(pacer.unqueued(counts(&[&a])), []);
         // That reconcile, due within the interval, waits for the rest of it, still queued.
         pacer.started(&a);
         let later = start + Duration::from_millis(300);
         assert_eq!(
-            pacer.wait(&a, later),
+            pacer.wait(&a, STATUS_INTERVAL, later),
             Some(STATUS_INTERVAL - Duration::from_millis(300))
         );
         assert_eq!(pacer.unqueued(counts(&[&a])), []);
@@ -648,22 +672,46 @@ mod pacing {
         assert_eq!(pacer.unqueued(turns(&a)), []);
         // Once the interval is over it writes, and changes queue a reconcile again.
         pacer.started(&a);
-        assert_eq!(pacer.wait(&a, start + STATUS_INTERVAL), None);
+        assert_eq!(
+            pacer.wait(&a, STATUS_INTERVAL, start + STATUS_INTERVAL),
+            None
+        );
         assert_eq!(pacer.unqueued(counts(&[&a])), std::slice::from_ref(&a));
         // A write out of pace (a condition changed) restarts the interval.
         let written = start + STATUS_INTERVAL + Duration::from_millis(100);
         pacer.started(&a);
         pacer.written(&a, written);
         assert_eq!(
-            pacer.wait(&a, written + Duration::from_millis(500)),
+            pacer.wait(&a, STATUS_INTERVAL, written + Duration::from_millis(500)),
             Some(STATUS_INTERVAL - Duration::from_millis(500))
         );
         // Another Module keeps its own pace.
         pacer.started(&b);
-        assert_eq!(pacer.wait(&b, later), None);
+        assert_eq!(pacer.wait(&b, STATUS_INTERVAL, later), None);
         // A Module gone is forgotten: its next change queues a reconcile.
         pacer.forget(&b);
         assert_eq!(pacer.unqueued(counts(&[&b])), [b]);
+    }
+
+    #[test]
+    fn the_status_interval_grows_with_the_nodes_from_200_to_1000() {
+        let table = [
+            (0, 2_000),
+            (3, 2_000),
+            (200, 2_000),
+            (300, 3_000),
+            (750, 7_500),
+            (1_000, 10_000),
+            (5_000, 10_000),
+            (-1, 2_000),
+        ];
+        for (desired, millis) in table {
+            assert_eq!(
+                status_interval(desired),
+                Duration::from_millis(millis),
+                "{desired} nodes"
+            );
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A Module's status counts, kept up to date from each NMC and Node change.
 //!
 //! Counting a Module from scratch reads every NMC and every Node: at 5,000 nodes and ten
-//! Modules, counted every 2 s during a rollout, those scans were most of the Module
+//! Modules, counted for every status write of a rollout, those scans were most of the Module
 //! reconciler's work. The tally keeps instead, per NMC, what it holds of each Module
 //! ([`Held`] and the Module's last worker failure on the node), and per Module the sums of
 //! those and the nodes it targets. An NMC or Node change replaces that object's

@@ -1,7 +1,8 @@
 //! KMM controllers on the real kube-apiserver: capstan's Module -> NMC and NMC controllers,
-//! then upstream KMM's operator manager, each load 10 Modules onto a fleet of kwok worker
-//! nodes from empty. Each system gets a fresh control plane of the same build and the same
-//! fleet, one after the other in the same run, so neither inherits the other's objects.
+//! the floor (only the writes a rollout cannot avoid, see [`floor`]) and upstream KMM's
+//! operator manager each load 10 Modules onto a fleet of kwok worker nodes from empty. Each
+//! system gets a fresh control plane of the same build and the same fleet, one after the
+//! other in the same run, so none inherits another's objects.
 //!
 //! Measured per system: the time from the Modules' creation until every NodeModulesConfig
 //! status lists all 10 modules; the API writes its client made until then (from the API
@@ -14,7 +15,8 @@
 //! KMM_REAL_NODES=1000 cargo bench -p capstan-real-cluster --bench kmm_real
 //! ```
 //!
-//! `KMM_REAL_NODES` lists the fleet sizes (default `1000,5000`). Upstream's manager is
+//! `KMM_REAL_NODES` lists the fleet sizes (default `1000,5000`); `KMM_REAL_SYSTEMS` the
+//! systems (default `capstan,floor,kmm`). Upstream's manager is
 //! `$CAPSTAN_KMM_MANAGER`, else the one `hack/real-cluster/kmm/build` builds into the
 //! cache (see [`capstan_real_cluster::kmm`]); when it cannot be had, the table says so and
 //! capstan is measured alone.
@@ -39,6 +41,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+mod floor;
+
 const MODULES: usize = 10;
 const NAMESPACE: &str = "kmm-bench";
 const STEADY: Duration = Duration::from_secs(30);
@@ -47,26 +51,46 @@ const DEFAULT_DEADLINE: Duration = Duration::from_secs(1800);
 const POLL: Duration = Duration::from_secs(1);
 /// The user agent capstan's controllers send, so the audit log tells their writes apart.
 const CAPSTAN_AGENT: &str = "capstan-kmm-real";
+/// The user agent of the floor's client.
+const FLOOR_AGENT: &str = "capstan-kmm-floor";
 /// Set to a kubeconfig's path, it makes this binary capstan's controllers' process.
 const CONTROLLERS_ENV: &str = "CAPSTAN_KMM_REAL_CONTROLLERS";
+/// Set to a kubeconfig's path, it makes this binary the floor's process.
+const FLOOR_ENV: &str = "CAPSTAN_KMM_REAL_FLOOR";
 const NODES_ENV: &str = "KMM_REAL_NODES";
+const SYSTEMS_ENV: &str = "KMM_REAL_SYSTEMS";
+
 #[derive(Clone, Copy, PartialEq)]
 enum System {
     Capstan,
+    Floor,
     Kmm,
 }
 
 impl System {
+    const ALL: [System; 3] = [System::Capstan, System::Floor, System::Kmm];
+
     fn name(self) -> &'static str {
         match self {
             System::Capstan => "capstan",
+            System::Floor => "floor",
             System::Kmm => "kmm",
+        }
+    }
+
+    /// The table's column.
+    fn title(self) -> &'static str {
+        match self {
+            System::Capstan => "capstan",
+            System::Floor => "floor",
+            System::Kmm => "upstream KMM v2.6.0",
         }
     }
 
     fn is_client(self, agent: &str) -> bool {
         match self {
             System::Capstan => agent == CAPSTAN_AGENT,
+            System::Floor => agent == FLOOR_AGENT,
             System::Kmm => agent.starts_with(capstan_real_cluster::kmm::USER_AGENT_PREFIX),
         }
     }
@@ -254,8 +278,12 @@ async fn start_controllers(
         return capstan_real_cluster::kmm::start(client, &kubeconfig, &log).await;
     }
     let log = std::fs::File::create(log)?;
+    let role = match system {
+        System::Floor => FLOOR_ENV,
+        _ => CONTROLLERS_ENV,
+    };
     Ok(Command::new(std::env::current_exe()?)
-        .env(CONTROLLERS_ENV, &kubeconfig)
+        .env(role, &kubeconfig)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -357,8 +385,9 @@ async fn measure(
     })
 }
 
-/// The controllers' process: capstan's Module -> NMC and NMC controllers until killed.
-async fn controllers_process(kubeconfig: &Path) {
+/// A client of the administrator's `kubeconfig` that sends `agent`, so the audit log
+/// tells its writes apart.
+async fn client(kubeconfig: &Path, agent: &'static str) -> kube::Client {
     capstan_api::install_crypto_provider();
     let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig parses");
@@ -367,18 +396,30 @@ async fn controllers_process(kubeconfig: &Path) {
         .expect("config");
     config.headers.push((
         http::header::USER_AGENT,
-        http::HeaderValue::from_static(CAPSTAN_AGENT),
+        http::HeaderValue::from_static(agent),
     ));
-    let client = kube::Client::try_from(config).expect("client");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// The controllers' process: capstan's Module -> NMC and NMC controllers until killed.
+async fn controllers_process(kubeconfig: &Path) {
+    let client = client(kubeconfig, CAPSTAN_AGENT).await;
     let selection: Selection = "module-nmc,nmc".parse().expect("selection");
     controllers::run(Context::new(client, CancellationToken::new()), &selection).await;
 }
 
-fn ratio(capstan: f64, kmm: f64) -> String {
-    if capstan > 0.0 {
-        format!("{:.1}x", kmm / capstan)
-    } else if kmm > 0.0 {
-        "capstan 0".into()
+/// `over` / `under`, with two decimals below 10 (a ratio to the floor is read near 1); the
+/// values themselves when `under` is 0.
+fn ratio(under: f64, over: f64) -> String {
+    if under > 0.0 {
+        let share = over / under;
+        if share < 10.0 {
+            format!("{share:.2}x")
+        } else {
+            format!("{share:.1}x")
+        }
+    } else if over > 0.0 {
+        format!("0 against {over:.0}")
     } else {
         "-".into()
     }
@@ -423,44 +464,77 @@ const ROWS: [Row; 7] = [
     ),
 ];
 
-fn print_table(results: &[(usize, anyhow::Result<Run>, anyhow::Result<Run>)]) {
+/// One fleet size's runs, by system; a system not asked for is missing.
+struct Results {
+    workers: usize,
+    runs: Vec<(System, anyhow::Result<Run>)>,
+}
+
+impl Results {
+    fn run(&self, system: System) -> Option<&anyhow::Result<Run>> {
+        self.runs.iter().find(|(s, _)| *s == system).map(|(_, r)| r)
+    }
+}
+
+/// A cell of `system`'s column for `row`.
+fn cell(results: &Results, system: System, (_, value, digits): Row) -> String {
+    let pairs = results.workers * MODULES;
+    match results.run(system) {
+        Some(Ok(run)) => match value(run) {
+            Some(v) => format!("{v:.digits$}"),
+            None => format!(
+                "not reached: {} of {pairs} pairs in {:.0} s",
+                run.loaded,
+                run.elapsed.as_secs_f64()
+            ),
+        },
+        Some(Err(_)) | None => "not run".into(),
+    }
+}
+
+/// `over` / `under` for `row`, where both have a value; a time `over` did not reach is
+/// longer than its deadline.
+fn share(results: &Results, under: System, over: System, row: Row) -> String {
+    let (label, value, _) = row;
+    match (results.run(under), results.run(over)) {
+        (Some(Ok(u)), Some(Ok(o))) => match (value(u), value(o)) {
+            (Some(u), Some(o)) => ratio(u, o),
+            (Some(u), None) if label.starts_with("time") => {
+                format!("> {:.1}x", o.elapsed.as_secs_f64() / u)
+            }
+            _ => "-".into(),
+        },
+        _ => "-".into(),
+    }
+}
+
+fn print_table(results: &[Results]) {
     println!("\nKMM controllers on the real kube-apiserver (kwok nodes x {MODULES} Modules)\n");
-    println!("| nodes | measure | capstan | upstream KMM v2.6.0 | KMM / capstan |");
-    println!("|---:|---|---:|---:|---:|");
-    for (workers, capstan, kmm) in results {
-        let pairs = workers * MODULES;
-        for (label, value, digits) in ROWS {
-            let cell = |run: &anyhow::Result<Run>| match run {
-                Ok(run) => match value(run) {
-                    Some(v) => format!("{v:.digits$}"),
-                    None => format!(
-                        "not reached: {} of {pairs} pairs in {:.0} s",
-                        run.loaded,
-                        run.elapsed.as_secs_f64()
-                    ),
-                },
-                Err(_) => "not run".into(),
-            };
-            let share = match (capstan, kmm) {
-                (Ok(c), Ok(k)) => match (value(c), value(k)) {
-                    (Some(c), Some(k)) => ratio(c, k),
-                    // Upstream stopped at the deadline: its time is longer than that.
-                    (Some(c), None) if label.starts_with("time") => {
-                        format!("> {:.1}x", k.elapsed.as_secs_f64() / c)
-                    }
-                    _ => "-".into(),
-                },
-                _ => "-".into(),
-            };
+    println!(
+        "| nodes | measure | {} | {} | capstan / floor | {} | KMM / capstan |",
+        System::Capstan.title(),
+        System::Floor.title(),
+        System::Kmm.title()
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|");
+    for fleet in results {
+        for row in ROWS {
             println!(
-                "| {workers} | {label} | {} | {} | {share} |",
-                cell(capstan),
-                cell(kmm)
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                fleet.workers,
+                row.0,
+                cell(fleet, System::Capstan, row),
+                cell(fleet, System::Floor, row),
+                share(fleet, System::Floor, System::Capstan, row),
+                cell(fleet, System::Kmm, row),
+                share(fleet, System::Capstan, System::Kmm, row),
             );
         }
     }
-    for (workers, capstan, kmm) in results {
-        for (name, run) in [("capstan", capstan), ("upstream KMM", kmm)] {
+    for fleet in results {
+        let workers = fleet.workers;
+        for (system, run) in &fleet.runs {
+            let name = system.title();
             match run {
                 Ok(run) if run.converged => println!(
                     "\n{name} x{workers}: {} writes to converge: {}\n{name} x{workers}: steady state: {}",
@@ -485,6 +559,15 @@ fn main() {
         runtime.block_on(controllers_process(Path::new(&kubeconfig)));
         return;
     }
+    if let Some(kubeconfig) = std::env::var_os(FLOOR_ENV) {
+        runtime.block_on(floor::process(
+            Path::new(&kubeconfig),
+            FLOOR_AGENT,
+            NAMESPACE,
+            MODULES,
+        ));
+        return;
+    }
     let sizes: Vec<usize> = std::env::var(NODES_ENV)
         .unwrap_or_else(|_| "1000,5000".into())
         .split(',')
@@ -494,17 +577,27 @@ fn main() {
                 .expect("KMM_REAL_NODES: node counts like 1000,5000")
         })
         .collect();
+    let systems: Vec<System> = std::env::var(SYSTEMS_ENV).map_or(System::ALL.to_vec(), |s| {
+        s.split(',')
+            .map(|name| {
+                System::ALL
+                    .into_iter()
+                    .find(|system| system.name() == name.trim())
+                    .expect("KMM_REAL_SYSTEMS: names like capstan,floor,kmm")
+            })
+            .collect()
+    });
     let mut results = Vec::new();
     for workers in sizes {
-        let capstan = runtime.block_on(run(System::Capstan, workers));
-        if let Err(error) = &capstan {
-            eprintln!("capstan x{workers}: {error:#}");
+        let mut runs = Vec::new();
+        for &system in &systems {
+            let run = runtime.block_on(run(system, workers));
+            if let Err(error) = &run {
+                eprintln!("{} x{workers}: {error:#}", system.name());
+            }
+            runs.push((system, run));
         }
-        let kmm = runtime.block_on(run(System::Kmm, workers));
-        if let Err(error) = &kmm {
-            eprintln!("upstream KMM x{workers}: {error:#}");
-        }
-        results.push((workers, capstan, kmm));
+        results.push(Results { workers, runs });
     }
     print_table(&results);
 }
