@@ -65,6 +65,12 @@ pub struct Options {
     /// third less of the API server's CPU on its start so; None keeps Go's defaults, as a
     /// benchmark's plane should.
     pub heap_limits: Option<HeapLimits>,
+    /// kube-controller-manager's `--node-monitor-grace-period`: how long a node's lease may
+    /// go unrenewed before the node is NotReady (the default is 50 s). kwok renews the
+    /// leases of every simulated node from the same two cores as the API server, so a
+    /// benchmark that saturates the server with thousands of nodes makes them miss it,
+    /// as no real kubelet on its own machine would; a longer grace keeps the fleet Ready.
+    pub node_monitor_grace_period: Option<std::time::Duration>,
 }
 
 /// [`Options::heap_limits`], as `GOMEMLIMIT` takes them (`1GiB`, `256MiB`).
@@ -445,7 +451,14 @@ impl ControlPlane {
                 // a large fleet.
                 "--kube-api-qps=5000".into(),
                 "--kube-api-burst=10000".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                options
+                    .node_monitor_grace_period
+                    .map(|grace| format!("--node-monitor-grace-period={}s", grace.as_secs())),
+            )
+            .collect::<Vec<_>>(),
             &options.env("kube-controller-manager"),
         )?;
         self.spawn(

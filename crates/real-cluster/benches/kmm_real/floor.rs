@@ -6,9 +6,9 @@
 //! entry; one worker pod per Module, capstan's own pod (`worker_pod::build`, the same
 //! bytes through the API server and etcd), created at once; each deleted as soon as kwok
 //! completes it; then one NodeModulesConfig status write listing every Module and one
-//! node write adding every `.ready` label. No Module status, no Events, no reads beyond
-//! one list of the Modules and of the nodes and one watch of the worker pods: a
-//! controller needs all of those, the floor none.
+//! node write adding every `.ready` label. No Module status, no Events, and no reads but
+//! the Modules' list (until all exist), one list of the nodes and one watch of the worker
+//! pods: a controller reads much more, and the floor knows what it is to do beforehand.
 //!
 //! Every node starts at once, and at most [`IN_FLIGHT`] requests are in flight (the
 //! client's HTTP/2 connection multiplexes them), so the API server, etcd and kwok set the
@@ -39,8 +39,8 @@ const IN_FLIGHT: usize = 64;
 /// The worker pods kwok completed, by node.
 type Completions = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<String>>>>;
 
-/// Loads every Module of `namespace` onto every worker node with the floor's writes only,
-/// as the client of `kubeconfig` with user agent `agent`; returns once every node is done.
+/// Loads the `modules` Modules of `namespace`, once they all exist, onto every worker node
+/// with the floor's writes only; returns once every node is done.
 pub async fn run(client: kube::Client, namespace: &str, modules: usize) -> anyhow::Result<()> {
     let module_api: Api<Module> = Api::namespaced(client.clone(), namespace);
     let modules = loop {

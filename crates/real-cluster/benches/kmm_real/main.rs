@@ -297,6 +297,9 @@ async fn run(system: System, workers: usize) -> anyhow::Result<Run> {
         &fleet(workers),
         &Options {
             audit_writes: true,
+            // Thousands of kwok nodes' leases, renewed beside a saturated API server, would
+            // lapse and take nodes out of the fleet mid-rollout.
+            node_monitor_grace_period: Some(Duration::from_secs(600)),
             ..Options::default()
         },
     )
