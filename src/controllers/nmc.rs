@@ -453,7 +453,8 @@ pub struct WorkerPodPlan {
 }
 
 impl WorkerPodPlan {
-    fn loader(node: &str, module: &ModuleKey, entry: &NodeModuleSpec) -> WorkerPodPlan {
+    /// The loader of `entry`, the NMC spec entry of `module` on `node`.
+    pub fn loader(node: &str, module: &ModuleKey, entry: &NodeModuleSpec) -> WorkerPodPlan {
         WorkerPodPlan {
             name: module.worker_pod_name(node),
             module: module.clone(),

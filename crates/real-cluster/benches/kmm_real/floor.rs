@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use capstan::controllers::nmc::WorkerPodPlan;
 use capstan::controllers::nmc::worker_pod::{self, DEFAULT_WORKER_IMAGE};
-use capstan_api::labels::{ModuleKey, WorkerAction};
 use capstan_api::module::{ModprobeSpec, Module};
 use capstan_api::nmc::{
     ModuleConfig, NodeModuleSpec, NodeModuleStatus, NodeModulesConfig, NodeModulesConfigSpec,
@@ -158,21 +157,15 @@ async fn load_node(
         nmcs.create(&PostParams::default(), &nmc).await?
     };
 
+    let keys = entries
+        .iter()
+        .map(NodeModuleSpec::key)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut creates = tokio::task::JoinSet::new();
-    for entry in &entries {
-        let module = ModuleKey::new(&entry.namespace, &entry.name)?;
-        let plan = WorkerPodPlan {
-            name: module.worker_pod_name(&name),
-            module,
-            action: WorkerAction::Load,
-            service_account_name: entry.service_account_name.clone(),
-            image_repo_secret: entry.image_repo_secret.clone(),
-            tolerations: entry.tolerations.clone(),
-            version: entry.version.clone(),
-            config: entry.config.clone(),
-        };
+    for (key, entry) in keys.iter().zip(&entries) {
+        let plan = WorkerPodPlan::loader(&name, key, entry);
         let pod = worker_pod::build(&plan, &nmc, DEFAULT_WORKER_IMAGE);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &entry.namespace);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), key.namespace());
         let permits = permits.clone();
         creates.spawn(async move {
             let _permit = permits.acquire().await?;
@@ -184,15 +177,12 @@ async fn load_node(
         result??;
     }
 
-    let namespaces: BTreeMap<String, String> = entries
+    // The worker pods not completed yet, by name, with their namespace.
+    let mut left: BTreeMap<String, String> = keys
         .iter()
-        .map(|e| {
-            let key = ModuleKey::new(&e.namespace, &e.name).expect("checked above");
-            (key.worker_pod_name(&name), e.namespace.clone())
-        })
+        .map(|key| (key.worker_pod_name(&name), key.namespace().to_string()))
         .collect();
     let mut deletes = tokio::task::JoinSet::new();
-    let mut left: BTreeMap<_, _> = namespaces.clone();
     while !left.is_empty() {
         let Some(pod) = done.recv().await else {
             anyhow::bail!("{name}: the pod watch ended");
@@ -225,13 +215,7 @@ async fn load_node(
             boot_id: boot_id.clone(),
         })
         .collect();
-    let labels: BTreeMap<String, &str> = entries
-        .iter()
-        .map(|e| {
-            let key = ModuleKey::new(&e.namespace, &e.name).expect("checked above");
-            (key.ready_label(), "")
-        })
-        .collect();
+    let labels: BTreeMap<String, &str> = keys.iter().map(|key| (key.ready_label(), "")).collect();
     let params = PatchParams::default();
     let _permit = permits.acquire().await?;
     nmcs.patch_status(
